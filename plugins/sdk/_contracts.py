@@ -223,12 +223,3 @@ def _parse_bundle(schema_id: str, raw: bytes) -> dict[str, Any]:
         raise RegistrationError(f"contract bundle {schema_id!r}: {where}: {errors[0].message}")
     return data
 
-
-def write_pins(root: Path = DEFAULT_BUNDLE_ROOT) -> dict[str, str]:
-    """Pin every bundle under root (used by scripts/pin_contracts.py)."""
-    pins = {
-        str(p.relative_to(root).with_suffix("")): file_digest(p.read_bytes())
-        for p in sorted(root.glob("*/*.json"))
-    }
-    (root / PINS_FILE).write_text(json.dumps(pins, indent=2, sort_keys=True) + "\n")
-    return pins
