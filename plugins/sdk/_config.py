@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import math
 import re
@@ -92,7 +93,7 @@ def _json_type(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, int):
+    if isinstance(value, int | _OutOfRange):
         return "integer"
     if isinstance(value, float):
         return "number"
@@ -234,7 +235,8 @@ def parse_config_json(
         where = f"line {exc.lineno} column {exc.colno}"
         raise ConfigError("$", "syntax", f"invalid JSON at {where}: {what}") from None
     if not isinstance(value, dict):
-        raise ConfigError("$", "not-object", f"config must be a JSON object, got {_got(value)}")
+        message = f"config must be a JSON object, got {_json_type(value)}"
+        raise ConfigError("$", "not-object", message)
     _check_tree(value, ())
     return cast(dict[str, JSONValue], value)
 
@@ -254,8 +256,8 @@ def _unknown_key(key: str, value: object) -> ValidationError:
     return ValidationError(f"unknown key {_quote(key)}", path=(key,), instance=value)
 
 
-# The two keywords below are overridden only for their `false` form so that each
-# unexpected key becomes its own error located at the key, not at the enclosing object.
+# These two are overridden only for their `false` form so that each unexpected key
+# becomes its own error located at the key, not at the enclosing object.
 _ORIGINAL = Draft202012Validator.VALIDATORS
 
 
@@ -289,10 +291,26 @@ def _unevaluated_properties(
             yield _unknown_key(key, instance[key])
 
 
+def _properties(
+    validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    # jsonschema drops the path of errors from a `false` subschema; `"x": false` is the
+    # usual way to forbid a key, so report it at the key. Elsewhere `false` is rare.
+    if not validator.is_type(instance, "object"):
+        return
+    for key, subschema in value.items():
+        if key in instance and subschema is False:
+            message = f"key {_quote(key)} is not allowed"
+            yield ValidationError(message, path=(key,), instance=instance[key])
+    allowed = {key: subschema for key, subschema in value.items() if subschema is not False}
+    yield from _ORIGINAL["properties"](validator, allowed, instance, schema)
+
+
 _StrictValidator: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     validators={
         "additionalProperties": _additional_properties,
+        "properties": _properties,
         "unevaluatedProperties": _unevaluated_properties,
     },
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
@@ -357,12 +375,18 @@ def _candidates(error: ValidationError) -> Iterator[tuple[Path, str, str]]:
         yield parts, "enum", f"must be one of {_show(expected, 120)}, got {_show(inst)}"
     elif keyword == "const":
         yield parts, "enum", f"must be {_show(expected)}, got {_show(inst)}"
-    elif not isinstance(keyword, str):  # a `false` subschema has no keyword
+    elif keyword == "properties":  # only our errors for `"key": false`
+        yield parts, "not-allowed", error.message
+    elif not isinstance(keyword, str):  # any other `false` subschema; jsonschema loses its path
         yield parts, "not-allowed", "no value is allowed here"
     else:
         message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
         yield parts, keyword, message
 
+
+# jsonschema spends ~20us per error; a 64 KiB config can hold tens of thousands of them.
+# Choosing among the first few (in jsonschema's deterministic order) bounds the cost.
+_MAX_SCHEMA_ERRORS = 100
 
 # At the same depth, a typo'd key explains the "required" and "type" errors it causes.
 _RULE_RANK = {"unknown-key": 0, "required": 1, "type": 2}
@@ -505,7 +529,8 @@ class ConfigValidator:
     def validate(self, raw: bytes | str) -> dict[str, JSONValue]:
         """Steps 1-4; returns the plain JSON object."""
         doc = parse_config_json(raw, max_bytes=self._max_bytes, max_depth=self._max_depth)
-        candidates = [c for e in self._validator.iter_errors(doc) for c in _candidates(e)]
+        errors = itertools.islice(self._validator.iter_errors(doc), _MAX_SCHEMA_ERRORS)
+        candidates = [c for e in errors for c in _candidates(e)]
         if candidates:
             parts, rule, message = min(candidates, key=_precedence)
             raise ConfigError(_path(parts), rule, message)
@@ -571,6 +596,8 @@ def _plan(cls: type[Any]) -> tuple[_Field, ...]:
         return _PLANS[cls]
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"{cls!r} is not a dataclass")
+    if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__} must be a frozen dataclass")
     hints = typing.get_type_hints(cls)
     plan = []
     for field in dataclasses.fields(cls):
@@ -582,9 +609,12 @@ def _plan(cls: type[Any]) -> tuple[_Field, ...]:
             or field.default_factory is not dataclasses.MISSING
         )
         # Omitted must stay distinguishable from false.
-        if _union_args(hint) == (bool, type(None)) and has_default and field.default is not None:
+        optional_bool = set(_union_args(hint) or ()) == {bool, type(None)}
+        if optional_bool and has_default and field.default is not None:
             raise TypeError(f"{cls.__name__}.{field.name}: optional bool must default to None")
         key = field.metadata.get("json", _camel(field.name))
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"{cls.__name__}.{field.name}: metadata 'json' must be a string")
         plan.append(_Field(field.name, key, hint, not has_default))
     keys = [f.key for f in plan]
     if len(set(keys)) != len(keys):

@@ -1,0 +1,58 @@
+"""The one kernel interface. Effect executors are written against this only.
+
+Backends: ``fakekernel`` (a deterministic model running outside the service
+process) and the pyroute2 backend for real Linux. Every method either does what
+it says or raises ``KernelError`` with the errno Linux gives for the same call.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from plugins.sdk import NamespaceHandle
+
+from ._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+
+
+class Kernel(Protocol):
+    def boot_id(self) -> str:
+        """The node's boot id (/proc/sys/kernel/random/boot_id)."""
+        ...
+
+    def host_namespace(self) -> NsRef:
+        """The approved host namespace configured for this service (never guessed)."""
+        ...
+
+    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
+        """Open ``handle.path`` and verify its nsfs device/inode and the boot id.
+
+        ENOENT if the path is gone; ESTALE if it now names a different namespace or
+        the boot id differs.
+        """
+        ...
+
+    def list_links(self, ns: NsRef) -> list[Link]: ...
+
+    def get_link(self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None) -> Link | None:
+        """Exactly one of name/ifindex. None if absent (never raises ENODEV for absence)."""
+        ...
+
+    def find_device(self, pci_address: str) -> Link | None:
+        """The netdev of a PCI function, in whichever namespace it currently is."""
+        ...
+
+    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
+        """Create a link in ``ns`` in one message (a parent may live in ``spec.parent_ns``)."""
+        ...
+
+    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link: ...
+
+    def move_link(self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None) -> Link:
+        """Move (and optionally rename) in one message; returns the link as seen in ``target``."""
+        ...
+
+    def delete_link(self, ns: NsRef, ifindex: int) -> None: ...
+
+    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]: ...
+
+    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None: ...

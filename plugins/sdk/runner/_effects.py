@@ -1,0 +1,114 @@
+"""The effect executor contract (probe, capture, apply, undo) and its registry.
+
+The framework cannot invent the inverse of a kernel action: every registered
+effect kind brings its own observation, before-image, mutation and recovery.
+The runner only sequences them and makes each boundary durable.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import jsonschema
+
+from .._errors import RegistrationError
+from .._plan import digest
+
+JSON = Any
+
+
+class Observation(enum.StrEnum):
+    """What probe sees of an effect's target right now."""
+
+    ABSENT = "absent"  # nothing of ours there (never applied, or already undone)
+    OURS = "ours"  # present, carrying our ownership evidence, as applied
+    FOREIGN = "foreign"  # present but not ours: never adopt, never delete
+    CHANGED = "changed"  # ours, but changed by someone else since capture
+
+
+class UndoOutcome(enum.StrEnum):
+    UNDONE = "undone"  # compensated and verified
+    ABSENT = "absent"  # verified nothing of ours remains (it never got applied)
+    QUARANTINED = "quarantined"  # ownership or state cannot be verified; left alone
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    outcome: UndoOutcome
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class EffectContext:
+    """Everything an executor may rely on for one effect of one recorded operation."""
+
+    partition: str
+    operation_id: str
+    effect_id: str
+    scope: str
+    step: str
+    payload: Mapping[str, JSON]
+    inputs: Mapping[str, Mapping[str, JSON]] = field(default_factory=dict)
+
+    @property
+    def marker(self) -> str:
+        """Ownership evidence deterministic from the operation identity (stable across restarts)."""
+        return "dranp:" + digest([self.partition, self.operation_id, self.effect_id])[7:23]
+
+
+class EffectExecutor(Protocol):
+    """One versioned effect kind. All four behaviours must be idempotent."""
+
+    kind: str
+    payload_schema: Mapping[str, JSON]
+    outputs: tuple[str, ...]
+
+    def probe(self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None) -> Observation:
+        """Read-only classification of the target now."""
+        ...
+
+    def capture(self, ctx: EffectContext) -> JSON:
+        """Read-only before-image of everything apply may change; refuse foreign targets here."""
+        ...
+
+    def apply(self, ctx: EffectContext, before: JSON) -> Mapping[str, JSON]:
+        """Mutate or reconcile toward the recorded intent; return each output port's description."""
+        ...
+
+    def undo(self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None) -> UndoResult:
+        """Compensate from the before-image; verify absence or restoration."""
+        ...
+
+
+class EffectRegistry:
+    """The executors a service is approved to run, by versioned kind."""
+
+    def __init__(self, executors: Iterable[EffectExecutor]) -> None:
+        self._executors: dict[str, EffectExecutor] = {}
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        for ex in executors:
+            if ex.kind in self._executors:
+                raise RegistrationError(f"effect kind {ex.kind!r} registered twice")
+            try:
+                jsonschema.Draft202012Validator.check_schema(dict(ex.payload_schema))
+            except jsonschema.SchemaError as exc:
+                raise RegistrationError(f"effect kind {ex.kind!r}: invalid payload schema: {exc.message}") from exc
+            self._executors[ex.kind] = ex
+            self._validators[ex.kind] = jsonschema.Draft202012Validator(dict(ex.payload_schema))
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self._executors)
+
+    def get(self, kind: str) -> EffectExecutor | None:
+        return self._executors.get(kind)
+
+    def payload_problem(self, kind: str, payload: Mapping[str, JSON]) -> str | None:
+        error = jsonschema.exceptions.best_match(self._validators[kind].iter_errors(dict(payload)))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "(payload)"
+        return f"{where}: {error.message}"

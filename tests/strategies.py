@@ -1,0 +1,153 @@
+"""Reusable Hypothesis strategies for config decoding (and later the real contract bundles).
+
+``mutated_configs`` works on a tree in which JSON objects are lists of key/value pairs, so a
+mutation can write the same key twice, which no ``dict`` can express.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hypothesis import strategies as st
+
+MutationKind = Literal["drop", "add", "replace", "duplicate"]
+MUTATION_KINDS: tuple[MutationKind, ...] = ("drop", "add", "replace", "duplicate")
+
+
+def json_scalars(*, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        # Mostly plausible values, sometimes far outside int64.
+        st.integers(min_value=-(2**15), max_value=2**15) | st.integers(),
+        st.floats(allow_nan=allow_non_finite, allow_infinity=allow_non_finite),
+        st.text(max_size=12),
+    )
+
+
+def json_values(
+    keys: st.SearchStrategy[str] | None = None, *, allow_non_finite: bool = False
+) -> st.SearchStrategy[Any]:
+    """Arbitrary JSON values; pass ``keys`` to bias object keys towards a schema's names."""
+    key_strategy = keys if keys is not None else st.text(max_size=8)
+    return st.recursive(
+        json_scalars(allow_non_finite=allow_non_finite),
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(key_strategy, children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+def schema_keys(schema: object) -> list[str]:
+    """Every property name a schema mentions, sorted, for biasing generated keys."""
+    found: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, Mapping):
+            for keyword in ("properties", "dependentRequired"):
+                if isinstance(node.get(keyword), Mapping):
+                    found.update(node[keyword])
+            if isinstance(node.get("required"), list):
+                found.update(k for k in node["required"] if isinstance(k, str))
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(schema)
+    return sorted(found)
+
+
+def keys_for(schema: object) -> st.SearchStrategy[str]:
+    names = schema_keys(schema)
+    return st.sampled_from(names) | st.text(max_size=8) if names else st.text(max_size=8)
+
+
+def raw_inputs() -> st.SearchStrategy[bytes | str]:
+    """Bytes, text, and text made of JSON's own characters (to get past the tokenizer)."""
+    jsonish = st.text(alphabet='{}[]":,.-+0123456789eEtruefalsnNIiy\\/ \n\tu', max_size=80)
+    nested = st.integers(min_value=0, max_value=40).map(lambda n: '{"a":' * n + "1" + "}" * n)
+    return st.one_of(st.binary(max_size=200), st.text(max_size=80), jsonish, nested)
+
+
+# --- mutations of a valid config ------------------------------------------------------------
+
+
+@dataclass
+class _Object:
+    pairs: list[tuple[str, Any]]
+
+
+def _tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _Object([(k, _tree(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return [_tree(v) for v in value]
+    return value
+
+
+def _dump(node: Any) -> str:
+    if isinstance(node, _Object):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_dump(v)}" for k, v in node.pairs) + "}"
+    if isinstance(node, list):
+        return "[" + ", ".join(_dump(v) for v in node) + "]"
+    return json.dumps(node)
+
+
+def _containers(node: Any) -> Iterator[Any]:
+    if isinstance(node, _Object):
+        yield node
+        for _, value in node.pairs:
+            yield from _containers(value)
+    elif isinstance(node, list):
+        yield node
+        for value in node:
+            yield from _containers(value)
+
+
+@st.composite
+def mutated_configs(
+    draw: st.DrawFn, valid: Mapping[str, Any], values: st.SearchStrategy[Any] | None = None
+) -> tuple[MutationKind, str]:
+    """One mutation of ``valid``, as (kind, raw JSON text).
+
+    ``duplicate`` always yields text with a repeated key in some object.
+    """
+    new_values = values if values is not None else json_values()
+    tree = _tree(json.loads(json.dumps(valid)))
+    containers = list(_containers(tree))
+    objects = [c for c in containers if isinstance(c, _Object)]
+    filled = [c for c in containers if (c.pairs if isinstance(c, _Object) else c)]
+    kind = draw(st.sampled_from(MUTATION_KINDS))
+    if kind in ("drop", "duplicate") and not any(o.pairs for o in objects):
+        kind = "add"
+    if kind == "replace" and not filled:
+        kind = "add"
+    if kind == "drop":
+        target = draw(st.sampled_from([o for o in objects if o.pairs]))
+        del target.pairs[draw(st.integers(0, len(target.pairs) - 1))]
+    elif kind == "add":
+        target = draw(st.sampled_from(objects))
+        taken = {k for k, _ in target.pairs}
+        key = draw(st.text(max_size=8).filter(lambda k: k not in taken))
+        target.pairs.append((key, _tree(draw(new_values))))
+    elif kind == "replace":
+        container = draw(st.sampled_from(filled))
+        size = len(container.pairs) if isinstance(container, _Object) else len(container)
+        index = draw(st.integers(0, size - 1))
+        if isinstance(container, _Object):
+            key, _ = container.pairs[index]
+            container.pairs[index] = (key, _tree(draw(new_values)))
+        else:
+            container[index] = _tree(draw(new_values))
+    else:
+        target = draw(st.sampled_from([o for o in objects if o.pairs]))
+        key, old = draw(st.sampled_from(target.pairs))
+        value = draw(st.just(old) | new_values.map(_tree))
+        target.pairs.insert(draw(st.integers(0, len(target.pairs))), (key, value))
+    return kind, _dump(tree)
