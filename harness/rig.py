@@ -30,7 +30,9 @@ class _Outcomes:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.rig")
-    parser.add_argument("--lab", default="fake://", help="lab URL: fake://, netns://, vm://, sriov://INVENTORY")
+    parser.add_argument(
+        "--lab", default="fake://", help="lab URL: fake://, netns://, vm://, sriov://INVENTORY"
+    )
     parser.add_argument("--alluredir", default="reports/allure-results")
     parser.add_argument("--summary", default="reports/summary.json")
     parser.add_argument("pytest_args", nargs="*")

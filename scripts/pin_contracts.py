@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent / "plugins" / "contracts"
 
 def current_pins(root: Path = ROOT) -> dict[str, str]:
     return {
-        str(p.relative_to(root).with_suffix("")): "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(root).with_suffix("")): "sha256:"
+        + hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.glob("*/*.json"))
     }
 
@@ -35,7 +36,11 @@ def main() -> int:
     pins_file = args.root / "pins.json"
     if args.check:
         if not pins_file.exists() or pins_file.read_text() != text:
-            print(f"{pins_file} is stale; run: uv run python scripts/pin_contracts.py --root {args.root}", file=sys.stderr)
+            print(
+                f"{pins_file} is stale; run: "
+                f"uv run python scripts/pin_contracts.py --root {args.root}",
+                file=sys.stderr,
+            )
             return 1
         return 0
     pins_file.write_text(text)

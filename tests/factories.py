@@ -36,7 +36,9 @@ def registrations() -> dict[str, Registration]:
     return {r.name: r for r in registry.seal()}
 
 
-def envelope(hook: Hook, scope: str = "att-1", step: str = "step", op: str = "op-1") -> OperationEnvelope:
+def envelope(
+    hook: Hook, scope: str = "att-1", step: str = "step", op: str = "op-1"
+) -> OperationEnvelope:
     return OperationEnvelope(op, hook, scope, step, generation=1, coordinator_epoch=1)
 
 
@@ -48,14 +50,20 @@ def vf_allocation(root: str = "vf0", index: int = 0, **over: Any) -> AllocationB
         "device": f"pf0-vf{index}",
         "device_type": "vf",
         "sharing": Sharing.EXCLUSIVE,
-        "attributes": {"pfName": "enp3s0f0", "vfIndex": str(index), "pciAddress": f"0000:03:00.{index + 2}"},
+        "attributes": {
+            "pfName": "enp3s0f0",
+            "vfIndex": str(index),
+            "pciAddress": f"0000:03:00.{index + 2}",
+        },
         "capacity": {},
     }
     fields.update(over)
     return AllocationBinding(**fields)
 
 
-def parent_allocation(root: str = "mv0", capacity_name: str = "dra.networking/macvlans", **over: Any) -> AllocationBinding:
+def parent_allocation(
+    root: str = "mv0", capacity_name: str = "dra.networking/macvlans", **over: Any
+) -> AllocationBinding:
     fields: dict[str, Any] = {
         "root_id": root,
         "driver": "dra.networking",
@@ -80,7 +88,9 @@ def interface(
     name: str = "net1",
 ) -> ResourceHandle:
     desc = {"ifName": name, "netns": {"device": ns.device, "inode": ns.inode}, "physical": physical}
-    return ResourceHandle(hid, type_, attachment, "vf0", attachment, ns.boot_id, "vf0", json.dumps(desc))
+    return ResourceHandle(
+        hid, type_, attachment, "vf0", attachment, ns.boot_id, "vf0", json.dumps(desc)
+    )
 
 
 def prepare_call(plugin: str, config: Any, allocation: AllocationBinding | None) -> PrepareCall:
@@ -107,7 +117,9 @@ def connect_call(plugin: str, config: Any, **over: Any) -> ConnectCall:
 
 
 def prepared(plugin: str, root: str, handle_type: str) -> PreparedState:
-    h = ResourceHandle(f"{root}-prepared", handle_type, f"prep-{plugin}", root, "", BOOT, root, "{}")
+    h = ResourceHandle(
+        f"{root}-prepared", handle_type, f"prep-{plugin}", root, "", BOOT, root, "{}"
+    )
     return PreparedState(root, plugin, f"prep-{plugin}", (h,))
 
 

@@ -48,7 +48,9 @@ class DummyPlugin(OperationOnly):
                 outputs=["interface"],
             ),
         )
-        plan.add("activate", effect("linux/set-link-up/v1", inputs={"link": link.output("interface")}))
+        plan.add(
+            "activate", effect("linux/set-link-up/v1", inputs={"link": link.output("interface")})
+        )
         plan.export("interface", link.output("interface"))
         return plan.build()
 

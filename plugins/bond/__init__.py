@@ -42,11 +42,19 @@ class Plugin(OperationOnly):
         bond = plan.add(
             "create-bond",
             effects.create_bond(
-                sandbox, name, cfg.mode, cfg.monitor_interval_ms, cfg.mtu, cfg.up_delay_ms, cfg.down_delay_ms
+                sandbox,
+                name,
+                cfg.mode,
+                cfg.monitor_interval_ms,
+                cfg.mtu,
+                cfg.up_delay_ms,
+                cfg.down_delay_ms,
             ),
         )
         for i, member in enumerate(members):
-            plan.add_indexed("attach-member", i, effects.attach_member(bond.output("interface"), member))
+            plan.add_indexed(
+                "attach-member", i, effects.attach_member(bond.output("interface"), member)
+            )
         plan.add("activate-bond", effects.set_link_up(bond.output("interface")))
         plan.export("interface", bond.output("interface"))
         return plan.build()

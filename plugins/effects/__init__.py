@@ -59,13 +59,18 @@ def namespace_json(sandbox: SandboxHandle) -> dict[str, Any]:
     }
 
 
-def prepare_vf(vf: VFAllocation, vf_settings: dict[str, Any], requirements: Requirements, mtu: int) -> Subplan:
+def prepare_vf(
+    vf: VFAllocation, vf_settings: dict[str, Any], requirements: Requirements, mtu: int
+) -> Subplan:
     """Set only VF-scoped attributes through the PF, then the VF netdev's MTU."""
     target = {"pf": vf.pf_name, "vfIndex": vf.vf_index, "pciAddress": vf.pci_address}
     want_mtu = max(mtu, requirements.mtu or 0)
     return Subplan(
         steps=(
-            ("vf-config", effect(SET_VF_CONFIG, {**target, "settings": vf_settings}, outputs=["vf"])),
+            (
+                "vf-config",
+                effect(SET_VF_CONFIG, {**target, "settings": vf_settings}, outputs=["vf"]),
+            ),
             (
                 "mtu",
                 effect(
@@ -88,16 +93,38 @@ def move_vf(prepared: PreparedState, sandbox: SandboxHandle, name: str) -> Subpl
     vf = next(h for h in prepared.handles)
     return Subplan(
         steps=(
-            ("move", effect(MOVE_LINK, {"link": handle_json(vf), "to": namespace_json(sandbox)}, outputs=["link"])),
-            ("rename", effect(RENAME_LINK, {"name": name}, inputs={"link": OutputRef(".move", "link")}, outputs=["link"])),
+            (
+                "move",
+                effect(
+                    MOVE_LINK,
+                    {"link": handle_json(vf), "to": namespace_json(sandbox)},
+                    outputs=["link"],
+                ),
+            ),
+            (
+                "rename",
+                effect(
+                    RENAME_LINK,
+                    {"name": name},
+                    inputs={"link": OutputRef(".move", "link")},
+                    outputs=["link"],
+                ),
+            ),
             ("up", effect(SET_LINK_UP, {}, inputs={"link": OutputRef(".rename", "link")})),
         ),
         outputs={"interface": ("rename", "link")},
     )
 
 
-def create_bond(sandbox: SandboxHandle, name: str, mode: str, monitor_interval_ms: int, mtu: int,
-                up_delay_ms: int | None = None, down_delay_ms: int | None = None) -> EffectSpec:
+def create_bond(
+    sandbox: SandboxHandle,
+    name: str,
+    mode: str,
+    monitor_interval_ms: int,
+    mtu: int,
+    up_delay_ms: int | None = None,
+    down_delay_ms: int | None = None,
+) -> EffectSpec:
     payload: dict[str, Any] = {
         "namespace": namespace_json(sandbox),
         "name": name,
@@ -122,8 +149,14 @@ def set_link_up(link: OutputRef) -> EffectSpec:
     return effect(SET_LINK_UP, {}, inputs={"link": link})
 
 
-def create_vlan(parent: ResourceHandle, sandbox: SandboxHandle, name: str, vlan_id: int,
-                mtu: int, protocol: str = "802.1Q") -> EffectSpec:
+def create_vlan(
+    parent: ResourceHandle,
+    sandbox: SandboxHandle,
+    name: str,
+    vlan_id: int,
+    mtu: int,
+    protocol: str = "802.1Q",
+) -> EffectSpec:
     payload = {
         "parent": handle_json(parent),
         "namespace": namespace_json(sandbox),
@@ -149,8 +182,9 @@ def hold_shared_parent(unit: SharedUnit, kind: str, mode: str, mtu: int) -> Effe
     return effect(HOLD_SHARED_PARENT, payload, outputs=["parent"])
 
 
-def create_shared_child(prepared: PreparedState, sandbox: SandboxHandle, name: str, kind: str,
-                        mode: str, mtu: int) -> EffectSpec:
+def create_shared_child(
+    prepared: PreparedState, sandbox: SandboxHandle, name: str, kind: str, mode: str, mtu: int
+) -> EffectSpec:
     """A macvlan/ipvlan child of the prepared parent, realized in the sandbox."""
     payload = {
         "parent": handle_json(prepared.handles[0]),

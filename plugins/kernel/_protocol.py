@@ -33,7 +33,9 @@ class Kernel(Protocol):
 
     def list_links(self, ns: NsRef) -> list[Link]: ...
 
-    def get_link(self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None) -> Link | None:
+    def get_link(
+        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
+    ) -> Link | None:
         """Exactly one of name/ifindex. None if absent (never raises ENODEV for absence)."""
         ...
 
@@ -47,7 +49,9 @@ class Kernel(Protocol):
 
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link: ...
 
-    def move_link(self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None) -> Link:
+    def move_link(
+        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+    ) -> Link:
         """Move (and optionally rename) in one message; returns the link as seen in ``target``."""
         ...
 

@@ -110,7 +110,7 @@ class VFConfig:
     link_state: str | None = None  # "auto" / "enable" / "disable"
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

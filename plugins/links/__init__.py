@@ -65,7 +65,9 @@ class Plugin(AllocationRoot):
         cfg = call.config(SharedChildConfig)
         unit = call.require_shared_unit(self.kind.value, _CAPACITY[self.kind])
         plan = new_plan()
-        hold = plan.add("hold-parent", effects.hold_shared_parent(unit, self.kind.value, cfg.mode, cfg.mtu))
+        hold = plan.add(
+            "hold-parent", effects.hold_shared_parent(unit, self.kind.value, cfg.mode, cfg.mtu)
+        )
         plan.export("parent", hold.output("parent"))
         return plan.build()
 
@@ -80,7 +82,9 @@ class Plugin(AllocationRoot):
         else:
             prepared = call.require_prepared_root(self.kind.value)
             shared = call.config(SharedChildConfig)
-            spec = effects.create_shared_child(prepared, sandbox, name, self.kind.value, shared.mode, shared.mtu)
+            spec = effects.create_shared_child(
+                prepared, sandbox, name, self.kind.value, shared.mode, shared.mtu
+            )
         child = plan.add("create-child", spec)
         plan.add("activate-child", effects.set_link_up(child.output("interface")))
         plan.export("interface", child.output("interface"))

@@ -86,7 +86,7 @@ class _ConfiguredCall(_CallBase):
 @dataclass(frozen=True)
 class PrepareCall(_ConfiguredCall):
     allocation: AllocationBinding | None = None
-    requirements: Requirements = Requirements()
+    requirements: Requirements = field(default_factory=Requirements)
 
     def _allocation(self, check: str) -> AllocationBinding:
         if self.allocation is None:
@@ -156,16 +156,22 @@ class ConnectCall(_ConfiguredCall):
         if plugin != self.descriptor.name or p.plugin != plugin:
             raise self._fail(check, f"prepared state belongs to {p.plugin!r}, not {plugin!r}")
         if p.root_id != self.allocation.root_id:
-            raise self._fail(check, f"prepared root {p.root_id} is not allocation {self.allocation.root_id}")
+            raise self._fail(
+                check, f"prepared root {p.root_id} is not allocation {self.allocation.root_id}"
+            )
         expected = {port.type for port in self.descriptor.preparation.outputs}
         if not p.handles:
             raise self._fail(check, "prepared state has no handles")
         for h in p.handles:
             if h.root_provenance != p.root_id or h.type not in expected:
-                raise self._fail(check, f"prepared handle {h.id} is not a {expected} of root {p.root_id}")
+                raise self._fail(
+                    check, f"prepared handle {h.id} is not a {expected} of root {p.root_id}"
+                )
         return p
 
-    def require_local_interfaces(self, port: str, min_count: int, max_count: int) -> tuple[ResourceHandle, ...]:
+    def require_local_interfaces(
+        self, port: str, min_count: int, max_count: int
+    ) -> tuple[ResourceHandle, ...]:
         check = "local-interfaces"
         spec = self.descriptor.input_port(port)
         if spec is None or spec.type != KERNEL_INTERFACE:
@@ -179,7 +185,9 @@ class ConnectCall(_ConfiguredCall):
             self._check_local(check, port, h, sandbox)
         return handles
 
-    def _check_local(self, check: str, port: str, h: ResourceHandle, sandbox: SandboxHandle) -> None:
+    def _check_local(
+        self, check: str, port: str, h: ResourceHandle, sandbox: SandboxHandle
+    ) -> None:
         if h.type != KERNEL_INTERFACE:
             raise self._fail(check, f"port {port!r} handle {h.id} is a {h.type}")
         if h.attachment_id != self.envelope.scope:
@@ -194,7 +202,9 @@ class ConnectCall(_ConfiguredCall):
             or (netns.get("device"), netns.get("inode")) != (ns.device, ns.inode)
             or h.boot_id != ns.boot_id
         ):
-            raise self._fail(check, f"handle {h.id} is not in sandbox {sandbox.sandbox_id}'s namespace")
+            raise self._fail(
+                check, f"handle {h.id} is not in sandbox {sandbox.sandbox_id}'s namespace"
+            )
 
     def require_distinct_resources(self, handles: Sequence[ResourceHandle]) -> None:
         """Distinct by id and by physical identity, not just by user-visible name."""

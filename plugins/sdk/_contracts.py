@@ -45,9 +45,21 @@ BUNDLE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": [
-        "bundleFormat", "schemaId", "plugin", "contractVersion", "profile", "stepKinds",
-        "stateFormat", "preparation", "inputs", "outputs", "interfaceNames",
-        "allowedEffects", "configSchema", "crossFieldRules", "examples",
+        "bundleFormat",
+        "schemaId",
+        "plugin",
+        "contractVersion",
+        "profile",
+        "stepKinds",
+        "stateFormat",
+        "preparation",
+        "inputs",
+        "outputs",
+        "interfaceNames",
+        "allowedEffects",
+        "configSchema",
+        "crossFieldRules",
+        "examples",
     ],
     "properties": {
         "bundleFormat": {"const": BUNDLE_FORMAT},
@@ -79,7 +91,9 @@ BUNDLE_SCHEMA: dict[str, Any] = {
         "allowedEffects": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {h.value: _EFFECT_KINDS for h in (Hook.NODE_PREPARE, Hook.CONNECT_NETWORK)},
+            "properties": {
+                h.value: _EFFECT_KINDS for h in (Hook.NODE_PREPARE, Hook.CONNECT_NETWORK)
+            },
         },
         "configSchema": {"type": "object"},
         "crossFieldRules": {"type": "array", "items": {"type": "object"}},
@@ -222,4 +236,3 @@ def _parse_bundle(schema_id: str, raw: bytes) -> dict[str, Any]:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
         raise RegistrationError(f"contract bundle {schema_id!r}: {where}: {errors[0].message}")
     return data
-

@@ -75,9 +75,7 @@ class Descriptor:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config_schema", MappingProxyType(dict(self.config_schema)))
-        object.__setattr__(
-            self, "allowed_effects", MappingProxyType(dict(self.allowed_effects))
-        )
+        object.__setattr__(self, "allowed_effects", MappingProxyType(dict(self.allowed_effects)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,5 +106,6 @@ class Descriptor:
         return next((p for p in self.outputs if p.name == name), None)
 
     def ref(self) -> DescriptorRef:
-        return DescriptorRef(self.name, self.contract_version, self.step_kinds, self.config_schema_id)
-
+        return DescriptorRef(
+            self.name, self.contract_version, self.step_kinds, self.config_schema_id
+        )

@@ -28,7 +28,9 @@ _PORT = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 def canonical_json(value: JSON) -> str:
     """The one serialization used for digests: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def digest(value: JSON) -> str:
@@ -298,7 +300,9 @@ class PlanBuilder:
         if declared is None:
             self._problems.append(f"{where}: {ref} does not name an earlier effect")
         elif ref.port not in declared:
-            self._problems.append(f"{where}: effect {ref.effect_id!r} declares no port {ref.port!r}")
+            self._problems.append(
+                f"{where}: effect {ref.effect_id!r} declares no port {ref.port!r}"
+            )
 
 
 def _effect_id_ok(effect_id: str) -> bool:

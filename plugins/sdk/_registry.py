@@ -80,7 +80,9 @@ class Registry:
             if reg is not None:
                 registrations.append(reg)
         _check_unique(problems, "socket name", (r.endpoint.socket_name for r in registrations))
-        _check_unique(problems, "state namespace", (r.endpoint.state_namespace for r in registrations))
+        _check_unique(
+            problems, "state namespace", (r.endpoint.state_namespace for r in registrations)
+        )
         _check_unique(problems, "plugin name", (r.name for r in registrations))
         if problems:
             raise RegistrationError("invalid registrations: " + "; ".join(problems))
@@ -88,7 +90,9 @@ class Registry:
         return self._sealed
 
 
-def _validate_endpoint(ep: Endpoint, bundles: BundleStore, problems: list[str]) -> Registration | None:
+def _validate_endpoint(
+    ep: Endpoint, bundles: BundleStore, problems: list[str]
+) -> Registration | None:
     who = f"endpoint {ep.socket_name!r}"
     missing = [h for h in _HOOKS if not callable(getattr(ep.handler, h, None))]
     if missing:
@@ -108,7 +112,9 @@ def _validate_endpoint(ep: Endpoint, bundles: BundleStore, problems: list[str]) 
     if not _STATE_NAMESPACE.match(ep.state_namespace) or not ep.state_namespace.startswith(
         ref.name + "/"
     ):
-        problems.append(f"{who}: state namespace {ep.state_namespace!r} must be '{ref.name}/<version>'")
+        problems.append(
+            f"{who}: state namespace {ep.state_namespace!r} must be '{ref.name}/<version>'"
+        )
     try:
         bundle = bundles.load(ref.config_schema_id)
     except RegistrationError as exc:
@@ -116,7 +122,9 @@ def _validate_endpoint(ep: Endpoint, bundles: BundleStore, problems: list[str]) 
         return None
     mismatch = _mismatch(ref, bundle)
     if mismatch:
-        problems.append(f"{who}: descriptor does not match bundle {ref.config_schema_id}: {mismatch}")
+        problems.append(
+            f"{who}: descriptor does not match bundle {ref.config_schema_id}: {mismatch}"
+        )
         return None
     return Registration(ep, bundle.descriptor, bundle.validator)
 

@@ -53,7 +53,7 @@ class PrepareRequest:
     envelope: OperationEnvelope
     allocation: AllocationBinding | None
     config_json: str
-    requirements: Requirements = Requirements()
+    requirements: Requirements = field(default_factory=Requirements)
 
 
 @dataclass(frozen=True)

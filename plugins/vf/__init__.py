@@ -34,9 +34,14 @@ class VFSettings:
     def changes(self) -> dict[str, Any]:
         """Only the fields the administrator set: the effect changes exactly these."""
         names = {
-            "vlan": self.vlan, "qos": self.qos, "vlanProto": self.vlan_proto, "mac": self.mac,
-            "spoofCheck": self.spoof_check, "trust": self.trust,
-            "minTxRateMbps": self.min_tx_rate_mbps, "maxTxRateMbps": self.max_tx_rate_mbps,
+            "vlan": self.vlan,
+            "qos": self.qos,
+            "vlanProto": self.vlan_proto,
+            "mac": self.mac,
+            "spoofCheck": self.spoof_check,
+            "trust": self.trust,
+            "minTxRateMbps": self.min_tx_rate_mbps,
+            "maxTxRateMbps": self.max_tx_rate_mbps,
             "linkState": self.link_state,
         }
         return {k: v for k, v in names.items() if v is not None}
@@ -57,7 +62,9 @@ class Plugin(AllocationRoot):
         vf = call.require_exclusive_vf()
         cfg = call.config(Config)  # the pinned schema already rejects rdmaAccess: true
         plan = new_plan()
-        prepared = plan.add("prepare-vf", effects.prepare_vf(vf, cfg.vf.changes(), call.requirements, cfg.mtu))
+        prepared = plan.add(
+            "prepare-vf", effects.prepare_vf(vf, cfg.vf.changes(), call.requirements, cfg.mtu)
+        )
         plan.export("vf", prepared.output("vf"))
         return plan.build()
 

@@ -38,9 +38,24 @@ def test_exclusive_vf_accepts_a_vf_allocation() -> None:
         (None, "no allocation binding"),
         (f.vf_allocation(sharing=Sharing.SHARED), "not Exclusive"),
         (f.vf_allocation(device_type="pf"), "not a VF"),
-        (f.vf_allocation(attributes={"pfName": "enp3s0f0", "vfIndex": "x", "pciAddress": "0000:03:00.2"}), "vfIndex"),
-        (f.vf_allocation(attributes={"pfName": "", "vfIndex": "0", "pciAddress": "0000:03:00.2"}), "pfName"),
-        (f.vf_allocation(attributes={"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "03:00.2"}), "pciAddress"),
+        (
+            f.vf_allocation(
+                attributes={"pfName": "enp3s0f0", "vfIndex": "x", "pciAddress": "0000:03:00.2"}
+            ),
+            "vfIndex",
+        ),
+        (
+            f.vf_allocation(
+                attributes={"pfName": "", "vfIndex": "0", "pciAddress": "0000:03:00.2"}
+            ),
+            "pfName",
+        ),
+        (
+            f.vf_allocation(
+                attributes={"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "03:00.2"}
+            ),
+            "pciAddress",
+        ),
     ],
 )
 def test_exclusive_vf_rejections(allocation: Any, fragment: str) -> None:
@@ -63,11 +78,31 @@ def test_shared_unit_accepts_one_unit() -> None:
 @pytest.mark.parametrize(
     ("plugin", "capacity", "allocation", "fragment"),
     [
-        ("macvlan", "dra.networking/macvlans", f.parent_allocation(capacity_name="dra.networking/ipvlans"), "consumes None"),
-        ("macvlan", "dra.networking/macvlans", f.parent_allocation(capacity={"dra.networking/macvlans": "2"}), "not exactly 1"),
+        (
+            "macvlan",
+            "dra.networking/macvlans",
+            f.parent_allocation(capacity_name="dra.networking/ipvlans"),
+            "consumes None",
+        ),
+        (
+            "macvlan",
+            "dra.networking/macvlans",
+            f.parent_allocation(capacity={"dra.networking/macvlans": "2"}),
+            "not exactly 1",
+        ),
         ("macvlan", "dra.networking/ipvlans", f.parent_allocation(), "is not this plugin's"),
-        ("ipvlan", "dra.networking/ipvlans", f.parent_allocation(), "does not prepare 'ipvlan' shares"),
-        ("macvlan", "dra.networking/macvlans", f.parent_allocation(sharing=Sharing.EXCLUSIVE), "not Shared"),
+        (
+            "ipvlan",
+            "dra.networking/ipvlans",
+            f.parent_allocation(),
+            "does not prepare 'ipvlan' shares",
+        ),
+        (
+            "macvlan",
+            "dra.networking/macvlans",
+            f.parent_allocation(sharing=Sharing.EXCLUSIVE),
+            "not Shared",
+        ),
         ("macvlan", "dra.networking/macvlans", f.parent_allocation(device_type="vf"), "is a 'vf'"),
         ("macvlan", "dra.networking/macvlans", f.parent_allocation(attributes={}), "parent ifName"),
     ],
@@ -79,7 +114,10 @@ def test_shared_unit_rejections(plugin: str, capacity: str, allocation: Any, fra
 
 def test_prepared_root_accepts_its_own_preparation() -> None:
     call = f.connect_call(
-        "macvlan", MACVLAN_CONFIG, prepared=f.prepared("macvlan", "mv0", SHARED_PARENT), allocation=f.parent_allocation()
+        "macvlan",
+        MACVLAN_CONFIG,
+        prepared=f.prepared("macvlan", "mv0", SHARED_PARENT),
+        allocation=f.parent_allocation(),
     )
     assert call.require_prepared_root("macvlan").root_id == "mv0"
 
@@ -88,9 +126,21 @@ def test_prepared_root_accepts_its_own_preparation() -> None:
     ("over", "plugin", "fragment"),
     [
         ({}, "macvlan", "no prepared state"),
-        ({"prepared": f.prepared("ipvlan", "mv0", SHARED_PARENT)}, "macvlan", "belongs to 'ipvlan'"),
-        ({"prepared": f.prepared("macvlan", "mv0", SHARED_PARENT)}, "ipvlan", "belongs to 'macvlan'"),
-        ({"prepared": f.prepared("macvlan", "other", SHARED_PARENT)}, "macvlan", "is not allocation mv0"),
+        (
+            {"prepared": f.prepared("ipvlan", "mv0", SHARED_PARENT)},
+            "macvlan",
+            "belongs to 'ipvlan'",
+        ),
+        (
+            {"prepared": f.prepared("macvlan", "mv0", SHARED_PARENT)},
+            "ipvlan",
+            "belongs to 'macvlan'",
+        ),
+        (
+            {"prepared": f.prepared("macvlan", "other", SHARED_PARENT)},
+            "macvlan",
+            "is not allocation mv0",
+        ),
         ({"prepared": f.prepared("macvlan", "mv0", PREPARED_VF)}, "macvlan", "is not a"),
     ],
 )
@@ -119,10 +169,22 @@ def test_local_interfaces_accepts_sandbox_members() -> None:
     ("inputs", "port", "fragment"),
     [
         (members(A), "members", "has 1 handles, needs 2..8"),
-        (members(*(f.interface(f"h{i}", f"pci:{i}") for i in range(9))), "members", "has 9 handles"),
+        (
+            members(*(f.interface(f"h{i}", f"pci:{i}") for i in range(9))),
+            "members",
+            "has 9 handles",
+        ),
         (members(A, f.interface("h-x", "pci:x", ns=f.OTHER_NS)), "members", "not in sandbox pod-a"),
-        (members(A, f.interface("h-x", "pci:x", attachment="att-2")), "members", "belongs to attachment 'att-2'"),
-        (members(A, f.interface("h-x", "pci:x", type_="SharedParent/v1")), "members", "is a SharedParent/v1"),
+        (
+            members(A, f.interface("h-x", "pci:x", attachment="att-2")),
+            "members",
+            "belongs to attachment 'att-2'",
+        ),
+        (
+            members(A, f.interface("h-x", "pci:x", type_="SharedParent/v1")),
+            "members",
+            "is a SharedParent/v1",
+        ),
         (members(A, B), "parent", "is not a declared KernelInterface/v1 input"),
     ],
 )
@@ -135,10 +197,14 @@ def test_distinct_resources_by_physical_identity() -> None:
     call = f.connect_call("bond", BOND_CONFIG)
     call.require_distinct_resources([A, B])
     same_vf = f.interface("h-c", "pci:0000:03:00.2", name="other-name")
-    assert "are the same pci:0000:03:00.2" in fails("distinct-resources", call.require_distinct_resources, [A, same_vf])
+    assert "are the same pci:0000:03:00.2" in fails(
+        "distinct-resources", call.require_distinct_resources, [A, same_vf]
+    )
     assert "given twice" in fails("distinct-resources", call.require_distinct_resources, [A, A])
     anonymous = f.interface("h-d", "")
-    assert "no physical identity" in fails("distinct-resources", call.require_distinct_resources, [A, anonymous])
+    assert "no physical identity" in fails(
+        "distinct-resources", call.require_distinct_resources, [A, anonymous]
+    )
 
 
 def test_grants_are_required_per_handle() -> None:

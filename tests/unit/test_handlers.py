@@ -17,7 +17,11 @@ from plugins.sdk import (
 )
 from tests import factories as f
 
-VF_CONFIG = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+VF_CONFIG = {
+    "mtu": 1500,
+    "vf": {"vlan": 0, "spoofCheck": False, "trust": True},
+    "rdmaAccess": False,
+}
 BOND_CONFIG = {"mode": "active-backup", "monitorIntervalMs": 100, "mtu": 1500}
 A = f.interface("h-a", "pci:0000:03:00.2", name="net1")
 B = f.interface("h-b", "pci:0000:03:00.3", name="net2")
@@ -27,7 +31,11 @@ def test_sriov_prepare_changes_only_the_fields_set() -> None:
     plan = vf.Plugin().node_prepare(f.prepare_call("sriov", VF_CONFIG, f.vf_allocation()))
     assert [e.id for e in plan.effects] == ["prepare-vf.vf-config", "prepare-vf.mtu"]
     settings = plan.effects[0].payload["settings"]
-    assert settings == {"vlan": 0, "spoofCheck": False, "trust": True}  # omitted fields stay untouched
+    assert settings == {
+        "vlan": 0,
+        "spoofCheck": False,
+        "trust": True,
+    }  # omitted fields stay untouched
     assert plan.exports == {"vf": (OutputRef("prepare-vf.mtu", "vf"),)}
 
 
@@ -40,7 +48,10 @@ def test_sriov_rejects_rdma_access() -> None:
 
 def test_sriov_connect_moves_the_prepared_vf() -> None:
     call = f.connect_call(
-        "sriov", VF_CONFIG, prepared=f.prepared("sriov", "vf0", PREPARED_VF), allocation=f.vf_allocation()
+        "sriov",
+        VF_CONFIG,
+        prepared=f.prepared("sriov", "vf0", PREPARED_VF),
+        allocation=f.vf_allocation(),
     )
     plan = vf.Plugin().connect_network(call)
     assert [e.id for e in plan.effects] == ["move-vf.move", "move-vf.rename", "move-vf.up"]
@@ -50,24 +61,37 @@ def test_sriov_connect_moves_the_prepared_vf() -> None:
 
 def test_bond_plan_matches_the_blueprint() -> None:
     call = f.connect_call(
-        "bond", BOND_CONFIG, inputs={"members": (A, B)}, grants=f.grants("linux/attach-member/v1", A, B)
+        "bond",
+        BOND_CONFIG,
+        inputs={"members": (A, B)},
+        grants=f.grants("linux/attach-member/v1", A, B),
     )
     plan = bond.Plugin().connect_network(call)
-    assert [e.id for e in plan.effects] == ["create-bond", "attach-member-0", "attach-member-1", "activate-bond"]
+    assert [e.id for e in plan.effects] == [
+        "create-bond",
+        "attach-member-0",
+        "attach-member-1",
+        "activate-bond",
+    ]
     assert list(plan.exports) == ["interface"]  # only the bond, never the members
 
 
 def test_bond_refuses_the_same_physical_member_twice() -> None:
     twin = f.interface("h-c", "pci:0000:03:00.2", name="net3")
     call = f.connect_call(
-        "bond", BOND_CONFIG, inputs={"members": (A, twin)}, grants=f.grants("linux/attach-member/v1", A, twin)
+        "bond",
+        BOND_CONFIG,
+        inputs={"members": (A, twin)},
+        grants=f.grants("linux/attach-member/v1", A, twin),
     )
     with pytest.raises(Exception, match="distinct-resources"):
         bond.Plugin().connect_network(call)
 
 
 @pytest.mark.parametrize("hook", ["node_prepare", "node_unprepare"])
-@pytest.mark.parametrize(("plugin", "name"), [(bond.Plugin(), "bond"), (links.Plugin(links.Kind.VLAN), "vlan")])
+@pytest.mark.parametrize(
+    ("plugin", "name"), [(bond.Plugin(), "bond"), (links.Plugin(links.Kind.VLAN), "vlan")]
+)
 def test_operation_only_plugins_refuse_root_hooks(hook: str, plugin: object, name: str) -> None:
     reg = f.registrations()[name]
     env = f.envelope(Hook.NODE_PREPARE)
@@ -101,7 +125,9 @@ def test_vlan_plan() -> None:
 
 
 def test_vlan_endpoint_cannot_be_switched_by_config() -> None:
-    call = f.connect_call("vlan", {"vlanId": 100, "mode": "bridge", "mtu": 1500}, inputs={"parent": (A,)})
+    call = f.connect_call(
+        "vlan", {"vlanId": 100, "mode": "bridge", "mtu": 1500}, inputs={"parent": (A,)}
+    )
     with pytest.raises(ConfigError) as info:
         links.Plugin(links.Kind.VLAN).connect_network(call)
     assert info.value.rule == "cross-field:vlan-forbids-mode"
@@ -109,12 +135,17 @@ def test_vlan_endpoint_cannot_be_switched_by_config() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "mode", "capacity"),
-    [(links.Kind.MACVLAN, "bridge", "dra.networking/macvlans"), (links.Kind.IPVLAN, "l2", "dra.networking/ipvlans")],
+    [
+        (links.Kind.MACVLAN, "bridge", "dra.networking/macvlans"),
+        (links.Kind.IPVLAN, "l2", "dra.networking/ipvlans"),
+    ],
 )
 def test_shared_child_prepare_and_connect(kind: links.Kind, mode: str, capacity: str) -> None:
     plugin = links.Plugin(kind)
     config = {"mode": mode, "mtu": 1500}
-    prep = plugin.node_prepare(f.prepare_call(kind.value, config, f.parent_allocation(capacity_name=capacity)))
+    prep = plugin.node_prepare(
+        f.prepare_call(kind.value, config, f.parent_allocation(capacity_name=capacity))
+    )
     assert [(e.id, e.kind) for e in prep.effects] == [("hold-parent", "node/hold-shared-parent/v1")]
     assert prep.effects[0].payload["quantity"] == 1
     call = f.connect_call(
@@ -131,9 +162,16 @@ def test_shared_child_prepare_and_connect(kind: links.Kind, mode: str, capacity:
 def test_every_planned_effect_is_allowed_by_the_descriptor() -> None:
     regs = f.registrations()
     plans = {
-        ("sriov", "NodePrepare"): vf.Plugin().node_prepare(f.prepare_call("sriov", VF_CONFIG, f.vf_allocation())),
+        ("sriov", "NodePrepare"): vf.Plugin().node_prepare(
+            f.prepare_call("sriov", VF_CONFIG, f.vf_allocation())
+        ),
         ("bond", "ConnectNetwork"): bond.Plugin().connect_network(
-            f.connect_call("bond", BOND_CONFIG, inputs={"members": (A, B)}, grants=f.grants("linux/attach-member/v1", A, B))
+            f.connect_call(
+                "bond",
+                BOND_CONFIG,
+                inputs={"members": (A, B)},
+                grants=f.grants("linux/attach-member/v1", A, B),
+            )
         ),
         ("vlan", "ConnectNetwork"): links.Plugin(links.Kind.VLAN).connect_network(
             f.connect_call("vlan", {"vlanId": 7, "mtu": 1500}, inputs={"parent": (A,)})

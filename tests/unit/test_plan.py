@@ -17,13 +17,19 @@ def bond_plan() -> Plan:
     p = new_plan()
     bond = p.add("create-bond", effect(CREATE, {"name": "bond0"}, outputs=["interface"]))
     for i in range(2):
-        p.add_indexed("attach-member", i, effect(ATTACH, {"member": f"vf{i}"}, inputs={"bond": bond.output("interface")}))
+        p.add_indexed(
+            "attach-member",
+            i,
+            effect(ATTACH, {"member": f"vf{i}"}, inputs={"bond": bond.output("interface")}),
+        )
     p.add("activate-bond", effect(UP, inputs={"link": bond.output("interface")}))
     p.export("interface", bond.output("interface"))
     return p.build()
 
 
-def problems_of(builder_steps: list[tuple[str, EffectSpec]], exports: dict[str, OutputRef] | None = None) -> list[str]:
+def problems_of(
+    builder_steps: list[tuple[str, EffectSpec]], exports: dict[str, OutputRef] | None = None
+) -> list[str]:
     p = new_plan()
     for effect_id, spec in builder_steps:
         p.add(effect_id, spec)
@@ -36,7 +42,12 @@ def problems_of(builder_steps: list[tuple[str, EffectSpec]], exports: dict[str, 
 
 def test_bond_plan_has_the_blueprint_order() -> None:
     plan = bond_plan()
-    assert [e.id for e in plan.effects] == ["create-bond", "attach-member-0", "attach-member-1", "activate-bond"]
+    assert [e.id for e in plan.effects] == [
+        "create-bond",
+        "attach-member-0",
+        "attach-member-1",
+        "activate-bond",
+    ]
     assert plan.exports == {"interface": (OutputRef("create-bond", "interface"),)}
 
 
@@ -62,7 +73,12 @@ def test_duplicate_effect_id_is_rejected() -> None:
 
 
 def test_reference_to_a_later_or_unknown_effect_is_rejected() -> None:
-    problems = problems_of([("a", effect(UP, inputs={"link": OutputRef("b", "interface")})), ("b", effect(CREATE, outputs=["interface"]))])
+    problems = problems_of(
+        [
+            ("a", effect(UP, inputs={"link": OutputRef("b", "interface")})),
+            ("b", effect(CREATE, outputs=["interface"])),
+        ]
+    )
     assert problems == ["effect 'a' input 'link': b/interface does not name an earlier effect"]
 
 
@@ -85,7 +101,10 @@ def test_errors_are_kept_until_build_and_all_reported() -> None:
     p.add("ok", effect("not-a-kind"))
     with pytest.raises(PlanError) as info:
         p.build()
-    assert info.value.problems == ["effect 'Bad Id': invalid effect id", "effect 'ok': invalid effect kind 'not-a-kind'"]
+    assert info.value.problems == [
+        "effect 'Bad Id': invalid effect id",
+        "effect 'ok': invalid effect kind 'not-a-kind'",
+    ]
 
 
 def test_empty_plan_is_rejected() -> None:
@@ -119,7 +138,14 @@ def test_subplan_steps_become_effects_with_their_own_boundaries() -> None:
     sub = Subplan(
         steps=(
             ("move", effect("linux/move-link/v1", outputs=["link"])),
-            ("rename", effect("linux/rename-link/v1", inputs={"link": OutputRef(".move", "link")}, outputs=["link"])),
+            (
+                "rename",
+                effect(
+                    "linux/rename-link/v1",
+                    inputs={"link": OutputRef(".move", "link")},
+                    outputs=["link"],
+                ),
+            ),
         ),
         outputs={"interface": ("rename", "link")},
     )
@@ -133,7 +159,9 @@ def test_subplan_steps_become_effects_with_their_own_boundaries() -> None:
 
 
 def test_subplan_output_must_name_a_step_port() -> None:
-    sub = Subplan(steps=(("move", effect("linux/move-link/v1")),), outputs={"interface": ("move", "link")})
+    sub = Subplan(
+        steps=(("move", effect("linux/move-link/v1")),), outputs={"interface": ("move", "link")}
+    )
     p = new_plan()
     p.add("move-vf", sub)
     with pytest.raises(PlanError, match="subplan 'move-vf' output 'interface'"):

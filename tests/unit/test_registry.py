@@ -41,7 +41,11 @@ def test_five_endpoints_have_five_distinct_contract_digests() -> None:
         register(registry)
     sealed = registry.seal()
     assert sorted(r.endpoint.socket_name for r in sealed) == [
-        "bond.sock", "ipvlan.sock", "macvlan.sock", "sriov.sock", "vlan.sock",
+        "bond.sock",
+        "ipvlan.sock",
+        "macvlan.sock",
+        "sriov.sock",
+        "vlan.sock",
     ]
     assert len({r.contract_digest for r in sealed}) == 5
 
@@ -55,7 +59,9 @@ def test_descriptor_is_complete() -> None:
     assert d["inputs"] == [{"name": "members", "type": "KernelInterface/v1", "min": 2, "max": 8}]
     assert d["outputs"][0]["type"] == "KernelInterface/v1"
     assert d["allowedEffects"]["ConnectNetwork"] == [
-        "linux/create-bond/v1", "linux/attach-member/v1", "linux/set-link-up/v1",
+        "linux/create-bond/v1",
+        "linux/attach-member/v1",
+        "linux/set-link-up/v1",
     ]
     assert d["preparation"]["semantics"] == "none"
     assert d["stateFormat"] == "bond-state/v1"
@@ -82,10 +88,19 @@ def seal_one(endpoint: Endpoint, bundles: BundleStore | None = None) -> None:
 @pytest.mark.parametrize(
     ("ref", "message"),
     [
-        (DescriptorRef("bond", "v1alpha1", (StepKind.OPERATION,), "bond/v9"), "not pinned by this artifact"),
-        (DescriptorRef("bond", "v1alpha2", (StepKind.OPERATION,), "bond/v1alpha1"), "contractVersion 'v1alpha2'"),
+        (
+            DescriptorRef("bond", "v1alpha1", (StepKind.OPERATION,), "bond/v9"),
+            "not pinned by this artifact",
+        ),
+        (
+            DescriptorRef("bond", "v1alpha2", (StepKind.OPERATION,), "bond/v1alpha1"),
+            "contractVersion 'v1alpha2'",
+        ),
         (DescriptorRef("bond", "v1alpha1", (StepKind.ALLOCATION,), "bond/v1alpha1"), "stepKinds"),
-        (DescriptorRef("vlan", "v1alpha1", (StepKind.OPERATION,), "bond/v1alpha1"), "name 'vlan' != 'bond'"),
+        (
+            DescriptorRef("vlan", "v1alpha1", (StepKind.OPERATION,), "bond/v1alpha1"),
+            "name 'vlan' != 'bond'",
+        ),
     ],
 )
 def test_missing_or_mismatching_bundle_fails_registration(ref: DescriptorRef, message: str) -> None:
@@ -160,7 +175,13 @@ def test_invalid_config_schema_in_bundle_fails(tmp_path: Path) -> None:
 def test_one_bad_registration_fails_the_whole_set() -> None:
     registry = Registry()
     links.register(registry)
-    registry.register(Endpoint("bad.sock", "bond/v1alpha1", _Handler(DescriptorRef("bond", "v1alpha1", (StepKind.OPERATION,), "nope/v1"))))
+    registry.register(
+        Endpoint(
+            "bad.sock",
+            "bond/v1alpha1",
+            _Handler(DescriptorRef("bond", "v1alpha1", (StepKind.OPERATION,), "nope/v1")),
+        )
+    )
     with pytest.raises(RegistrationError, match="not pinned"):
         registry.seal()
 
@@ -168,11 +189,26 @@ def test_one_bad_registration_fails_the_whole_set() -> None:
 @pytest.mark.parametrize(
     ("endpoints", "message"),
     [
-        ([Endpoint("bond.sock", "bond/v1alpha1", bond.Plugin()), Endpoint("bond.sock", "vlan/v1alpha1", links.Plugin(links.Kind.VLAN))], "duplicate socket name 'bond.sock'"),
-        ([Endpoint("a.sock", "bond/v1alpha1", bond.Plugin()), Endpoint("b.sock", "bond/v1alpha1", bond.Plugin())], "duplicate state namespace"),
+        (
+            [
+                Endpoint("bond.sock", "bond/v1alpha1", bond.Plugin()),
+                Endpoint("bond.sock", "vlan/v1alpha1", links.Plugin(links.Kind.VLAN)),
+            ],
+            "duplicate socket name 'bond.sock'",
+        ),
+        (
+            [
+                Endpoint("a.sock", "bond/v1alpha1", bond.Plugin()),
+                Endpoint("b.sock", "bond/v1alpha1", bond.Plugin()),
+            ],
+            "duplicate state namespace",
+        ),
         ([Endpoint("bond", "bond/v1alpha1", bond.Plugin())], "socket name must look like"),
         ([Endpoint("../bond.sock", "bond/v1alpha1", bond.Plugin())], "socket name must look like"),
-        ([Endpoint("bond.sock", "sriov/v1alpha1", bond.Plugin())], "state namespace 'sriov/v1alpha1'"),
+        (
+            [Endpoint("bond.sock", "sriov/v1alpha1", bond.Plugin())],
+            "state namespace 'sriov/v1alpha1'",
+        ),
         ([Endpoint("bond.sock", "bond/v1alpha1", object())], "lacks describe"),  # type: ignore[arg-type]
         ([], "no endpoints registered"),
     ],

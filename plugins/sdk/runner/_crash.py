@@ -22,7 +22,7 @@ ENV_MODE = "NETWORKPLUGIN_CRASH_MODE"
 ENV_TRACE = "NETWORKPLUGIN_CRASH_TRACE"
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - it is not an error, it is a crash
+class SimulatedCrash(BaseException):
     """Raised at an armed in-process crash point. BaseException: nothing may handle it."""
 
 

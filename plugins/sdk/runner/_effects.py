@@ -66,7 +66,9 @@ class EffectExecutor(Protocol):
     payload_schema: Mapping[str, JSON]
     outputs: tuple[str, ...]
 
-    def probe(self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None) -> Observation:
+    def probe(
+        self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None
+    ) -> Observation:
         """Read-only classification of the target now."""
         ...
 
@@ -78,7 +80,9 @@ class EffectExecutor(Protocol):
         """Mutate or reconcile toward the recorded intent; return each output port's description."""
         ...
 
-    def undo(self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None) -> UndoResult:
+    def undo(
+        self, ctx: EffectContext, before: JSON, outputs: Mapping[str, JSON] | None
+    ) -> UndoResult:
         """Compensate from the before-image; verify absence or restoration."""
         ...
 
@@ -95,7 +99,9 @@ class EffectRegistry:
             try:
                 jsonschema.Draft202012Validator.check_schema(dict(ex.payload_schema))
             except jsonschema.SchemaError as exc:
-                raise RegistrationError(f"effect kind {ex.kind!r}: invalid payload schema: {exc.message}") from exc
+                raise RegistrationError(
+                    f"effect kind {ex.kind!r}: invalid payload schema: {exc.message}"
+                ) from exc
             self._executors[ex.kind] = ex
             self._validators[ex.kind] = jsonschema.Draft202012Validator(dict(ex.payload_schema))
 

@@ -141,7 +141,9 @@ class Runner:
         partitions = {r.endpoint.state_namespace: r for r in self._regs.values()}
         for op in self._store.read(lambda r: r.nonterminal_operations()):
             if op.partition not in partitions:
-                notes.append(f"{op.partition}/{op.operation_id}: no registration can clean it; kept")
+                notes.append(
+                    f"{op.partition}/{op.operation_id}: no registration can clean it; kept"
+                )
                 continue
             notes.extend(self._recover_operation(op))
         self._ready = True
@@ -168,12 +170,14 @@ class Runner:
                 seen_text = f"probe at recovery: {seen.value}"
             notes.append(f"{op.operation_id}/{rec.effect_id}: {seen_text}")
             updated = dataclasses.replace(rec, detail=seen_text)
-            self._store.write(lambda t, u=updated: t.update_effect(u))  # type: ignore[misc]
+            self._store.write(lambda t, u=updated: t.update_effect(u))
         if op.state is OperationState.RUNNING:
             failed = dataclasses.replace(
                 op,
                 state=OperationState.FAILED,
-                error_json=canonical_json({"message": "interrupted by a restart; retry resumes, cleanup undoes"}),
+                error_json=canonical_json(
+                    {"message": "interrupted by a restart; retry resumes, cleanup undoes"}
+                ),
             )
             self._store.write(lambda t: t.update_operation(failed))
             notes.append(f"{op.operation_id}: interrupted, marked Failed")
@@ -183,7 +187,9 @@ class Runner:
 
     def _require_store(self) -> Store:
         if self._store is None:
-            raise Unavailable(f"journal unavailable: {self._unavailable}; affected scopes stay unavailable")
+            raise Unavailable(
+                f"journal unavailable: {self._unavailable}; affected scopes stay unavailable"
+            )
         if not self._ready:
             raise Unavailable("recovering: not ready")
         return self._store
@@ -209,8 +215,9 @@ class Runner:
                 raise running.error
             return running.result  # type: ignore[no-any-return]
         try:
-            running.result = work()
-            return running.result  # type: ignore[no-any-return]
+            result = work()
+            running.result = result
+            return result
         except BaseException as exc:
             running.error = exc
             raise
@@ -233,7 +240,9 @@ class Runner:
         reg: Registration,
         request: PrepareRequest | ConnectRequest,
         build_plan: Callable[[], Plan],
-        respond: Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse],
+        respond: Callable[
+            [Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse
+        ],
     ) -> PrepareResponse | ConnectResponse:
         env = request.envelope
         partition = reg.endpoint.state_namespace
@@ -252,7 +261,9 @@ class Runner:
         request: PrepareRequest | ConnectRequest,
         semantic: str,
         build_plan: Callable[[], Plan],
-        respond: Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse],
+        respond: Callable[
+            [Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse
+        ],
     ) -> PrepareResponse | ConnectResponse:
         env = request.envelope
         partition = reg.endpoint.state_namespace
@@ -266,8 +277,13 @@ class Runner:
                 _check_same(existing, env.hook, semantic)
                 if existing.state is OperationState.SUCCEEDED and existing.response_json:
                     return _replay(existing.response_json, request)
-                if existing.state is not OperationState.FAILED and existing.state is not OperationState.RUNNING:
-                    raise Aborted(f"operation {env.operation_id} is {existing.state.value}; it cannot resume")
+                if (
+                    existing.state is not OperationState.FAILED
+                    and existing.state is not OperationState.RUNNING
+                ):
+                    raise Aborted(
+                        f"operation {env.operation_id} is {existing.state.value}; it cannot resume"
+                    )
                 plan = Plan.from_json(json.loads(existing.plan_json or "{}"))
                 with self._crash.scope(env.hook.value, env.operation_id):
                     return self._execute(reg, existing, plan, respond)
@@ -312,9 +328,13 @@ class Runner:
 
             def intent(t: Txn) -> OperationRecord:
                 current = t.scope(partition, env.scope)
-                _check_fence(current, env.scope)  # the single writer is the true serialization point
+                _check_fence(
+                    current, env.scope
+                )  # the single writer is the true serialization point
                 _check_generation(current, env.generation, env.coordinator_epoch, env.scope)
-                t.put_scope(_advance(current, partition, env.scope, env.generation, env.coordinator_epoch))
+                t.put_scope(
+                    _advance(current, partition, env.scope, env.generation, env.coordinator_epoch)
+                )
                 return t.insert_operation(record, effects)
 
             with self._crash.scope(env.hook.value, env.operation_id):
@@ -326,10 +346,14 @@ class Runner:
         reg: Registration,
         op: OperationRecord,
         plan: Plan,
-        respond: Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse],
+        respond: Callable[
+            [Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse
+        ],
     ) -> PrepareResponse | ConnectResponse:
         store = self._require_store()
-        records = {r.effect_id: r for r in store.read(lambda r: r.effects(op.partition, op.operation_id))}
+        records = {
+            r.effect_id: r for r in store.read(lambda r: r.effects(op.partition, op.operation_id))
+        }
         outputs = _recorded_outputs(records.values())
         for planned in plan.effects:
             rec = records[planned.id]
@@ -337,7 +361,10 @@ class Runner:
                 continue
             if (op.partition, op.scope) in self._fenced:
                 self._fail(op, f"quiesced by a removal of scope {op.scope} before {planned.id}")
-                raise Aborted(f"scope {op.scope} is being removed; {op.operation_id} stopped before {planned.id}")
+                raise Aborted(
+                    f"scope {op.scope} is being removed; "
+                    f"{op.operation_id} stopped before {planned.id}"
+                )
             if rec.state not in (EffectState.PLANNED, EffectState.CAPTURED, EffectState.APPLYING):
                 raise Aborted(f"effect {planned.id} is {rec.state.value}; operation cannot resume")
             executor = self._effects.get(planned.kind)
@@ -347,10 +374,14 @@ class Runner:
                 try:
                     if rec.state is EffectState.PLANNED:
                         before = executor.capture(ctx)
-                        rec = dataclasses.replace(rec, state=EffectState.CAPTURED, before_json=canonical_json(before))
+                        rec = dataclasses.replace(
+                            rec, state=EffectState.CAPTURED, before_json=canonical_json(before)
+                        )
                         self._commit("captured", lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
                     if rec.state is EffectState.CAPTURED:
-                        rec = dataclasses.replace(rec, state=EffectState.APPLYING, attempts=rec.attempts + 1)
+                        rec = dataclasses.replace(
+                            rec, state=EffectState.APPLYING, attempts=rec.attempts + 1
+                        )
                         self._commit("applying", lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
                     result = dict(executor.apply(ctx, _load(rec.before_json)))
                 except NetworkPluginError as exc:
@@ -366,8 +397,12 @@ class Runner:
                 if problem:
                     # Mutation happened but its result is unusable: uncertain, never forgotten.
                     self._fail(op, f"{planned.id}: {problem}", rec)
-                    raise FailedPrecondition(f"effect {planned.id} returned invalid outputs: {problem}")
-                rec = dataclasses.replace(rec, state=EffectState.APPLIED, outputs_json=canonical_json(result))
+                    raise FailedPrecondition(
+                        f"effect {planned.id} returned invalid outputs: {problem}"
+                    )
+                rec = dataclasses.replace(
+                    rec, state=EffectState.APPLIED, outputs_json=canonical_json(result)
+                )
                 self._commit("applied", lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
                 outputs[planned.id] = result
         response = respond(plan, outputs)
@@ -391,7 +426,9 @@ class Runner:
         error = {"message": message}
         if isinstance(exc, OSError) and exc.errno:
             error["errno"] = str(exc.errno)
-        failed = dataclasses.replace(op, state=OperationState.FAILED, error_json=canonical_json(error))
+        failed = dataclasses.replace(
+            op, state=OperationState.FAILED, error_json=canonical_json(error)
+        )
 
         def write(t: Txn) -> None:
             t.update_operation(failed)
@@ -409,12 +446,17 @@ class Runner:
         for e in plan.effects:
             executor = self._effects.get(e.kind)
             if e.kind not in allowed:
-                problems.append(f"effect {e.id!r}: kind {e.kind} is not allowed for {reg.name} {hook}")
+                problems.append(
+                    f"effect {e.id!r}: kind {e.kind} is not allowed for {reg.name} {hook}"
+                )
             elif executor is None:
                 problems.append(f"effect {e.id!r}: no executor for {e.kind}")
             else:
                 if tuple(e.outputs) != tuple(executor.outputs):
-                    problems.append(f"effect {e.id!r}: declares ports {list(e.outputs)}, {e.kind} has {list(executor.outputs)}")
+                    problems.append(
+                        f"effect {e.id!r}: declares ports {list(e.outputs)}, "
+                        f"{e.kind} has {list(executor.outputs)}"
+                    )
                 payload_problem = self._effects.payload_problem(e.kind, thaw_json(e.payload))
                 if payload_problem:
                     problems.append(f"effect {e.id!r}: payload {payload_problem}")
@@ -424,7 +466,10 @@ class Runner:
             if spec is None:
                 problems.append(f"export {port!r} is not a declared output of {reg.name} {hook}")
             elif not spec.min <= len(refs) <= spec.max:
-                problems.append(f"export {port!r} has {len(refs)} references, contract says {spec.min}..{spec.max}")
+                problems.append(
+                    f"export {port!r} has {len(refs)} references, "
+                    f"contract says {spec.min}..{spec.max}"
+                )
         for port, spec in ports.items():
             if spec.min > 0 and port not in plan.exports:
                 problems.append(f"declared output {port!r} is not exported")
@@ -434,21 +479,31 @@ class Runner:
             handle_ids = {h.id for hs in request.inputs.values() for h in hs}
             for g in request.grants:
                 if g.resource_id not in handle_ids or g.effect not in allowed:
-                    raise InvalidArgument(f"grant {g.effect} on {g.resource_id!r} names no input of this call")
+                    raise InvalidArgument(
+                        f"grant {g.effect} on {g.resource_id!r} names no input of this call"
+                    )
 
     # -- cleanup hooks ---------------------------------------------------------------------
 
-    def run_cleanup(self, reg: Registration, request: CleanupRequest, cleanup_plan: Callable[[], CleanupPlan]) -> CleanupResponse:
+    def run_cleanup(
+        self, reg: Registration, request: CleanupRequest, cleanup_plan: Callable[[], CleanupPlan]
+    ) -> CleanupResponse:
         env = request.envelope
         partition = reg.endpoint.state_namespace
         self._require_store()
         semantic = semantic_digest(partition, request)
         return self._join_or_lead(
-            (partition, env.operation_id), semantic, lambda: self._cleanup(reg, request, semantic, cleanup_plan)
+            (partition, env.operation_id),
+            semantic,
+            lambda: self._cleanup(reg, request, semantic, cleanup_plan),
         )
 
     def _cleanup(
-        self, reg: Registration, request: CleanupRequest, semantic: str, cleanup_plan: Callable[[], CleanupPlan]
+        self,
+        reg: Registration,
+        request: CleanupRequest,
+        semantic: str,
+        cleanup_plan: Callable[[], CleanupPlan],
     ) -> CleanupResponse:
         env = request.envelope
         partition = reg.endpoint.state_namespace
@@ -482,9 +537,17 @@ class Runner:
 
         def fence(t: Txn) -> OperationRecord:
             current = t.scope(partition, env.scope)
-            _check_generation(current, env.generation, env.coordinator_epoch, env.scope, allow_equal=True)
-            fenced_by = current.fence_operation_id if current and current.fence_operation_id else env.operation_id
-            advanced = _advance(current, partition, env.scope, env.generation, env.coordinator_epoch)
+            _check_generation(
+                current, env.generation, env.coordinator_epoch, env.scope, allow_equal=True
+            )
+            fenced_by = (
+                current.fence_operation_id
+                if current and current.fence_operation_id
+                else env.operation_id
+            )
+            advanced = _advance(
+                current, partition, env.scope, env.generation, env.coordinator_epoch
+            )
             t.put_scope(dataclasses.replace(advanced, fence_operation_id=fenced_by))
             return record if existing is not None else t.insert_operation(record, [])
 
@@ -508,12 +571,16 @@ class Runner:
                 self._commit("cleanup", lambda t: t.update_operation(finished))
         return response
 
-    def _undo_scope(self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan) -> CleanupResponse:
+    def _undo_scope(
+        self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
+    ) -> CleanupResponse:
         store = self._require_store()
         partition, scope = cleanup_op.partition, cleanup_op.scope
         targets = [
             op
-            for op in store.read(lambda r: r.operations(partition, scope=scope, hook=target.target_hook))
+            for op in store.read(
+                lambda r: r.operations(partition, scope=scope, hook=target.target_hook)
+            )
             if not target.target_operation_id or op.operation_id == target.target_operation_id
         ]
         if target.target_hook is Hook.NODE_PREPARE:
@@ -526,12 +593,20 @@ class Runner:
             op_status, effect_statuses = self._undo_operation(op)
             statuses.extend(effect_statuses)
             overall = _worse(overall, op_status)
-        detail = "" if targets else f"no recorded {target.target_hook.value} in this journal for scope {scope}"
+        detail = (
+            ""
+            if targets
+            else f"no recorded {target.target_hook.value} in this journal for scope {scope}"
+        )
         return CleanupResponse(overall, detail, tuple(statuses))
 
-    def _check_no_attachments(self, reg: Registration, partition: str, prepares: list[OperationRecord]) -> None:
+    def _check_no_attachments(
+        self, reg: Registration, partition: str, prepares: list[OperationRecord]
+    ) -> None:
         store = self._require_store()
-        roots = {json.loads(op.request_json).get("allocation", {}).get("root_id") for op in prepares}
+        roots = {
+            json.loads(op.request_json).get("allocation", {}).get("root_id") for op in prepares
+        }
         for op in store.read(lambda r: r.operations(partition, hook=Hook.CONNECT_NETWORK)):
             if op.state is OperationState.CLEANED:
                 continue
@@ -549,9 +624,9 @@ class Runner:
         status = CleanupStatus.CLEANED
         result: list[EffectStatus] = []
         for rec in reversed(records):
-            rec, outcome = self._undo_effect(op, plan, rec, outputs)
+            after, outcome = self._undo_effect(op, plan, rec, outputs)
             status = _worse(status, outcome)
-            result.append(EffectStatus(rec.effect_id, rec.kind, rec.state, rec.detail))
+            result.append(EffectStatus(after.effect_id, after.kind, after.state, after.detail))
         result.reverse()
         final = {
             CleanupStatus.CLEANED: OperationState.CLEANED,
@@ -563,7 +638,11 @@ class Runner:
         return status, result
 
     def _undo_effect(
-        self, op: OperationRecord, plan: Plan, rec: EffectRecord, outputs: Mapping[str, Mapping[str, Any]]
+        self,
+        op: OperationRecord,
+        plan: Plan,
+        rec: EffectRecord,
+        outputs: Mapping[str, Mapping[str, Any]],
     ) -> tuple[EffectRecord, CleanupStatus]:
         if rec.state is EffectState.UNDONE:
             return rec, CleanupStatus.CLEANED
@@ -577,7 +656,9 @@ class Runner:
             return done, CleanupStatus.CLEANED
         executor = self._effects.get(rec.kind)
         if executor is None:
-            q = dataclasses.replace(rec, state=EffectState.QUARANTINED, detail=f"no executor for {rec.kind}")
+            q = dataclasses.replace(
+                rec, state=EffectState.QUARANTINED, detail=f"no executor for {rec.kind}"
+            )
             self._require_store().write(lambda t: t.update_effect(q))
             return q, CleanupStatus.QUARANTINED
         ctx = _context(op, plan, rec.effect_id, outputs)
@@ -595,7 +676,9 @@ class Runner:
                 q = dataclasses.replace(rec, state=EffectState.QUARANTINED, detail=undone.detail)
                 self._commit("quarantined", lambda t: t.update_effect(q))
                 return q, CleanupStatus.QUARANTINED
-            done = dataclasses.replace(rec, state=EffectState.UNDONE, detail=undone.detail or undone.outcome.value)
+            done = dataclasses.replace(
+                rec, state=EffectState.UNDONE, detail=undone.detail or undone.outcome.value
+            )
             self._commit("undone", lambda t: t.update_effect(done))
             return done, CleanupStatus.CLEANED
 
@@ -605,7 +688,9 @@ class Runner:
         store = self._require_store()
         partition = reg.endpoint.state_namespace
 
-        def read(r: Reader) -> tuple[OperationRecord | None, list[EffectRecord], ScopeRecord | None]:
+        def read(
+            r: Reader,
+        ) -> tuple[OperationRecord | None, list[EffectRecord], ScopeRecord | None]:
             op = r.operation(partition, operation_id) if operation_id else None
             if op is None and scope and not operation_id:
                 ops = r.operations(partition, scope=scope)
@@ -615,7 +700,9 @@ class Runner:
 
         op, effects, scope_rec = store.read(read)
         if op is None:
-            return InspectResponse(found=False, fenced=bool(scope_rec and scope_rec.fence_operation_id))
+            return InspectResponse(
+                found=False, fenced=bool(scope_rec and scope_rec.fence_operation_id)
+            )
         return InspectResponse(
             found=True,
             operation_id=op.operation_id,
@@ -664,7 +751,13 @@ class Runner:
                 hid = "rh-" + digest([partition, env.scope, env.step, port, i])[7:31]
                 handles.append(
                     ResourceHandle(
-                        hid, ports[port].type, env.scope, env.step, attachment, self._boot_id, root,
+                        hid,
+                        ports[port].type,
+                        env.scope,
+                        env.step,
+                        attachment,
+                        self._boot_id,
+                        root,
                         canonical_json(description),
                     )
                 )
@@ -685,23 +778,34 @@ class EndpointRunner:
     def _check_hook(self, hook: Hook) -> None:
         reg = self.registration
         if hook in _ROOT_HOOKS and StepKind.ALLOCATION not in reg.descriptor.step_kinds:
-            raise WrongStepKind(f"{reg.name}: {hook.value} is not a hook of an Operation-only plugin")
+            raise WrongStepKind(
+                f"{reg.name}: {hook.value} is not a hook of an Operation-only plugin"
+            )
 
     def node_prepare(self, req: PrepareRequest) -> PrepareResponse:
         reg = self.registration
         _check_envelope(req, Hook.NODE_PREPARE)
         self._check_hook(Hook.NODE_PREPARE)
         call = PrepareCall(
-            req.envelope, reg.descriptor, reg.validator, req.config_json, req.allocation, req.requirements
+            req.envelope,
+            reg.descriptor,
+            reg.validator,
+            req.config_json,
+            req.allocation,
+            req.requirements,
         )
 
         def respond(plan: Plan, outputs: Mapping[str, Mapping[str, Any]]) -> PrepareResponse:
             handles = self._runner.handles(reg, req, plan, outputs)
             root = req.allocation.root_id if req.allocation else ""
-            state = PreparedState(root, reg.name, req.envelope.scope, tuple(h for hs in handles.values() for h in hs))
+            state = PreparedState(
+                root, reg.name, req.envelope.scope, tuple(h for hs in handles.values() for h in hs)
+            )
             return PrepareResponse(state)
 
-        result = self._runner.run_create(reg, req, lambda: reg.endpoint.handler.node_prepare(call), respond)
+        result = self._runner.run_create(
+            reg, req, lambda: reg.endpoint.handler.node_prepare(call), respond
+        )
         assert isinstance(result, PrepareResponse)
         return result
 
@@ -709,14 +813,24 @@ class EndpointRunner:
         reg = self.registration
         _check_envelope(req, Hook.CONNECT_NETWORK)
         call = ConnectCall(
-            req.envelope, reg.descriptor, reg.validator, req.config_json, req.sandbox, req.inputs,
-            req.interface_names, req.prepared, req.allocation, req.grants,
+            req.envelope,
+            reg.descriptor,
+            reg.validator,
+            req.config_json,
+            req.sandbox,
+            req.inputs,
+            req.interface_names,
+            req.prepared,
+            req.allocation,
+            req.grants,
         )
 
         def respond(plan: Plan, outputs: Mapping[str, Mapping[str, Any]]) -> ConnectResponse:
             return ConnectResponse(self._runner.handles(reg, req, plan, outputs))
 
-        result = self._runner.run_create(reg, req, lambda: reg.endpoint.handler.connect_network(call), respond)
+        result = self._runner.run_create(
+            reg, req, lambda: reg.endpoint.handler.connect_network(call), respond
+        )
         assert isinstance(result, ConnectResponse)
         return result
 
@@ -724,14 +838,22 @@ class EndpointRunner:
         reg = self.registration
         _check_envelope(req, Hook.REMOVE_NETWORK)
         call = RemoveCall(req.envelope, reg.descriptor, reg.validator, req.target_operation_id)
-        return self._runner.run_cleanup(reg, req, lambda: _cleanup_plan(reg.endpoint.handler.remove_network(call), Hook.CONNECT_NETWORK))
+        return self._runner.run_cleanup(
+            reg,
+            req,
+            lambda: _cleanup_plan(reg.endpoint.handler.remove_network(call), Hook.CONNECT_NETWORK),
+        )
 
     def node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
         reg = self.registration
         _check_envelope(req, Hook.NODE_UNPREPARE)
         self._check_hook(Hook.NODE_UNPREPARE)
         call = UnprepareCall(req.envelope, reg.descriptor, reg.validator, req.target_operation_id)
-        return self._runner.run_cleanup(reg, req, lambda: _cleanup_plan(reg.endpoint.handler.node_unprepare(call), Hook.NODE_PREPARE))
+        return self._runner.run_cleanup(
+            reg,
+            req,
+            lambda: _cleanup_plan(reg.endpoint.handler.node_unprepare(call), Hook.NODE_PREPARE),
+        )
 
     def inspect(self, operation_id: str, scope: str) -> InspectResponse:
         return self._runner.inspect(self.registration, operation_id, scope)
@@ -759,7 +881,10 @@ def _cleanup_plan(plan: CleanupPlan, expected: Hook) -> CleanupPlan:
 
 def _check_fence(scope: ScopeRecord | None, name: str) -> None:
     if scope is not None and scope.fence_operation_id:
-        raise Aborted(f"scope {name} was removed by {scope.fence_operation_id}; earlier work cannot start or replay")
+        raise Aborted(
+            f"scope {name} was removed by {scope.fence_operation_id}; "
+            "earlier work cannot start or replay"
+        )
 
 
 def _check_generation(
@@ -768,15 +893,29 @@ def _check_generation(
     if scope is None:
         return
     if generation < scope.generation:
-        raise Aborted(f"scope {name}: generation {generation} is older than accepted {scope.generation}")
+        raise Aborted(
+            f"scope {name}: generation {generation} is older than accepted {scope.generation}"
+        )
     if epoch < scope.epoch:
-        raise Aborted(f"scope {name}: coordinator epoch {epoch} is older than accepted {scope.epoch}")
+        raise Aborted(
+            f"scope {name}: coordinator epoch {epoch} is older than accepted {scope.epoch}"
+        )
 
 
-def _advance(scope: ScopeRecord | None, partition: str, name: str, generation: int, epoch: int) -> ScopeRecord:
+def _advance(
+    scope: ScopeRecord | None, partition: str, name: str, generation: int, epoch: int
+) -> ScopeRecord:
     if scope is None:
-        return ScopeRecord(partition=partition, scope=name, generation=generation, epoch=epoch, fence_operation_id="")
-    return dataclasses.replace(scope, generation=max(scope.generation, generation), epoch=max(scope.epoch, epoch))
+        return ScopeRecord(
+            partition=partition,
+            scope=name,
+            generation=generation,
+            epoch=epoch,
+            fence_operation_id="",
+        )
+    return dataclasses.replace(
+        scope, generation=max(scope.generation, generation), epoch=max(scope.epoch, epoch)
+    )
 
 
 def _check_same(existing: OperationRecord, hook: Hook, semantic: str) -> None:
@@ -795,14 +934,24 @@ def _recorded_outputs(records: Any) -> dict[str, Mapping[str, Any]]:
     return {r.effect_id: json.loads(r.outputs_json) for r in records if r.outputs_json}
 
 
-def _context(op: OperationRecord, plan: Plan, effect_id: str, outputs: Mapping[str, Mapping[str, Any]]) -> EffectContext:
+def _context(
+    op: OperationRecord, plan: Plan, effect_id: str, outputs: Mapping[str, Mapping[str, Any]]
+) -> EffectContext:
     planned = plan.effect(effect_id)
     inputs = {
         name: outputs[ref.effect_id][ref.port]
         for name, ref in planned.inputs.items()
         if ref.effect_id in outputs and ref.port in outputs[ref.effect_id]
     }
-    return EffectContext(op.partition, op.operation_id, effect_id, op.scope, op.step, thaw_json(planned.payload), inputs)
+    return EffectContext(
+        op.partition,
+        op.operation_id,
+        effect_id,
+        op.scope,
+        op.step,
+        thaw_json(planned.payload),
+        inputs,
+    )
 
 
 def _output_problem(declared: tuple[str, ...], result: Mapping[str, Any]) -> str:
@@ -815,7 +964,9 @@ def _output_problem(declared: tuple[str, ...], result: Mapping[str, Any]) -> str
 
 
 def _export_ports(reg: Registration, hook: Hook) -> dict[str, PortSpec]:
-    ports = reg.descriptor.preparation.outputs if hook is Hook.NODE_PREPARE else reg.descriptor.outputs
+    ports = (
+        reg.descriptor.preparation.outputs if hook is Hook.NODE_PREPARE else reg.descriptor.outputs
+    )
     return {p.name: p for p in ports}
 
 
@@ -832,15 +983,24 @@ def _worse(a: CleanupStatus, b: CleanupStatus) -> CleanupStatus:
     return max(a, b, key=order.index)
 
 
-def _replay(response_json: str, request: PrepareRequest | ConnectRequest) -> PrepareResponse | ConnectResponse:
+def _replay(
+    response_json: str, request: PrepareRequest | ConnectRequest
+) -> PrepareResponse | ConnectResponse:
     data = json.loads(response_json)
     if isinstance(request, PrepareRequest):
         ps = data["prepared_state"]
         return PrepareResponse(
-            PreparedState(ps["root_id"], ps["plugin"], ps["preparation_id"], tuple(ResourceHandle(**h) for h in ps["handles"])),
+            PreparedState(
+                ps["root_id"],
+                ps["plugin"],
+                ps["preparation_id"],
+                tuple(ResourceHandle(**h) for h in ps["handles"]),
+            ),
             tuple(data["cdi_device_ids"]),
         )
-    return ConnectResponse({port: tuple(ResourceHandle(**h) for h in hs) for port, hs in data["outputs"].items()})
+    return ConnectResponse(
+        {port: tuple(ResourceHandle(**h) for h in hs) for port, hs in data["outputs"].items()}
+    )
 
 
 def _cleanup_from_json(response_json: str) -> CleanupResponse:
@@ -848,5 +1008,8 @@ def _cleanup_from_json(response_json: str) -> CleanupResponse:
     return CleanupResponse(
         CleanupStatus(data["status"]),
         data["detail"],
-        tuple(EffectStatus(e["effect_id"], e["kind"], EffectState(e["state"]), e["detail"]) for e in data["effects"]),
+        tuple(
+            EffectStatus(e["effect_id"], e["kind"], EffectState(e["state"]), e["detail"])
+            for e in data["effects"]
+        ),
     )

@@ -1,0 +1,70 @@
+"""The gRPC side of the SDK: the identity-bound host, its client, and wire conversion.
+
+* :class:`Host` serves one :class:`EndpointService` per Unix socket and authenticates
+  every RPC (``GetInfo`` included) with ``authorization: Bearer <token>`` metadata.
+* :class:`PluginClient` is the coordinator's typed client for one socket.
+* The ``*_from_pb`` / ``*_to_pb`` functions are the only protobuf <-> SDK conversion.
+* :func:`status_for` is the only exception -> gRPC status mapping.
+"""
+
+from ._client import PluginCallError, PluginClient
+from ._convert import (
+    check_identifier,
+    cleanup_request_from_pb,
+    cleanup_request_to_pb,
+    cleanup_response_from_pb,
+    cleanup_response_to_pb,
+    connect_request_from_pb,
+    connect_request_to_pb,
+    connect_response_from_pb,
+    connect_response_to_pb,
+    envelope_from_pb,
+    envelope_to_pb,
+    info_from_pb,
+    info_to_pb,
+    inspect_request_from_pb,
+    inspect_request_to_pb,
+    inspect_response_from_pb,
+    inspect_response_to_pb,
+    prepare_request_from_pb,
+    prepare_request_to_pb,
+    prepare_response_from_pb,
+    prepare_response_to_pb,
+    remove_request_to_pb,
+    unprepare_request_to_pb,
+)
+from ._server import SOCKET_NAME, Host, read_token, status_for
+from ._service import EndpointService
+
+__all__ = [
+    "SOCKET_NAME",
+    "EndpointService",
+    "Host",
+    "PluginCallError",
+    "PluginClient",
+    "check_identifier",
+    "cleanup_request_from_pb",
+    "cleanup_request_to_pb",
+    "cleanup_response_from_pb",
+    "cleanup_response_to_pb",
+    "connect_request_from_pb",
+    "connect_request_to_pb",
+    "connect_response_from_pb",
+    "connect_response_to_pb",
+    "envelope_from_pb",
+    "envelope_to_pb",
+    "info_from_pb",
+    "info_to_pb",
+    "inspect_request_from_pb",
+    "inspect_request_to_pb",
+    "inspect_response_from_pb",
+    "inspect_response_to_pb",
+    "prepare_request_from_pb",
+    "prepare_request_to_pb",
+    "prepare_response_from_pb",
+    "prepare_response_to_pb",
+    "read_token",
+    "remove_request_to_pb",
+    "status_for",
+    "unprepare_request_to_pb",
+]

@@ -1,0 +1,477 @@
+"""The identity-bound gRPC host: one server per logical plugin, one Unix socket each.
+
+Each socket gets its own ``grpc.server`` whose servicer holds exactly one
+:class:`EndpointService`; nothing on ``vlan.sock`` can reach the ipvlan service.
+
+Every RPC, ``GetInfo`` included, must carry ``authorization: Bearer <token>``
+metadata. The token is compared in constant time before anything else happens; a
+request that fails never reaches the service. ``GetInfo`` is not exempt because the
+node coordinator is the only legitimate peer and the descriptor and digests it
+returns are not for anyone else; liveness probes can connect to the socket without
+speaking gRPC.
+
+Order of checks per RPC: authentication, then (for the mutating hooks and
+``InspectOperation``) readiness, then conversion and validation of the request,
+then the service call, then conversion of the response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import logging
+import os
+import re
+import socket
+import stat
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from plugins.api.networkplugin.v1alpha1 import pb, pb_grpc
+from plugins.sdk._errors import NetworkPluginError, RegistrationError
+
+from . import _convert as convert
+from ._service import EndpointService
+
+__all__ = ["SOCKET_NAME", "Host", "read_token", "status_for"]
+
+logger = logging.getLogger("plugins.sdk.host")
+
+# Same rule as the Registry's socket names: a plain file name, never a path.
+SOCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\.sock")
+# AF_UNIX sun_path is 108 bytes including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+_MAX_TOKEN_FILE = 4096
+_PROBE_TIMEOUT_S = 1.0
+_SOCKET_UMASK = 0o177
+_UMASK_LOCK = threading.Lock()
+_STOP_SLACK_S = 5.0
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Out = TypeVar("_Out")
+
+_NOT_READY = "recovering; not ready to accept operations, retry later"
+_UNAUTHENTICATED = "missing or invalid authorization metadata (expected 'Bearer <token>')"
+_GENERIC_INTERNAL = "internal error; see the plugin log"
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The single mapping from an exception to a gRPC status code and message.
+
+    SDK errors map by their ``code``; anything else is ``INTERNAL`` with a generic
+    message (the caller logs the traceback; internals are not sent to the peer).
+    """
+    if isinstance(exc, NetworkPluginError):
+        return grpc.StatusCode[exc.code.name], exc.message or type(exc).__name__
+    return grpc.StatusCode.INTERNAL, _GENERIC_INTERNAL
+
+
+def _check_token(token: str, source: str) -> str:
+    if not token:
+        raise RegistrationError(f"{source}: token is empty")
+    if _TOKEN.fullmatch(token) is None:
+        raise RegistrationError(
+            f"{source}: token must be printable ASCII without whitespace (it travels as metadata)"
+        )
+    return token
+
+
+def read_token(path: Path) -> str:
+    """Read the coordinator token for this host from ``path``.
+
+    The file must be a regular file (not a symlink) owned by the effective uid with no
+    group or other permission bits, and hold a non-empty token after stripping
+    surrounding whitespace. Anything else raises :class:`RegistrationError`.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise RegistrationError(f"token file {path}: does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RegistrationError(f"token file {path}: is a symlink") from None
+        raise RegistrationError(f"token file {path}: cannot open: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RegistrationError(f"token file {path}: is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise RegistrationError(
+                f"token file {path}: owned by uid {st.st_uid}, not the service uid {os.geteuid()}"
+            )
+        if st.st_mode & 0o077:
+            raise RegistrationError(
+                f"token file {path}: mode {stat.S_IMODE(st.st_mode):04o} gives group/other "
+                "access; it must be 0600 or stricter"
+            )
+        data = os.read(fd, _MAX_TOKEN_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_TOKEN_FILE:
+        raise RegistrationError(f"token file {path}: larger than {_MAX_TOKEN_FILE} bytes")
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise RegistrationError(f"token file {path}: token is not ASCII") from None
+    return _check_token(token, f"token file {path}")
+
+
+class _Servicer(pb_grpc.NetworkPluginServicer):
+    """Serves exactly one logical plugin; holds no reference to any other."""
+
+    def __init__(self, socket_name: str, service: EndpointService, token: bytes) -> None:
+        self._socket = socket_name
+        self._service = service
+        self._token = token
+
+    def _authenticated(self, context: grpc.ServicerContext) -> bool:
+        values = [v for k, v in context.invocation_metadata() if k.lower() == "authorization"]
+        if len(values) != 1:
+            return False
+        value = values[0]
+        raw = value.encode("utf-8", "replace") if isinstance(value, str) else value
+        scheme, sep, credential = raw.partition(b" ")
+        if not sep or scheme.lower() != b"bearer":
+            return False
+        return hmac.compare_digest(credential, self._token)
+
+    def _handle(
+        self,
+        context: grpc.ServicerContext,
+        rpc: str,
+        *,
+        gated: bool,
+        decode: Callable[[], _Req],
+        call: Callable[[_Req], _Resp],
+        encode: Callable[[_Resp], _Out],
+    ) -> _Out:
+        # context.abort raises, so it is only called outside the try blocks below.
+        if not self._authenticated(context):
+            logger.warning("%s %s: rejected unauthenticated call", self._socket, rpc)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
+        failure: tuple[grpc.StatusCode, str]
+        try:
+            ready = (not gated) or self._service.info().ready
+        except Exception as exc:
+            failure = self._failed(rpc, "info()", exc)
+        else:
+            if not ready:
+                failure = (grpc.StatusCode.UNAVAILABLE, f"{self._socket}: {_NOT_READY}")
+            else:
+                try:
+                    response = call(decode())
+                except Exception as exc:
+                    failure = self._failed(rpc, "call", exc)
+                else:
+                    try:
+                        return encode(response)
+                    except Exception as exc:
+                        # The service returned something the wire cannot carry: our bug,
+                        # not the caller's, whatever the conversion error says.
+                        logger.error(
+                            "%s %s: invalid response from the service",
+                            self._socket,
+                            rpc,
+                            exc_info=exc,
+                        )
+                        failure = (grpc.StatusCode.INTERNAL, f"invalid {rpc} response: {exc}")
+        context.abort(*failure)
+        raise AssertionError("unreachable: context.abort() returned")
+
+    def _failed(self, rpc: str, stage: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+        code, message = status_for(exc)
+        if code is grpc.StatusCode.INTERNAL:
+            logger.error("%s %s: %s failed", self._socket, rpc, stage, exc_info=exc)
+        else:
+            logger.info("%s %s: %s: %s", self._socket, rpc, code.name, message)
+        return code, message
+
+    def GetInfo(
+        self, request: pb.GetInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetInfoResponse:
+        return self._handle(
+            context,
+            "GetInfo",
+            gated=False,
+            decode=lambda: None,
+            call=lambda _: self._service.info(),
+            encode=convert.info_to_pb,
+        )
+
+    def NodePrepare(
+        self, request: pb.NodePrepareRequest, context: grpc.ServicerContext
+    ) -> pb.NodePrepareResponse:
+        return self._handle(
+            context,
+            "NodePrepare",
+            gated=True,
+            decode=lambda: convert.prepare_request_from_pb(request),
+            call=self._service.node_prepare,
+            encode=convert.prepare_response_to_pb,
+        )
+
+    def ConnectNetwork(
+        self, request: pb.ConnectNetworkRequest, context: grpc.ServicerContext
+    ) -> pb.ConnectNetworkResponse:
+        return self._handle(
+            context,
+            "ConnectNetwork",
+            gated=True,
+            decode=lambda: convert.connect_request_from_pb(request),
+            call=self._service.connect_network,
+            encode=convert.connect_response_to_pb,
+        )
+
+    def RemoveNetwork(
+        self, request: pb.RemoveNetworkRequest, context: grpc.ServicerContext
+    ) -> pb.CleanupResponse:
+        return self._handle(
+            context,
+            "RemoveNetwork",
+            gated=True,
+            decode=lambda: convert.cleanup_request_from_pb(request),
+            call=self._service.remove_network,
+            encode=convert.cleanup_response_to_pb,
+        )
+
+    def NodeUnprepare(
+        self, request: pb.NodeUnprepareRequest, context: grpc.ServicerContext
+    ) -> pb.CleanupResponse:
+        return self._handle(
+            context,
+            "NodeUnprepare",
+            gated=True,
+            decode=lambda: convert.cleanup_request_from_pb(request),
+            call=self._service.node_unprepare,
+            encode=convert.cleanup_response_to_pb,
+        )
+
+    def InspectOperation(
+        self, request: pb.InspectOperationRequest, context: grpc.ServicerContext
+    ) -> pb.InspectOperationResponse:
+        return self._handle(
+            context,
+            "InspectOperation",
+            gated=True,
+            decode=lambda: convert.inspect_request_from_pb(request),
+            call=lambda ids: self._service.inspect(*ids),
+            encode=convert.inspect_response_to_pb,
+        )
+
+
+@dataclass
+class _Bound:
+    name: str
+    path: Path
+    server: grpc.Server
+    executor: ThreadPoolExecutor
+    inode: int
+
+
+class Host:
+    """Serve each ``(socket_name, EndpointService)`` pair on ``<socket_dir>/<socket_name>``.
+
+    ``start`` validates the whole endpoint set before binding anything; one bad entry
+    fails it with :class:`RegistrationError` and no socket is created. The socket
+    directory is created with mode 0700 (an existing one must already be owned by the
+    effective uid with no group/other bits); each socket is bound under umask 0177 and
+    then chmod 0600. A leftover socket file is removed only if nothing answers on it.
+
+    ``stop(grace)`` stops admitting RPCs at once, lets in-flight ones finish for up
+    to ``grace`` seconds (``None`` cancels them immediately), then removes the socket
+    files this host created. ``wait()`` blocks until the host has stopped.
+    """
+
+    def __init__(self, socket_dir: Path, token: str, *, max_workers: int = 8) -> None:
+        if max_workers < 1:
+            raise RegistrationError(f"max_workers must be at least 1, got {max_workers}")
+        self._dir = Path(socket_dir)
+        self._token = _check_token(token, "host").encode("ascii")
+        self._max_workers = max_workers
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopped = threading.Event()
+        self._bound: list[_Bound] = []
+
+    @property
+    def socket_dir(self) -> Path:
+        return self._dir
+
+    @property
+    def socket_paths(self) -> Mapping[str, Path]:
+        """Socket name -> path, for the endpoints being served."""
+        return {b.name: b.path for b in self._bound}
+
+    # ------------------------------------------------------------------ start
+
+    def start(self, endpoints: Iterable[tuple[str, EndpointService]]) -> None:
+        with self._lock:
+            if self._started or self._stopped.is_set():
+                raise RegistrationError("a Host can be started only once")
+            pairs = list(endpoints)
+            self._validate(pairs)
+            self._prepare_dir()
+            for name, _ in pairs:
+                self._clear_stale(self._dir / name)
+            try:
+                for name, service in pairs:
+                    self._bound.append(self._bind(name, service))
+            except BaseException:
+                self._shutdown(None)
+                raise
+            self._started = True
+        logger.info("host serving %s in %s", ", ".join(n for n, _ in pairs), self._dir)
+
+    def _validate(self, pairs: list[tuple[str, EndpointService]]) -> None:
+        problems: list[str] = []
+        if not pairs:
+            problems.append("no endpoints to serve")
+        seen: set[str] = set()
+        for i, pair in enumerate(pairs):
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                problems.append(f"endpoint #{i}: expected (socket_name, service), got {pair!r}")
+                continue
+            name, service = pair
+            if not isinstance(name, str) or SOCKET_NAME.fullmatch(name) is None:
+                problems.append(
+                    f"endpoint #{i}: socket name {name!r} must be a plain file name "
+                    "like 'vlan.sock'"
+                )
+                continue
+            if name in seen:
+                problems.append(f"endpoint #{i}: duplicate socket name {name!r}")
+            seen.add(name)
+            if not isinstance(service, EndpointService):
+                problems.append(
+                    f"endpoint {name!r}: {type(service).__name__} does not implement "
+                    "EndpointService"
+                )
+            path = self._dir / name
+            if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+                problems.append(
+                    f"endpoint {name!r}: socket path {path} exceeds {_MAX_SOCKET_PATH} bytes"
+                )
+        if problems:
+            raise RegistrationError("invalid endpoint set: " + "; ".join(problems))
+
+    def _prepare_dir(self) -> None:
+        d = self._dir
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                pass
+            else:
+                os.chmod(d, 0o700)  # mkdir's mode is filtered through the umask
+            st = os.lstat(d)
+        except OSError as exc:
+            raise RegistrationError(f"socket directory {d}: cannot create: {exc}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise RegistrationError(f"socket directory {d}: exists and is not a directory")
+        if st.st_uid != os.geteuid():
+            raise RegistrationError(
+                f"socket directory {d}: owned by uid {st.st_uid}, not the service uid "
+                f"{os.geteuid()}; refusing to serve from it"
+            )
+        if st.st_mode & 0o077:
+            raise RegistrationError(
+                f"socket directory {d}: mode {stat.S_IMODE(st.st_mode):04o} gives group/other "
+                "access; it must be 0700"
+            )
+
+    @staticmethod
+    def _clear_stale(path: Path) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise RegistrationError(f"{path} exists and is not a socket; refusing to replace it")
+        if _answers(path):
+            raise RegistrationError(f"another service is serving {path}")
+        logger.info("removing stale socket %s", path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def _bind(self, name: str, service: EndpointService) -> _Bound:
+        path = self._dir / name
+        executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=f"np-{name}")
+        server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_NetworkPluginServicer_to_server(_Servicer(name, service, self._token), server)
+        try:
+            with _UMASK_LOCK:
+                previous = os.umask(_SOCKET_UMASK)
+                try:
+                    server.add_insecure_port(f"unix:{path}")
+                finally:
+                    os.umask(previous)
+            os.chmod(path, 0o600)
+            inode = os.lstat(path).st_ino
+            server.start()
+        except Exception as exc:
+            server.stop(None)
+            executor.shutdown(wait=False)
+            raise RegistrationError(f"cannot serve {path}: {exc}") from exc
+        return _Bound(name, path, server, executor, inode)
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop admitting RPCs, drain in-flight ones for up to ``grace`` s, remove sockets."""
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._shutdown(grace)
+            self._stopped.set()
+        logger.info("host stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the host has stopped (or ``timeout`` passes); True if stopped."""
+        return self._stopped.wait(timeout)
+
+    def _shutdown(self, grace: float | None) -> None:
+        # All servers stop admitting at once; then each drains within the same grace.
+        events = [b.server.stop(grace) for b in self._bound]
+        for bound, done in zip(self._bound, events, strict=True):
+            if not done.wait((grace or 0.0) + _STOP_SLACK_S):
+                logger.error("%s: server did not finish shutting down", bound.name)
+            bound.executor.shutdown(wait=False)
+            _remove_own_socket(bound)
+        self._bound = []
+
+
+def _answers(path: Path) -> bool:
+    """True if a process accepts connections on the Unix socket at ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(_PROBE_TIMEOUT_S)
+    try:
+        probe.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except TimeoutError:
+        return True  # a full backlog still means someone is listening
+    except OSError as exc:
+        raise RegistrationError(f"cannot tell whether {path} is in use: {exc}") from None
+    finally:
+        probe.close()
+    return True
+
+
+def _remove_own_socket(bound: _Bound) -> None:
+    # Only unlink the file we bound: a successor may already own the path.
+    try:
+        if os.lstat(bound.path).st_ino == bound.inode:
+            os.unlink(bound.path)
+    except FileNotFoundError:
+        pass

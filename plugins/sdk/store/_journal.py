@@ -1,0 +1,263 @@
+"""The journal's files in a state directory: creation, identity and validation.
+
+Layout: ``journal.db`` (+ SQLite's ``-wal``/``-shm``), ``journal.id`` and
+``writer.lock``. Everything here runs with the writer lock held.
+
+Fresh initialisation is crash safe without ever allowing a lost journal to be
+replaced: the database is built and committed under a staging name
+(``journal.db.init``), then ``journal.id`` is written, then the staging file is
+renamed to ``journal.db``. A crash before ``journal.id`` exists leaves only
+staging files, which the next open discards and redoes. A crash between
+``journal.id`` and the rename leaves a staging file carrying that same journal
+id; it can only come from that interrupted initialisation (the rename is atomic
+and removes the staging name), so the next open validates it and finishes the
+rename. Every other inconsistency is ``JournalUnavailable`` and no file is
+created or modified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+
+from ._errors import JournalUnavailable
+from ._schema import FORMAT, SCHEMA_VERSION, bootstrap, connect, migrate, read_meta
+
+DB_NAME = "journal.db"
+ID_NAME = "journal.id"
+STAGING_NAME = "journal.db.init"
+_SIDECARS = ("-wal", "-shm", "-journal")
+_MAGIC = b"SQLite format 3\x00"
+
+
+def ensure_state_dir(state_dir: Path) -> None:
+    """Create the state directory with mode 0700 if it is missing."""
+    if state_dir.is_dir():
+        return
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(state_dir, 0o700)
+    except FileExistsError:
+        if not state_dir.is_dir():
+            raise
+        return
+    os.chmod(state_dir, 0o700)  # mkdir's mode is filtered by the umask
+    fsync_dir(state_dir.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def prepare(state_dir: Path) -> str:
+    """Make sure ``state_dir`` holds a valid journal and return its journal id.
+
+    Initialises a fresh journal only when neither ``journal.id`` nor
+    ``journal.db`` exists; raises ``JournalUnavailable`` otherwise.
+    """
+    db = state_dir / DB_NAME
+    id_file = state_dir / ID_NAME
+    if not _exists(id_file):
+        if _exists(db):
+            raise JournalUnavailable(
+                state_dir,
+                f"{DB_NAME} exists but {ID_NAME} is missing, so it cannot be proven to be "
+                "this service's journal",
+            )
+        for suffix in _SIDECARS:
+            if _exists(_sidecar(db, suffix)):
+                raise JournalUnavailable(
+                    state_dir, f"{DB_NAME}{suffix} exists without {DB_NAME} or {ID_NAME}"
+                )
+        return _initialise(state_dir)
+
+    journal_id = _read_journal_id(state_dir)
+    if not _exists(db):
+        staging = state_dir / STAGING_NAME
+        if not _exists(staging):
+            raise JournalUnavailable(
+                state_dir,
+                f"{DB_NAME} is missing although {ID_NAME} says journal {journal_id} was "
+                "created here",
+            )
+        _finish_initialisation(state_dir, journal_id)
+    validate(state_dir, db, journal_id)
+    return journal_id
+
+
+def _read_journal_id(state_dir: Path) -> str:
+    try:
+        text = (state_dir / ID_NAME).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JournalUnavailable(state_dir, f"{ID_NAME} is unreadable: {exc}") from exc
+    try:
+        canonical = str(uuid.UUID(text))
+    except ValueError:
+        canonical = ""
+    if canonical != text:
+        raise JournalUnavailable(state_dir, f"{ID_NAME} does not hold a journal id: {text[:64]!r}")
+    return text
+
+
+def _check_header(path: Path) -> str | None:
+    """A reason the file cannot be a database, judged from its header alone."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        return f"{path.name} is unreadable: {exc}"
+    if len(header) < 100:
+        return f"{path.name} is truncated ({size} bytes)"
+    if header[:16] != _MAGIC:
+        return f"{path.name} is not an SQLite database (bad header)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"{path.name} has a corrupt header (page size {page_size})"
+    if size < page_size:
+        return f"{path.name} is truncated ({size} bytes, page size {page_size})"
+    return None
+
+
+def validate(state_dir: Path, db: Path, journal_id: str) -> int:
+    """Check ``db`` is our intact journal with ``journal_id``; return its schema version.
+
+    Reads through a read-only connection. SQLite may create empty ``-wal``/``-shm``
+    files even for that; on failure the ones it created are removed again, so an
+    unavailable journal is left exactly as it was found.
+    """
+    reason = _check_header(db)
+    if reason is not None:
+        raise JournalUnavailable(state_dir, reason)
+    existed = {suffix for suffix in _SIDECARS if _exists(_sidecar(db, suffix))}
+    try:
+        return _validate_contents(state_dir, db, journal_id)
+    except BaseException:
+        for suffix in _SIDECARS:
+            path = _sidecar(db, suffix)
+            if suffix in existed or not _exists(path):
+                continue
+            if suffix == "-wal" and path.stat().st_size != 0:
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+
+
+def _validate_contents(state_dir: Path, db: Path, journal_id: str) -> int:
+    name = db.name
+    try:
+        conn = connect(db, "ro")
+        try:
+            check = conn.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                problems = "; ".join(str(row[0]) for row in check[:3])
+                raise JournalUnavailable(
+                    state_dir, f"{name} failed its integrity check: {problems}"
+                )
+            meta = read_meta(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise JournalUnavailable(state_dir, f"{name} is unreadable or corrupt: {exc}") from exc
+    if meta is None:
+        raise JournalUnavailable(state_dir, f"{name} has no meta table; it is not a journal")
+    if meta.get("format") != FORMAT:
+        raise JournalUnavailable(
+            state_dir, f"{name} is not a journal of this store (format {meta.get('format')!r})"
+        )
+    if meta.get("journal_id") != journal_id:
+        raise JournalUnavailable(
+            state_dir,
+            f"{name} belongs to journal {meta.get('journal_id')!r}, but {ID_NAME} says "
+            f"{journal_id}",
+        )
+    raw_version = meta.get("schema_version", "")
+    if not raw_version.isdigit():
+        raise JournalUnavailable(state_dir, f"{name} has a corrupt schema version {raw_version!r}")
+    version = int(raw_version)
+    if version > SCHEMA_VERSION:
+        raise JournalUnavailable(
+            state_dir,
+            f"{name} was written by a newer store format (version {version}; this code "
+            f"knows up to {SCHEMA_VERSION})",
+        )
+    return version
+
+
+def _discard_staging(state_dir: Path) -> None:
+    staging = state_dir / STAGING_NAME
+    for path in (staging, *(_sidecar(staging, s) for s in _SIDECARS)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _initialise(state_dir: Path) -> str:
+    _discard_staging(state_dir)
+    journal_id = str(uuid.uuid4())
+    staging = state_dir / STAGING_NAME
+    # Rollback-journal mode while staging: no -wal/-shm to carry across the rename.
+    # The first regular open switches the journal to WAL.
+    conn = connect(staging, "rwc")
+    try:
+        conn.execute("PRAGMA synchronous=FULL")
+        bootstrap(conn, journal_id)
+        migrate(conn, 0)
+    finally:
+        conn.close()
+    _fsync_file(staging)
+    _write_journal_id(state_dir, journal_id)
+    publish_staging(state_dir)
+    return journal_id
+
+
+def _finish_initialisation(state_dir: Path, journal_id: str) -> None:
+    staging = state_dir / STAGING_NAME
+    if _exists(_sidecar(staging, "-journal")):
+        raise JournalUnavailable(
+            state_dir, f"{DB_NAME} is missing and {STAGING_NAME} has a hot rollback journal"
+        )
+    validate(state_dir, staging, journal_id)
+    publish_staging(state_dir)
+
+
+def publish_staging(state_dir: Path) -> None:
+    """Rename the staged database to ``journal.db`` (the last step of initialisation)."""
+    os.rename(state_dir / STAGING_NAME, state_dir / DB_NAME)
+    fsync_dir(state_dir)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_journal_id(state_dir: Path, journal_id: str) -> None:
+    tmp = state_dir / f"{ID_NAME}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"{journal_id}\n".encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, state_dir / ID_NAME)
+    fsync_dir(state_dir)
