@@ -23,6 +23,7 @@ import hmac
 import logging
 import os
 import re
+import secrets
 import socket
 import stat
 import threading
@@ -48,6 +49,8 @@ logger = logging.getLogger("plugins.sdk.host")
 SOCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\.sock")
 # AF_UNIX sun_path is 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
+# Sockets are bound as ".<8 hex>.<name>" first, then linked into place.
+_STAGING_EXTRA = 10
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 _MAX_TOKEN_FILE = 4096
 _PROBE_TIMEOUT_S = 1.0
@@ -284,12 +287,16 @@ class Host:
     ``start`` validates the whole endpoint set before binding anything; one bad entry
     fails it with :class:`RegistrationError` and no socket is created. The socket
     directory is created with mode 0700 (an existing one must already be owned by the
-    effective uid with no group/other bits); each socket is bound under umask 0177 and
-    then chmod 0600. A leftover socket file is removed only if nothing answers on it.
+    effective uid with no group/other bits); each socket is bound under umask 0177 at
+    a private staging name, chmod 0600, then hard-linked to its public name (never
+    replacing a file that is there). A leftover socket file is removed only if nothing
+    answers on it; a live one fails start with "another service is serving ...".
 
     ``stop(grace)`` stops admitting RPCs at once, lets in-flight ones finish for up
     to ``grace`` seconds (``None`` cancels them immediately), then removes the socket
-    files this host created. ``wait()`` blocks until the host has stopped.
+    files this host created (only if they still are the ones it bound).
+    ``wait_draining()`` blocks until admission is closed, ``wait()`` until stopped.
+    Handler threads blocked past ``grace`` keep running until the service returns.
     """
 
     def __init__(self, socket_dir: Path, token: str, *, max_workers: int = 8) -> None:
@@ -300,6 +307,7 @@ class Host:
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._started = False
+        self._draining = threading.Event()
         self._stopped = threading.Event()
         self._bound: list[_Bound] = []
 
@@ -328,6 +336,7 @@ class Host:
                     self._bound.append(self._bind(name, service))
             except BaseException:
                 self._shutdown(None)
+                self._draining.clear()  # never served; the host may be started again
                 raise
             self._started = True
         logger.info("host serving %s in %s", ", ".join(n for n, _ in pairs), self._dir)
@@ -357,9 +366,10 @@ class Host:
                     "EndpointService"
                 )
             path = self._dir / name
-            if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            if len(os.fsencode(path)) + _STAGING_EXTRA > _MAX_SOCKET_PATH:
                 problems.append(
-                    f"endpoint {name!r}: socket path {path} exceeds {_MAX_SOCKET_PATH} bytes"
+                    f"endpoint {name!r}: socket path {path} exceeds {_MAX_SOCKET_PATH} bytes "
+                    f"(with {_STAGING_EXTRA} bytes of headroom for binding)"
                 )
         if problems:
             raise RegistrationError("invalid endpoint set: " + "; ".join(problems))
@@ -405,7 +415,13 @@ class Host:
             os.unlink(path)
 
     def _bind(self, name: str, service: EndpointService) -> _Bound:
+        # gRPC unlinks whatever socket sits at the address it binds, and again at
+        # shutdown. Binding a private staging name and hard-linking it into place
+        # means gRPC never touches the public path: a socket that appeared there
+        # since the stale check is not replaced, and a successor's socket at the same
+        # path is not removed when this server stops.
         path = self._dir / name
+        staging = self._dir / f".{secrets.token_hex(4)}.{name}"
         executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=f"np-{name}")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_NetworkPluginServicer_to_server(_Servicer(name, service, self._token), server)
@@ -413,15 +429,27 @@ class Host:
             with _UMASK_LOCK:
                 previous = os.umask(_SOCKET_UMASK)
                 try:
-                    server.add_insecure_port(f"unix:{path}")
+                    server.add_insecure_port(f"unix:{staging}")
                 finally:
                     os.umask(previous)
-            os.chmod(path, 0o600)
+            try:
+                os.chmod(staging, 0o600)
+                try:
+                    os.link(staging, path)
+                except FileExistsError:
+                    raise RegistrationError(
+                        f"{path} appeared while starting; another service may be serving it"
+                    ) from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staging)
             inode = os.lstat(path).st_ino
             server.start()
         except Exception as exc:
             server.stop(None)
             executor.shutdown(wait=False)
+            if isinstance(exc, RegistrationError):
+                raise
             raise RegistrationError(f"cannot serve {path}: {exc}") from exc
         return _Bound(name, path, server, executor, inode)
 
@@ -436,6 +464,10 @@ class Host:
             self._stopped.set()
         logger.info("host stopped")
 
+    def wait_draining(self, timeout: float | None = None) -> bool:
+        """Block until ``stop`` has closed admission (in-flight RPCs may still run)."""
+        return self._draining.wait(timeout)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the host has stopped (or ``timeout`` passes); True if stopped."""
         return self._stopped.wait(timeout)
@@ -443,6 +475,7 @@ class Host:
     def _shutdown(self, grace: float | None) -> None:
         # All servers stop admitting at once; then each drains within the same grace.
         events = [b.server.stop(grace) for b in self._bound]
+        self._draining.set()
         for bound, done in zip(self._bound, events, strict=True):
             if not done.wait((grace or 0.0) + _STOP_SLACK_S):
                 logger.error("%s: server did not finish shutting down", bound.name)

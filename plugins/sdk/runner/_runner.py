@@ -170,7 +170,7 @@ class Runner:
                 seen_text = f"probe at recovery: {seen.value}"
             notes.append(f"{op.operation_id}/{rec.effect_id}: {seen_text}")
             updated = dataclasses.replace(rec, detail=seen_text)
-            self._store.write(lambda t, u=updated: t.update_effect(u))
+            self._store.write(lambda t, u=updated: t.update_effect(u))  # type: ignore[misc]
         if op.state is OperationState.RUNNING:
             failed = dataclasses.replace(
                 op,
@@ -565,7 +565,7 @@ class Runner:
                 finished = dataclasses.replace(
                     cleanup_op,
                     state=state,
-                    cleanup_status=response.status.value,
+                    cleanup_status=response.status,
                     response_json=canonical_json(to_json_value(response)),
                 )
                 self._commit("cleanup", lambda t: t.update_operation(finished))
@@ -633,7 +633,7 @@ class Runner:
             CleanupStatus.PENDING: OperationState.CLEANUP_PENDING,
             CleanupStatus.QUARANTINED: OperationState.QUARANTINED,
         }[status]
-        updated = dataclasses.replace(op, state=final, cleanup_status=status.value)
+        updated = dataclasses.replace(op, state=final, cleanup_status=status)
         self._commit("target", lambda t: t.update_operation(updated))
         return status, result
 

@@ -64,8 +64,8 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def prepare(state_dir: Path) -> str:
-    """Make sure ``state_dir`` holds a valid journal and return its journal id.
+def prepare(state_dir: Path) -> tuple[str, int]:
+    """Make sure ``state_dir`` holds a valid journal; return its id and schema version.
 
     Initialises a fresh journal only when neither ``journal.id`` nor
     ``journal.db`` exists; raises ``JournalUnavailable`` otherwise.
@@ -84,7 +84,8 @@ def prepare(state_dir: Path) -> str:
                 raise JournalUnavailable(
                     state_dir, f"{DB_NAME}{suffix} exists without {DB_NAME} or {ID_NAME}"
                 )
-        return _initialise(state_dir)
+        journal_id = _initialise(state_dir)
+        return journal_id, validate(state_dir, db, journal_id)
 
     journal_id = _read_journal_id(state_dir)
     if not _exists(db):
@@ -96,8 +97,7 @@ def prepare(state_dir: Path) -> str:
                 "created here",
             )
         _finish_initialisation(state_dir, journal_id)
-    validate(state_dir, db, journal_id)
-    return journal_id
+    return journal_id, validate(state_dir, db, journal_id)
 
 
 def _read_journal_id(state_dir: Path) -> str:
@@ -115,7 +115,12 @@ def _read_journal_id(state_dir: Path) -> str:
 
 
 def _check_header(path: Path) -> str | None:
-    """A reason the file cannot be a database, judged from its header alone."""
+    """A reason the file cannot be a database, judged from its header alone.
+
+    Journals are created in rollback-journal mode and switched to WAL only after
+    publication, so ``journal.db`` always holds at least its first page, even
+    when recent commits live only in the ``-wal`` file.
+    """
     try:
         with open(path, "rb") as f:
             header = f.read(100)

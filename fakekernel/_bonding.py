@@ -1,0 +1,154 @@
+"""IFLA_MASTER: do_set_master, bond_enslave / __bond_release_one, br_add_if / br_del_if."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+
+from plugins.kernel import KernelError
+
+from ._dev import dev_close, dev_open, dev_set_mac, dev_set_mtu, set_mac_raw
+from ._state import LinkState, SlaveSave, State, fail
+
+BOND_MODES = (
+    "balance-rr",
+    "active-backup",
+    "balance-xor",
+    "broadcast",
+    "802.3ad",
+    "balance-tlb",
+    "balance-alb",
+)
+
+
+def rx_handler_busy(state: State, link: LinkState) -> bool:
+    """netdev_is_rx_handler_busy: a bond/bridge port or a macvlan/ipvlan lower owns rx_handler."""
+    if link.master is not None:
+        return True
+    return any(c.kind in ("macvlan", "ipvlan") for c in state.children(link))
+
+
+def do_set_master(state: State, link: LinkState, master: int) -> None:
+    """rtnetlink do_set_master: leave the current master first, then join the new one."""
+    if link.master is not None:
+        if link.master == master:
+            return
+        release(state, state.links[link.master], link)
+    if master == 0:
+        return
+    upper = state.in_ns(link.ns, master)
+    if upper is None:
+        # __dev_get_by_index(dev_net(dev), ifindex) fails: -EINVAL, not -ENODEV
+        raise fail(errno.EINVAL, f"no master with ifindex {master} in {link.name}'s namespace")
+    if upper.kind == "bond":
+        _bond_enslave(state, upper, link)
+    elif upper.kind == "bridge":
+        _br_add_if(state, upper, link)
+    else:
+        raise fail(errno.EOPNOTSUPP, f"{upper.name} ({upper.kind}) has no ndo_add_slave")
+
+
+def release(state: State, master: LinkState, slave: LinkState) -> None:
+    """ndo_del_slave of the current master."""
+    if master.kind == "bond":
+        _bond_release(state, master, slave, restore=True)
+    else:
+        slave.master = None  # br_del_if
+
+
+def _is_upper_of(state: State, upper: LinkState, dev: LinkState) -> bool:
+    """Whether ``upper`` sits (transitively) above ``dev`` through master links."""
+    cur = dev
+    while cur.master is not None:
+        cur = state.links[cur.master]
+        if cur is upper:
+            return True
+    return False
+
+
+def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
+    info = bond.bond
+    assert info is not None
+    if slave.kind == "bridge":
+        raise fail(errno.EPERM, "a master device other than a bond cannot be enslaved")
+    if rx_handler_busy(state, slave):
+        raise fail(errno.EBUSY, f"{slave.name} is in use and cannot be enslaved")
+    if slave is bond:
+        raise fail(errno.EPERM, "cannot enslave a bond to itself")
+    if _is_upper_of(state, slave, bond):
+        raise fail(errno.EBUSY, "enslaving would make a loop")  # __netdev_upper_dev_link
+    if slave.up:
+        raise fail(errno.EPERM, f"{slave.name} can not be enslaved while up")
+    first_takes_mac = not info.slaves and bond.mac_assign == "random"
+    old_bond_mac = bond.mac
+    if first_takes_mac:
+        set_mac_raw(state, bond, slave.mac, "stolen")  # bond_set_dev_addr
+    saved = SlaveSave(mtu=slave.mtu, mac=slave.mac)
+    try:
+        dev_set_mtu(state, slave, bond.mtu)
+        dev_set_mac(state, slave, bond.mac)
+        dev_open(state, slave)
+    except KernelError:
+        # bond_enslave's unwind: err_close, err_restore_mac, err_restore_mtu, err_undo_flags
+        dev_close(state, slave)
+        with contextlib.suppress(KernelError):
+            dev_set_mac(state, slave, saved.mac)
+        with contextlib.suppress(KernelError):
+            dev_set_mtu(state, slave, saved.mtu)
+        if first_takes_mac:
+            set_mac_raw(state, bond, old_bond_mac, "random")
+        raise
+    slave.master = bond.ifindex
+    slave.saved = saved
+    info.slaves.append(slave.ifindex)
+    if info.mode == "active-backup" and info.active is None:
+        info.active = slave.ifindex
+
+
+def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: bool) -> None:
+    """__bond_release_one; ``restore`` is False when the slave itself is being deleted."""
+    info = bond.bond
+    assert info is not None
+    info.slaves.remove(slave.ifindex)
+    if info.active == slave.ifindex:
+        # bond_select_active_slave: the next slave (every slave has link in the model)
+        info.active = info.slaves[0] if info.slaves and info.mode == "active-backup" else None
+    if not info.slaves:
+        set_mac_raw(state, bond, state.random_mac(), "random")  # eth_hw_addr_random
+    saved, slave.master, slave.saved = slave.saved, None, None
+    if not restore or saved is None:
+        return
+    dev_close(state, slave)  # "close slave before restoring its mac address"
+    with contextlib.suppress(KernelError):
+        dev_set_mac(state, slave, saved.mac)  # perm_hwaddr: its address at enslave time
+    with contextlib.suppress(KernelError):
+        dev_set_mtu(state, slave, saved.mtu)  # original_mtu
+
+
+def release_all(state: State, bond: LinkState, dying: set[int]) -> None:
+    """bond_uninit: a dying bond lets every slave go, restoring the survivors."""
+    assert bond.bond is not None
+    for ifindex in list(bond.bond.slaves):
+        slave = state.links[ifindex]
+        _bond_release(state, bond, slave, restore=ifindex not in dying)
+
+
+def detach_dying(state: State, slave: LinkState) -> None:
+    """A dying port leaves its master (NETDEV_UNREGISTER on the slave)."""
+    if slave.master is None:
+        return
+    master = state.links[slave.master]
+    if master.kind == "bond":
+        _bond_release(state, master, slave, restore=False)
+    else:
+        slave.master = None
+
+
+def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
+    if port.kind == "bridge":
+        raise fail(errno.ELOOP, "a bridge cannot be a port of a bridge")  # br_add_if
+    if rx_handler_busy(state, port):
+        raise fail(errno.EBUSY, f"{port.name} is in use")  # netdev_rx_handler_register
+    if _is_upper_of(state, port, bridge):
+        raise fail(errno.EBUSY, "enslaving would make a loop")
+    port.master = bridge.ifindex

@@ -1,0 +1,187 @@
+"""Core netdev operations and the notifier side effects they have on stacked devices.
+
+Each function mirrors one kernel entry point (dev_set_mtu, dev_set_mac_address,
+dev_open, dev_close, dev_change_name, dev_set_alias) followed by what the upper
+devices' netdevice notifiers do on NETDEV_CHANGEMTU / CHANGEADDR / UP / DOWN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+
+from plugins.kernel import KernelError
+
+from ._checks import alias_policy, claim_name, require_valid_ether_addr
+from ._state import LinkState, State, fail
+
+
+def parent_of(state: State, link: LinkState) -> LinkState:
+    assert link.parent is not None, f"{link.name} has no lower device"
+    return state.links[link.parent]
+
+
+# -- MTU -------------------------------------------------------------------------------
+
+
+def dev_set_mtu(state: State, link: LinkState, mtu: int) -> None:
+    if mtu == link.mtu:
+        return  # dev_set_mtu_ext returns before validating when nothing changes
+    # dev_validate_mtu
+    if mtu < 0 or mtu < link.min_mtu:
+        raise fail(errno.EINVAL, f"mtu {mtu} is below {link.name}'s minimum {link.min_mtu}")
+    if link.max_mtu > 0 and mtu > link.max_mtu:
+        raise fail(errno.EINVAL, f"mtu {mtu} is above {link.name}'s maximum {link.max_mtu}")
+    # ndo_change_mtu
+    if link.kind == "vlan" and mtu > parent_of(state, link).mtu:
+        raise fail(errno.ERANGE, f"vlan mtu {mtu} above its parent's")  # vlan_dev_change_mtu
+    if link.kind == "macvlan" and mtu > parent_of(state, link).mtu:
+        raise fail(errno.EINVAL, f"macvlan mtu {mtu} above its lower's")  # macvlan_change_mtu
+    if link.kind == "bond":
+        _bond_change_mtu(state, link, mtu)
+    link.mtu = mtu
+    _mtu_changed(state, link)
+
+
+def _bond_change_mtu(state: State, bond: LinkState, mtu: int) -> None:
+    """bond_change_mtu: every slave takes the new MTU, or none does."""
+    assert bond.bond is not None
+    done: list[tuple[LinkState, int]] = []
+    try:
+        for ifindex in bond.bond.slaves:
+            slave = state.links[ifindex]
+            old = slave.mtu
+            dev_set_mtu(state, slave, mtu)
+            done.append((slave, old))
+    except KernelError:
+        for slave, old in reversed(done):
+            with contextlib.suppress(KernelError):
+                dev_set_mtu(state, slave, old)
+        raise
+
+
+def _mtu_changed(state: State, link: LinkState) -> None:
+    """NETDEV_CHANGEMTU on a lower device."""
+    for child in state.children(link):
+        if child.kind == "ipvlan":
+            child.mtu = link.mtu  # ipvlan_adjust_mtu: follows, up or down
+        elif child.mtu > link.mtu:
+            # vlan_device_event / macvlan_device_event clamp children that no longer fit
+            with contextlib.suppress(KernelError):
+                dev_set_mtu(state, child, link.mtu)
+
+
+# -- MAC address -----------------------------------------------------------------------
+
+
+def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
+    """dev_set_mac_address with the driver's ndo_set_mac_address."""
+    if link.kind == "ipvlan":
+        raise fail(errno.EOPNOTSUPP, "ipvlan has no ndo_set_mac_address")  # shares its lower's
+    mac = require_valid_ether_addr(mac)
+    if link.kind == "macvlan" and mac != link.mac:
+        lower = parent_of(state, link)
+        if link.mode == "passthru":
+            dev_set_mac(state, lower, mac)  # macvlan_set_mac_address: passthru sets the lower's
+            return
+        if _macvlan_addr_busy(state, lower, mac, exclude=link, up_only=True):
+            raise fail(errno.EADDRINUSE, f"{mac} is in use on {lower.name}")
+    if link.kind == "bond":
+        _bond_set_mac(state, link, mac)
+    set_mac_raw(state, link, mac, "set")  # dev_set_mac_address: addr_assign_type = NET_ADDR_SET
+
+
+def _bond_set_mac(state: State, bond: LinkState, mac: str) -> None:
+    """bond_set_mac_address: all slaves take the address (fail_over_mac=none), or none does."""
+    assert bond.bond is not None
+    done: list[tuple[LinkState, str]] = []
+    try:
+        for ifindex in bond.bond.slaves:
+            slave = state.links[ifindex]
+            old = slave.mac
+            dev_set_mac(state, slave, mac)
+            done.append((slave, old))
+    except KernelError:
+        for slave, old in reversed(done):
+            with contextlib.suppress(KernelError):
+                dev_set_mac(state, slave, old)
+        raise
+
+
+def set_mac_raw(state: State, link: LinkState, mac: str, assign: str) -> None:
+    """An address change made by the kernel itself (bond, driver), then NETDEV_CHANGEADDR."""
+    changed = mac != link.mac
+    link.mac, link.mac_assign = mac, assign
+    if changed:
+        mac_changed(state, link)
+
+
+def mac_changed(state: State, link: LinkState) -> None:
+    """NETDEV_CHANGEADDR on a lower device."""
+    for child in state.children(link):
+        if child.kind == "ipvlan":
+            set_mac_raw(state, child, link.mac, "stolen")  # ipvlan_device_event
+        elif child.kind == "vlan" and child.up and child.mac_assign == "stolen":
+            set_mac_raw(state, child, link.mac, "stolen")  # vlan_sync_address, up vlans only
+        elif child.kind == "macvlan" and child.mode == "passthru":
+            set_mac_raw(state, child, link.mac, child.mac_assign)  # macvlan_sync_address
+
+
+def _macvlan_addr_busy(
+    state: State, lower: LinkState, mac: str, *, exclude: LinkState, up_only: bool
+) -> bool:
+    """macvlan_addr_busy: the lower's own address or another (hashed, i.e. up) macvlan's."""
+    if lower.mac == mac:
+        return True
+    return any(
+        c is not exclude and c.mac == mac and (c.up or not up_only)
+        for c in state.children(lower, "macvlan")
+    )
+
+
+# -- administrative state --------------------------------------------------------------
+
+
+def dev_open(state: State, link: LinkState) -> None:
+    if link.up:
+        return
+    if link.kind == "vlan":
+        parent = parent_of(state, link)
+        if not parent.up:
+            raise fail(errno.ENETDOWN, f"{parent.name} is down")  # vlan_dev_open
+        if link.mac_assign == "stolen":
+            link.mac = parent.mac  # vlan_dev_open: vlan_dev_inherit_address
+    if link.kind == "macvlan":
+        lower = parent_of(state, link)
+        if _macvlan_addr_busy(state, lower, link.mac, exclude=link, up_only=True):
+            raise fail(errno.EADDRINUSE, f"{link.mac} is in use on {lower.name}")  # macvlan_open
+    link.up = True
+    for child in state.children(link, "vlan"):  # vlan_device_event NETDEV_UP
+        with contextlib.suppress(KernelError):
+            dev_open(state, child)
+
+
+def dev_close(state: State, link: LinkState) -> None:
+    if not link.up:
+        return
+    link.up = False
+    for child in state.children(link, "vlan"):  # vlan_device_event NETDEV_DOWN
+        dev_close(state, child)
+
+
+# -- name and alias --------------------------------------------------------------------
+
+
+def dev_change_name(state: State, link: LinkState, name: str) -> None:
+    if link.up and not state.live_rename:
+        # dev_change_name before Linux 6.2: "if (dev->flags & IFF_UP ...) return -EBUSY",
+        # checked before the same-name shortcut.
+        raise fail(errno.EBUSY, f"{link.name} is up; older kernels refuse to rename it")
+    if name == link.name:
+        return
+    link.name = claim_name(state, link.ns, name, owner=link)
+
+
+def dev_set_alias(link: LinkState, alias: str) -> None:
+    alias_policy(alias)
+    link.alias = alias or None  # an empty IFLA_IFALIAS clears it

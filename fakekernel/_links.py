@@ -1,0 +1,309 @@
+"""RTM_NEWLINK / RTM_SETLINK / RTM_DELLINK and namespace teardown.
+
+Like rtnetlink, a set or move applies its parts in the kernel's order and stops at
+the first error, keeping what it already changed (do_setlink is not atomic).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkSpec
+
+from ._bonding import BOND_MODES, detach_dying, do_set_master, release, release_all
+from ._bonding import rx_handler_busy as _rx_busy
+from ._checks import (
+    alias_policy,
+    claim_name,
+    name_policy,
+    parse_mac,
+    require_valid_ether_addr,
+)
+from ._dev import (
+    dev_change_name,
+    dev_close,
+    dev_open,
+    dev_set_alias,
+    dev_set_mac,
+    dev_set_mtu,
+)
+from ._state import BondState, LinkState, Namespace, State, fail
+
+ETH_MAX_MTU = 65535
+# (min_mtu, max_mtu) each kind's setup() gives before newlink refines it; 0 max: unbounded.
+SETUP_MTU_BOUNDS = {
+    "veth": (68, ETH_MAX_MTU),
+    "dummy": (0, 0),  # dummy_setup
+    "bridge": (68, ETH_MAX_MTU),
+    "bond": (68, ETH_MAX_MTU),
+    "vlan": (0, ETH_MAX_MTU),  # vlan_setup
+    "macvlan": (68, ETH_MAX_MTU),  # macvlan_common_setup; newlink narrows max to the lower's
+    "ipvlan": (68, ETH_MAX_MTU),  # ipvlan_link_setup
+}
+MACVLAN_MODES = ("private", "vepa", "bridge", "passthru", "source")
+IPVLAN_MODES = ("l2", "l3", "l3s")
+VLAN_PROTOCOLS = ("802.1Q", "802.1ad")
+NETNS_LOCAL = ("bond", "bridge")  # NETIF_F_NETNS_LOCAL / netns_immutable
+DEFAULT_BOND = BondInfo(mode="balance-rr", miimon_ms=100)  # bonding's module defaults
+
+
+# -- RTM_NEWLINK -----------------------------------------------------------------------
+
+
+def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
+    name_policy(spec.name)
+    if spec.peer_name is not None:
+        name_policy(spec.peer_name)
+    if spec.alias is not None:
+        alias_policy(spec.alias)
+    if spec.kind not in SETUP_MTU_BOUNDS:
+        raise fail(errno.EOPNOTSUPP, f"no rtnl_link_ops for kind {spec.kind!r}")
+    # ops->validate; ipvlan has no IFLA_ADDRESS check and overwrites it with its lower's
+    mac = require_valid_ether_addr(spec.mac) if spec.mac and spec.kind != "ipvlan" else None
+    _validate(spec)
+    target = ns.ref.inode
+    if "%" not in spec.name and state.by_name(target, spec.name) is not None:
+        raise fail(errno.EEXIST, f"interface {spec.name!r} already exists")  # NLM_F_EXCL
+    min_mtu, max_mtu = SETUP_MTU_BOUNDS[spec.kind]
+    if spec.mtu is not None and (
+        spec.mtu < min_mtu or (max_mtu > 0 and spec.mtu > max_mtu)
+    ):  # rtnl_create_link: dev_validate_mtu
+        raise fail(errno.EINVAL, f"mtu {spec.mtu} outside {min_mtu}..{max_mtu or 'unbounded'}")
+    link = LinkState(
+        ifindex=0,
+        name=spec.name,
+        kind=spec.kind,
+        ns=target,
+        mac=mac or "",
+        mac_assign="set" if mac else "random",
+        mtu=spec.mtu if spec.mtu is not None else 1500,
+        min_mtu=min_mtu,
+        max_mtu=max_mtu,
+    )
+    if spec.kind in ("vlan", "macvlan", "ipvlan"):
+        _stack_on_lower(state, ns, spec, link)
+    elif spec.kind == "bond":
+        b = spec.bond or DEFAULT_BOND
+        link.bond = BondState(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms)
+    link.name = claim_name(state, target, spec.name)  # register_netdevice
+    if not link.mac:
+        link.mac = state.random_mac()
+    link.ifindex = state.new_ifindex()
+    state.links[link.ifindex] = link
+    if spec.kind == "ipvlan":
+        _ipvlan_set_port_mode(state, link, spec.mode or "l3")
+    if spec.kind == "veth":
+        _add_peer(state, ns, spec, link)
+    if spec.alias is not None:
+        dev_set_alias(link, spec.alias)
+    return link
+
+
+def _validate(spec: LinkSpec) -> None:
+    if spec.kind == "vlan":
+        if spec.vlan_id is None:
+            raise fail(errno.EINVAL, "vlan id not specified")  # vlan_newlink
+        if not 0 <= spec.vlan_id < 4095:
+            raise fail(errno.ERANGE, f"invalid vlan id {spec.vlan_id}")  # vlan_validate
+        if spec.vlan_protocol not in VLAN_PROTOCOLS:
+            raise fail(errno.EPROTONOSUPPORT, f"vlan protocol {spec.vlan_protocol!r}")
+    elif spec.kind == "macvlan" and spec.mode is not None and spec.mode not in MACVLAN_MODES:
+        raise fail(errno.EINVAL, f"macvlan mode {spec.mode!r}")  # macvlan_validate
+    elif spec.kind == "ipvlan" and spec.mode is not None and spec.mode not in IPVLAN_MODES:
+        raise fail(errno.EINVAL, f"ipvlan mode {spec.mode!r}")  # ipvlan_nl_validate
+    elif spec.kind == "bond" and spec.bond is not None:
+        b = spec.bond
+        if b.mode not in BOND_MODES:
+            raise fail(errno.EINVAL, f"bond mode {b.mode!r}")  # bond option tables
+        if min(b.miimon_ms, b.updelay_ms, b.downdelay_ms) < 0:
+            raise fail(errno.EINVAL, "bond intervals must not be negative")
+
+
+def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> None:
+    """The newlink of vlan, macvlan and ipvlan: find and check the lower device."""
+    if spec.parent is None:
+        raise fail(errno.EINVAL, f"{spec.kind} needs a lower device (IFLA_LINK)")
+    lower_ns = state.namespace(spec.parent_ns) if spec.parent_ns is not None else ns
+    lower = state.in_ns(lower_ns.ref.inode, spec.parent)
+    if lower is None:
+        raise fail(errno.ENODEV, f"no lower device with ifindex {spec.parent}")
+    if spec.kind == "vlan":
+        _vlan_check(state, lower, spec)
+        link.vlan_id, link.vlan_protocol = spec.vlan_id, spec.vlan_protocol
+        if spec.mtu is not None and spec.mtu > lower.mtu:
+            raise fail(errno.EINVAL, f"vlan mtu {spec.mtu} above {lower.name}'s")  # vlan_newlink
+        if not spec.mac:
+            link.mac, link.mac_assign = lower.mac, "stolen"  # vlan_dev_init
+    elif spec.kind == "macvlan":
+        lower = _macvlan_check(state, lower, spec, link)
+    else:
+        lower = _ipvlan_check(state, lower)
+        link.mac, link.mac_assign = lower.mac, "stolen"  # ipvlan shares its lower's address
+    if spec.mtu is None:
+        link.mtu = lower.mtu  # a child without IFLA_MTU inherits its lower's
+    link.parent = lower.ifindex
+
+
+def _vlan_check(state: State, lower: LinkState, spec: LinkSpec) -> None:
+    """vlan_check_real_dev."""
+    if lower.kind == "ipvlan":
+        raise fail(errno.EOPNOTSUPP, "VLANs not supported on ipvlan")  # NETIF_F_VLAN_CHALLENGED
+    for sibling in state.children(lower, "vlan"):
+        if (sibling.vlan_protocol, sibling.vlan_id) == (spec.vlan_protocol, spec.vlan_id):
+            raise fail(errno.EEXIST, f"vlan {spec.vlan_id} already exists on {lower.name}")
+
+
+def _macvlan_check(state: State, lower: LinkState, spec: LinkSpec, link: LinkState) -> LinkState:
+    """macvlan_common_newlink."""
+    if lower.kind == "macvlan":
+        lower = state.links[lower.parent or 0]  # stack on the real device instead
+    if spec.mtu is not None and spec.mtu > lower.mtu:
+        raise fail(errno.EINVAL, f"macvlan mtu {spec.mtu} above {lower.name}'s")
+    link.max_mtu = lower.max_mtu
+    siblings = state.children(lower, "macvlan")
+    if not siblings and _rx_busy(state, lower):
+        raise fail(errno.EBUSY, f"{lower.name} is in use")  # macvlan_port_create
+    mode = spec.mode or "vepa"
+    if any(s.mode == "passthru" for s in siblings) or (mode == "passthru" and siblings):
+        raise fail(errno.EINVAL, "only one macvlan can be created in passthru mode")
+    link.mode = mode
+    if mode == "passthru":
+        link.mac, link.mac_assign = lower.mac, "stolen"  # eth_hw_addr_inherit
+    return lower
+
+
+def _ipvlan_check(state: State, lower: LinkState) -> LinkState:
+    """ipvlan_link_new: an ipvlan on an ipvlan joins the same port."""
+    if lower.kind == "ipvlan":
+        return state.links[lower.parent or 0]
+    if lower.ipvlan_port_mode is None and _rx_busy(state, lower):
+        raise fail(errno.EBUSY, f"{lower.name} is already in use")
+    return lower
+
+
+def _ipvlan_set_port_mode(state: State, link: LinkState, mode: str) -> None:
+    """ipvlan_set_port_mode: the mode belongs to the port, so every ipvlan on it switches."""
+    state.links[link.parent or 0].ipvlan_port_mode = mode
+
+
+def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> None:
+    peer_ns = state.namespace(spec.peer_ns) if spec.peer_ns is not None else ns
+    try:
+        name = claim_name(state, peer_ns.ref.inode, spec.peer_name or "veth%d")
+    except KernelError:
+        del state.links[link.ifindex]
+        raise
+    peer = LinkState(
+        ifindex=state.new_ifindex(),
+        name=name,
+        kind="veth",
+        ns=peer_ns.ref.inode,
+        mac=state.random_mac(),
+        mac_assign="random",
+        mtu=link.mtu,
+        min_mtu=link.min_mtu,
+        max_mtu=link.max_mtu,
+        peer=link.ifindex,
+    )
+    state.links[peer.ifindex] = peer
+    link.peer = peer.ifindex
+
+
+# -- RTM_SETLINK -----------------------------------------------------------------------
+
+
+def setlink(state: State, link: LinkState, changes: LinkChanges) -> None:
+    """do_setlink's order: address, mtu, name, alias, flags, master."""
+    if changes.name is not None:
+        name_policy(changes.name)
+    if changes.alias is not None:
+        alias_policy(changes.alias)
+    if changes.mac is not None:
+        dev_set_mac(state, link, parse_mac(changes.mac))
+    if changes.mtu is not None:
+        dev_set_mtu(state, link, changes.mtu)
+    if changes.name is not None:
+        dev_change_name(state, link, changes.name)
+    if changes.alias is not None:
+        dev_set_alias(link, changes.alias)
+    # Since Linux 6.3 a master change runs before the flags, except that "down" goes first
+    # so that a link can be put down and enslaved in one message.
+    if changes.up is False:
+        dev_close(state, link)
+    if changes.master is not None:
+        do_set_master(state, link, changes.master)
+    if changes.up is True:
+        dev_open(state, link)
+
+
+# -- moving between namespaces ---------------------------------------------------------
+
+
+def move(state: State, link: LinkState, target: Namespace, new_name: str | None) -> None:
+    """do_setlink with IFLA_NET_NS_FD (+ IFLA_IFNAME): __dev_change_net_namespace, then rename."""
+    if new_name is not None:
+        name_policy(new_name)
+    if link.kind in NETNS_LOCAL:
+        raise fail(errno.EINVAL, f"{link.kind} {link.name} is local to its namespace")
+    dest = target.ref.inode
+    if link.ns != dest:
+        if link.master is not None:
+            # Model choice, not Linux: Linux releases the port (NETDEV_UNREGISTER) and moves it.
+            raise fail(errno.EBUSY, f"{link.name} is enslaved; release it before moving it")
+        name = link.name
+        if state.by_name(dest, link.name) is not None:
+            if new_name is None:
+                raise fail(errno.EEXIST, f"{link.name!r} exists in the target namespace")
+            name = claim_name(state, dest, new_name)  # dev_prep_valid_name(..., EEXIST)
+        dev_close(state, link)  # "If device is running close it first."
+        link.ns, link.name = dest, name
+    if new_name is not None:
+        # A separate step after the move: an error here leaves the link moved, old name.
+        dev_change_name(state, link, new_name)
+
+
+# -- RTM_DELLINK and namespace teardown ------------------------------------------------
+
+
+def unregister(state: State, roots: list[LinkState]) -> None:
+    """Delete ``roots`` with everything that dies with them: veth peers and stacked children."""
+    dying: dict[int, LinkState] = {}
+    queue = list(roots)
+    while queue:
+        link = queue.pop(0)
+        if link.ifindex in dying:
+            continue
+        dying[link.ifindex] = link
+        if link.peer is not None:
+            queue.append(state.links[link.peer])  # veth_dellink takes the peer along
+        queue.extend(state.children(link))  # NETDEV_UNREGISTER on a lower kills its uppers
+    for link in dying.values():
+        if link.kind == "bond":
+            release_all(state, link, set(dying))
+    for link in dying.values():
+        detach_dying(state, link)
+    lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan"}
+    for ifindex in dying:
+        del state.links[ifindex]
+    for ifindex in lowers:
+        lower = state.links.get(ifindex or 0)
+        if lower is not None and not state.children(lower, "ipvlan"):
+            lower.ipvlan_port_mode = None  # ipvlan_port_destroy with the last ipvlan
+
+
+def destroy_namespace(state: State, ns: Namespace) -> None:
+    """cleanup_net: devices go home (default_device_exit_net), virtual links die."""
+    host = state.host.ref.inode
+    inode = ns.ref.inode
+    for link in [lk for lk in state.links.values() if lk.ns == inode and lk.kind == "device"]:
+        if link.master is not None:
+            release(state, state.links[link.master], link)  # NETDEV_UNREGISTER on a port
+        dev_close(state, link)
+        name = link.name
+        if state.by_name(host, name) is not None:
+            name = f"dev{link.ifindex}"
+            if state.by_name(host, name) is not None:
+                name = claim_name(state, host, "dev%d")
+        link.ns, link.name = host, name
+    unregister(state, [lk for lk in state.links.values() if lk.ns == inode])
+    del state.namespaces[inode]

@@ -1,0 +1,165 @@
+"""The mutable state of the fake kernel: namespaces, links, PF VF tables.
+
+Everything the model knows lives in one ``State``; the modules next to this one
+implement the kernel's rules as functions over it. Ifindexes come from one
+global counter, so a link keeps its ifindex wherever it moves (Linux keeps it
+too unless it clashes in the target, which a global counter never does).
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+
+from plugins.kernel import KernelError, LinkKind, NsRef, kernel_error
+
+NSFS_DEVICE = 4  # st_dev of nsfs is the same for every namespace on a boot
+FIRST_INODE = 4026531840  # the kernel's first proc inode number (PROC_DYNAMIC_FIRST)
+FIRST_IFINDEX = 2  # 1 is every namespace's loopback, which the model leaves out
+
+
+def fail(code: int, what: str) -> KernelError:
+    return kernel_error(code, what)
+
+
+@dataclass
+class Namespace:
+    name: str  # "" for the host namespace
+    ref: NsRef
+
+
+@dataclass
+class BondState:
+    mode: str
+    miimon_ms: int
+    updelay_ms: int
+    downdelay_ms: int
+    slaves: list[int] = field(default_factory=list)  # enslave order
+    active: int | None = None
+
+
+@dataclass
+class SlaveSave:
+    """What bond_enslave saved to give back on release (original_mtu, perm_hwaddr)."""
+
+    mtu: int
+    mac: str
+
+
+@dataclass
+class LinkState:
+    ifindex: int
+    name: str
+    kind: LinkKind
+    ns: int  # inode of the namespace it is in
+    mac: str
+    # How the address was assigned (addr_assign_type): "perm" (device), "random",
+    # "set" (by the user), "stolen" (a bond's from its first slave, a vlan's from its parent).
+    mac_assign: str
+    mtu: int
+    min_mtu: int
+    max_mtu: int  # 0: no upper bound (dev_validate_mtu checks max_mtu only if > 0)
+    up: bool = False
+    master: int | None = None
+    parent: int | None = None
+    alias: str | None = None
+    perm_mac: str | None = None
+    pci_address: str | None = None
+    vf_of: tuple[str, int] | None = None
+    bond: BondState | None = None
+    saved: SlaveSave | None = None  # set while enslaved to a bond
+    vlan_id: int | None = None
+    vlan_protocol: str | None = None
+    mode: str | None = None  # macvlan mode (ipvlan's mode lives on its parent's port)
+    ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
+    peer: int | None = None
+
+
+@dataclass
+class VfState:
+    mac: str = "00:00:00:00:00:00"
+    vlan: int = 0
+    qos: int = 0
+    vlan_proto: str = "802.1Q"
+    spoofchk: bool = True
+    trust: bool = False
+    min_tx_rate: int = 0
+    max_tx_rate: int = 0
+    link_state: str = "auto"
+
+
+@dataclass
+class PfState:
+    pci: str
+    capabilities: frozenset[str]
+    vfs: list[VfState]
+
+
+@dataclass
+class State:
+    boot_id: str
+    host_path: str
+    live_rename: bool  # Linux >= 6.2 lets an UP link be renamed; older kernels say EBUSY
+    namespaces: dict[int, Namespace] = field(default_factory=dict)
+    links: dict[int, LinkState] = field(default_factory=dict)
+    pfs: dict[str, PfState] = field(default_factory=dict)
+    next_ifindex: int = FIRST_IFINDEX
+    next_inode: int = FIRST_INODE
+    next_mac: int = 1
+
+    # -- allocation -------------------------------------------------------------------
+
+    def new_namespace(self, name: str, path: str) -> Namespace:
+        ref = NsRef(NSFS_DEVICE, self.next_inode, self.boot_id, path)
+        self.next_inode += 1
+        ns = Namespace(name, ref)
+        self.namespaces[ref.inode] = ns
+        return ns
+
+    def new_ifindex(self) -> int:
+        self.next_ifindex += 1
+        return self.next_ifindex - 1
+
+    def random_mac(self) -> str:
+        """eth_hw_addr_random: deterministic here, unicast and locally administered."""
+        n = self.next_mac
+        self.next_mac += 1
+        return "0e:fa:" + ":".join(f"{(n >> s) & 0xFF:02x}" for s in (24, 16, 8, 0))
+
+    # -- lookup -----------------------------------------------------------------------
+
+    @property
+    def host(self) -> Namespace:
+        return self.namespaces[FIRST_INODE]
+
+    def namespace(self, ref: NsRef) -> Namespace:
+        if ref.boot_id != self.boot_id:
+            raise fail(errno.ESTALE, f"namespace {ref.path or ref.inode} is from another boot")
+        ns = self.namespaces.get(ref.inode)
+        if ns is None or ref.device != NSFS_DEVICE:
+            raise fail(errno.ENOENT, f"namespace {ref.path or ref.inode} is gone")
+        return ns
+
+    def by_name(self, ns: int, name: str) -> LinkState | None:
+        return next((lk for lk in self.links.values() if lk.ns == ns and lk.name == name), None)
+
+    def in_ns(self, ns: int, ifindex: int) -> LinkState | None:
+        link = self.links.get(ifindex)
+        return link if link is not None and link.ns == ns else None
+
+    def require(self, ns: int, ifindex: int) -> LinkState:
+        link = self.in_ns(ns, ifindex)
+        if link is None:
+            raise fail(errno.ENODEV, f"no link with ifindex {ifindex} in this namespace")
+        return link
+
+    def children(self, link: LinkState, kind: str | None = None) -> list[LinkState]:
+        """Upper devices stacked on ``link`` (vlan/macvlan/ipvlan), in every namespace."""
+        return [
+            c
+            for c in self.links.values()
+            if c.parent == link.ifindex and (kind is None or c.kind == kind)
+        ]
+
+    def path_of(self, inode: int) -> str:
+        return self.namespaces[inode].ref.path

@@ -1,0 +1,55 @@
+"""The durable journal store of a NetworkPlugin service.
+
+A service records every operation, its plan, each effect's before-image and
+progress, and its replayable response here *before* acting on the kernel, so
+after any crash it can tell what it attempted. The decisions that make that
+true:
+
+* **SQLite in WAL mode with ``synchronous=FULL``.** Every COMMIT appends to the
+  write-ahead log and fsyncs it before returning, so a committed transaction
+  survives a crash or power loss; ``Store.write`` returns only after that
+  COMMIT. Readers see the last committed snapshot and never block the writer.
+  The pragmas are read back on open, never assumed.
+* **Group commit.** All writes go through one writer thread. It takes every
+  queued write function, runs each in its own SAVEPOINT inside one
+  ``BEGIN IMMEDIATE`` transaction and commits once, so N concurrent callers
+  cost one fsync, not N, while an exception in one function undoes only that
+  function's changes. Functions are closures over a ``Txn``; reading and writing
+  in one function is an atomic compare-and-set (there is no other writer).
+* **One writer per state directory.** ``flock`` on ``writer.lock`` is held for
+  the store's lifetime; a second opener (same or another process) gets
+  ``StoreLocked`` naming the holder's pid. Two writers could each believe they
+  own a resource; the lock also makes "the old process is stopped" checkable
+  (the kernel drops it when the holder dies).
+* **A lost journal is never recreated.** ``journal.id`` holds a random id that
+  is also in the database. It is written once, after the schema commit, and
+  the database only becomes ``journal.db`` after it. From then on a missing,
+  truncated, corrupt, foreign or newer-format database is
+  ``JournalUnavailable`` and nothing is created or modified: an empty journal
+  would report every earlier attachment absent, and absence from a journal is
+  not proof of a clean host.
+* **Versioned format.** A ``meta`` table holds the format marker, journal id
+  and schema version; ordered migrations upgrade old journals in one
+  transaction each, and a journal from a newer format is refused, not guessed
+  at.
+"""
+
+from ._errors import JournalUnavailable, StoreClosed, StoreError, StoreLocked
+from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
+from ._schema import SCHEMA_VERSION
+from ._sqlite import Reader, Store, Txn
+
+__all__ = [
+    "NONTERMINAL_STATES",
+    "SCHEMA_VERSION",
+    "EffectRecord",
+    "JournalUnavailable",
+    "OperationRecord",
+    "Reader",
+    "ScopeRecord",
+    "Store",
+    "StoreClosed",
+    "StoreError",
+    "StoreLocked",
+    "Txn",
+]

@@ -1,0 +1,727 @@
+"""The Store: one group-committing writer thread, pooled snapshot readers."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar, cast
+
+from .._errors import AlreadyExists
+from .._requests import CleanupStatus, EffectState, OperationState
+from .._types import Hook
+from ._errors import JournalUnavailable, StoreClosed, StoreError
+from ._journal import DB_NAME, ensure_state_dir, fsync_dir, prepare
+from ._lock import WriterLock
+from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
+from ._schema import configure_reader, configure_writer, connect, migrate
+
+T = TypeVar("T")
+
+MAX_BATCH: Final = 512
+"""Most write functions committed together in one transaction."""
+
+MAX_IDLE_READERS: Final = 8
+
+_OP_COLUMNS: Final = (
+    "partition, operation_id, hook, scope, step, semantic_digest, artifact_digest, "
+    "contract_digest, generation, epoch, request_json, state, plan_json, response_json, "
+    "error_json, target_operation_id, cleanup_status, seq"
+)
+_EFFECT_COLUMNS: Final = (
+    "partition, operation_id, effect_id, position, kind, state, before_json, outputs_json, "
+    "detail, attempts"
+)
+_SCOPE_COLUMNS: Final = "partition, scope, generation, epoch, fence_operation_id"
+
+
+class Reader:
+    """Read access to one consistent snapshot; valid only inside its ``read``/``write`` call."""
+
+    def __init__(self, conn: sqlite3.Connection, state_dir: Path) -> None:
+        self._conn = conn
+        self._state_dir = state_dir
+        self._live = True
+
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        if not self._live:
+            raise StoreError("a Reader/Txn was used after its read()/write() call returned")
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.ProgrammingError as exc:
+            raise StoreError(f"journal query failed: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise JournalUnavailable(self._state_dir, f"reading the journal failed: {exc}") from exc
+
+    def scope(self, partition: str, scope: str) -> ScopeRecord | None:
+        rows = self._rows(
+            f"SELECT {_SCOPE_COLUMNS} FROM scopes WHERE partition = ? AND scope = ?",
+            (partition, scope),
+        )
+        return _scope(rows[0]) if rows else None
+
+    def operation(self, partition: str, operation_id: str) -> OperationRecord | None:
+        rows = self._rows(
+            f"SELECT {_OP_COLUMNS} FROM operations WHERE partition = ? AND operation_id = ?",
+            (partition, operation_id),
+        )
+        return self._operation(rows[0]) if rows else None
+
+    def operations(
+        self,
+        partition: str,
+        *,
+        scope: str | None = None,
+        hook: Hook | None = None,
+        states: Collection[OperationState] | None = None,
+    ) -> list[OperationRecord]:
+        """Operations of ``partition`` matching every given filter, in insertion order."""
+        where = ["partition = ?"]
+        params: list[object] = [partition]
+        if scope is not None:
+            where.append("scope = ?")
+            params.append(scope)
+        if hook is not None:
+            where.append("hook = ?")
+            params.append(Hook(hook).value)
+        if states is not None:
+            values = sorted({OperationState(s).value for s in states})
+            if not values:
+                return []
+            where.append(f"state IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+        rows = self._rows(
+            f"SELECT {_OP_COLUMNS} FROM operations WHERE {' AND '.join(where)} ORDER BY seq",
+            params,
+        )
+        return [self._operation(row) for row in rows]
+
+    def effects(self, partition: str, operation_id: str) -> list[EffectRecord]:
+        """The operation's effects in plan order (``position``)."""
+        rows = self._rows(
+            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE partition = ? AND operation_id = ? "
+            "ORDER BY position",
+            (partition, operation_id),
+        )
+        return [self._effect(row) for row in rows]
+
+    def nonterminal_operations(self, partition: str | None = None) -> list[OperationRecord]:
+        """Running, Failed and CleanupPending operations (what recovery must examine)."""
+        values = sorted(s.value for s in NONTERMINAL_STATES)
+        sql = (
+            f"SELECT {_OP_COLUMNS} FROM operations WHERE state IN ({', '.join('?' * len(values))})"
+        )
+        params: list[object] = list(values)
+        if partition is not None:
+            sql += " AND partition = ?"
+            params.append(partition)
+        return [self._operation(row) for row in self._rows(sql + " ORDER BY seq", params)]
+
+    def _operation(self, row: Any) -> OperationRecord:
+        try:
+            return OperationRecord(
+                partition=row[0],
+                operation_id=row[1],
+                hook=Hook(row[2]),
+                scope=row[3],
+                step=row[4],
+                semantic_digest=row[5],
+                artifact_digest=row[6],
+                contract_digest=row[7],
+                generation=row[8],
+                epoch=row[9],
+                request_json=row[10],
+                state=OperationState(row[11]),
+                plan_json=row[12],
+                response_json=row[13],
+                error_json=row[14],
+                target_operation_id=row[15],
+                cleanup_status=None if row[16] is None else CleanupStatus(row[16]),
+                seq=row[17],
+            )
+        except ValueError as exc:
+            raise JournalUnavailable(
+                self._state_dir, f"operation {row[0]}/{row[1]} holds an unknown value: {exc}"
+            ) from exc
+
+    def _effect(self, row: Any) -> EffectRecord:
+        try:
+            return EffectRecord(
+                partition=row[0],
+                operation_id=row[1],
+                effect_id=row[2],
+                position=row[3],
+                kind=row[4],
+                state=EffectState(row[5]),
+                before_json=row[6],
+                outputs_json=row[7],
+                detail=row[8],
+                attempts=row[9],
+            )
+        except ValueError as exc:
+            raise JournalUnavailable(
+                self._state_dir, f"effect {row[0]}/{row[1]}/{row[2]} holds an unknown value: {exc}"
+            ) from exc
+
+
+def _scope(row: Any) -> ScopeRecord:
+    return ScopeRecord(
+        partition=row[0], scope=row[1], generation=row[2], epoch=row[3], fence_operation_id=row[4]
+    )
+
+
+class Txn(Reader):
+    """A write function's view: reads see this batch's uncommitted writes."""
+
+    def __init__(self, conn: sqlite3.Connection, store: Store) -> None:
+        super().__init__(conn, store.state_dir)
+        self._store = store
+
+    def _exec(
+        self, sql: str, params: Sequence[object], *, raw_integrity: bool = False
+    ) -> sqlite3.Cursor:
+        if not self._live:
+            raise StoreError("a Txn was used after its write() call returned")
+        if self._store._abandoned:
+            raise StoreClosed(f"journal store {self._state_dir} was abandoned")
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.IntegrityError as exc:
+            if raw_integrity:
+                raise
+            raise StoreError(f"journal rejected a write: {exc}") from exc
+        except sqlite3.ProgrammingError as exc:
+            raise StoreError(f"journal write failed: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise JournalUnavailable(self._state_dir, f"writing the journal failed: {exc}") from exc
+
+    def put_scope(self, record: ScopeRecord) -> None:
+        """Insert or replace the scope's generation, epoch and fence."""
+        self._exec(
+            f"INSERT INTO scopes ({_SCOPE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (partition, scope) DO UPDATE SET generation = excluded.generation, "
+            "epoch = excluded.epoch, fence_operation_id = excluded.fence_operation_id",
+            (
+                record.partition,
+                record.scope,
+                record.generation,
+                record.epoch,
+                record.fence_operation_id,
+            ),
+        )
+
+    def insert_operation(
+        self, record: OperationRecord, effects: Sequence[EffectRecord]
+    ) -> OperationRecord:
+        """Record a new operation and its planned effects atomically; returns it with ``seq``.
+
+        Raises ``AlreadyExists`` if the (partition, operation_id) is already recorded.
+        """
+        key = (record.partition, record.operation_id)
+        ids: set[str] = set()
+        positions: set[int] = set()
+        for e in effects:
+            if (e.partition, e.operation_id) != key:
+                raise StoreError(
+                    f"effect {e.effect_id!r} belongs to {e.partition}/{e.operation_id}, "
+                    f"not {record.partition}/{record.operation_id}"
+                )
+            if e.effect_id in ids or e.position in positions:
+                raise StoreError(
+                    f"operation {record.operation_id!r}: duplicate effect id or position "
+                    f"({e.effect_id!r}, {e.position})"
+                )
+            ids.add(e.effect_id)
+            positions.add(e.position)
+        self._exec("SAVEPOINT insert_operation", ())
+        try:
+            (last,) = self._rows("SELECT value FROM meta WHERE key = 'last_seq'")[0]
+            seq = int(last) + 1
+            try:
+                self._exec(
+                    f"INSERT INTO operations ({_OP_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*key, *_operation_fields(record), seq),
+                    raw_integrity=True,
+                )
+            except sqlite3.IntegrityError as exc:
+                if exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY":
+                    raise AlreadyExists(
+                        f"operation {record.operation_id!r} is already recorded in partition "
+                        f"{record.partition!r}",
+                        details={
+                            "partition": record.partition,
+                            "operation_id": record.operation_id,
+                        },
+                    ) from exc
+                raise StoreError(f"journal rejected operation {key}: {exc}") from exc
+            self._exec("UPDATE meta SET value = ? WHERE key = 'last_seq'", (str(seq),))
+            for e in effects:
+                self._exec(
+                    f"INSERT INTO effects ({_EFFECT_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*key, e.effect_id, e.position, e.kind, *_effect_fields(e)),
+                )
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK TO insert_operation")
+                self._conn.execute("RELEASE insert_operation")
+            raise
+        self._exec("RELEASE insert_operation", ())
+        return replace(record, seq=seq)
+
+    def update_operation(self, record: OperationRecord) -> None:
+        """Store every mutable field of ``record``; its identity must match the journal."""
+        cursor = self._exec(
+            "UPDATE operations SET artifact_digest = ?, contract_digest = ?, generation = ?, "
+            "epoch = ?, request_json = ?, state = ?, plan_json = ?, response_json = ?, "
+            "error_json = ?, target_operation_id = ?, cleanup_status = ? "
+            "WHERE partition = ? AND operation_id = ? AND hook = ? AND scope = ? AND step = ? "
+            "AND semantic_digest = ?",
+            (
+                *_operation_fields(record)[4:],
+                record.partition,
+                record.operation_id,
+                Hook(record.hook).value,
+                record.scope,
+                record.step,
+                record.semantic_digest,
+            ),
+        )
+        if cursor.rowcount == 1:
+            return
+        if self.operation(record.partition, record.operation_id) is None:
+            raise StoreError(
+                f"cannot update operation {record.partition}/{record.operation_id}: not recorded"
+            )
+        raise StoreError(
+            f"cannot update operation {record.partition}/{record.operation_id}: hook, scope, "
+            "step and semantic digest are immutable"
+        )
+
+    def update_effect(self, record: EffectRecord) -> None:
+        """Store the effect's state, before-image, outputs, detail and attempts."""
+        cursor = self._exec(
+            "UPDATE effects SET state = ?, before_json = ?, outputs_json = ?, detail = ?, "
+            "attempts = ? WHERE partition = ? AND operation_id = ? AND effect_id = ? "
+            "AND position = ? AND kind = ?",
+            (
+                *_effect_fields(record),
+                record.partition,
+                record.operation_id,
+                record.effect_id,
+                record.position,
+                record.kind,
+            ),
+        )
+        if cursor.rowcount == 1:
+            return
+        name = f"{record.partition}/{record.operation_id}/{record.effect_id}"
+        if not self._rows(
+            "SELECT 1 FROM effects WHERE partition = ? AND operation_id = ? AND effect_id = ?",
+            (record.partition, record.operation_id, record.effect_id),
+        ):
+            raise StoreError(f"cannot update effect {name}: not recorded")
+        raise StoreError(f"cannot update effect {name}: position and kind are immutable")
+
+
+def _operation_fields(r: OperationRecord) -> tuple[object, ...]:
+    """Columns after (partition, operation_id) and before seq, in _OP_COLUMNS order."""
+    return (
+        Hook(r.hook).value,
+        r.scope,
+        r.step,
+        r.semantic_digest,
+        r.artifact_digest,
+        r.contract_digest,
+        r.generation,
+        r.epoch,
+        r.request_json,
+        OperationState(r.state).value,
+        r.plan_json,
+        r.response_json,
+        r.error_json,
+        r.target_operation_id,
+        None if r.cleanup_status is None else CleanupStatus(r.cleanup_status).value,
+    )
+
+
+def _effect_fields(r: EffectRecord) -> tuple[object, ...]:
+    return (EffectState(r.state).value, r.before_json, r.outputs_json, r.detail, r.attempts)
+
+
+@dataclass
+class _Request:
+    fn: Callable[[Txn], object]
+    future: Future[object]
+
+
+@dataclass
+class _Outcome:
+    request: _Request
+    ok: bool
+    value: object = None
+    error: BaseException | None = None
+
+
+class Store:
+    """The durable journal of one service. Create with ``Store.open``.
+
+    Writes are closures run by one writer thread: ``write(fn)`` returns fn's
+    result only after the transaction holding fn's changes is committed (one
+    WAL fsync under ``synchronous=FULL``). Concurrent writes are group-committed:
+    each fn runs in its own savepoint, so an exception rolls back that fn only.
+    Reads use pooled per-thread connections and never wait for the writer.
+    """
+
+    def __init__(
+        self,
+        *,
+        state_dir: Path,
+        journal_id: str,
+        lock: WriterLock,
+        conn: sqlite3.Connection,
+    ) -> None:
+        self._state_dir = state_dir
+        self._journal_id = journal_id
+        self._db = state_dir / DB_NAME
+        self._lock = lock
+        self._conn = conn
+        self._cond = threading.Condition()
+        self._queue: deque[_Request] = deque()
+        self._stopping = False
+        self._abandoned = False
+        self._failure: BaseException | None = None
+        self._commits = 0
+        self._readers_lock = threading.Lock()
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._readers_closed = False
+        self._writer = threading.Thread(target=self._run_writer, name="journal-writer", daemon=True)
+        self._writer.start()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, state_dir: Path) -> Store:
+        """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
+
+        Raises ``StoreLocked`` if another writer holds it and ``JournalUnavailable``
+        if a journal existed here but is missing, corrupt, foreign or too new.
+        """
+        state_dir = Path(state_dir).absolute()
+        ensure_state_dir(state_dir)
+        lock = WriterLock.acquire(state_dir)
+        conn: sqlite3.Connection | None = None
+        try:
+            journal_id, version = prepare(state_dir)
+            conn = connect(state_dir / DB_NAME, "rw")
+            configure_writer(conn)
+            conn.execute("SELECT count(*) FROM meta").fetchall()
+            # The -wal file exists now; make its directory entry durable before
+            # the first commit relies on it.
+            fsync_dir(state_dir)
+            migrate(conn, version)
+            return cls(state_dir=state_dir, journal_id=journal_id, lock=lock, conn=conn)
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            lock.release()
+            raise
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer, close connections, release the lock.
+
+        Idempotent. Writes submitted after ``close`` raise ``StoreClosed``.
+        """
+        if threading.current_thread() is self._writer:
+            raise StoreError("Store.close() called from inside a write function")
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._writer.join()
+
+    def abandon(self) -> None:
+        """Simulate a crash: stop without committing anything still pending.
+
+        The batch in progress is rolled back and every queued or in-flight write
+        raises ``StoreClosed`` (a write function that itself raised gets its own
+        exception). Connections are closed and the lock is released before any
+        of those callers is woken. May be called from inside a write function (a
+        crash point on the writer thread); then it returns at once and the
+        writer rolls back as soon as that function returns or raises.
+        """
+        with self._cond:
+            self._abandoned = True
+            self._stopping = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._writer:
+            self._writer.join()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    @property
+    def journal_id(self) -> str:
+        return self._journal_id
+
+    @property
+    def commits(self) -> int:
+        """COMMITs issued by the writer thread (each one WAL fsync)."""
+        with self._cond:
+            return self._commits
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the writer (a failed COMMIT), or None while healthy."""
+        with self._cond:
+            return self._failure
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(self, fn: Callable[[Reader], T]) -> T:
+        """Run ``fn`` on a consistent snapshot of the committed journal."""
+        conn = self._acquire_reader()
+        reader = Reader(conn, self._state_dir)
+        try:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.DatabaseError as exc:
+                raise JournalUnavailable(
+                    self._state_dir, f"reading the journal failed: {exc}"
+                ) from exc
+            try:
+                return fn(reader)
+            finally:
+                reader._live = False
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        finally:
+            self._release_reader(conn)
+
+    def _acquire_reader(self) -> sqlite3.Connection:
+        with self._readers_lock:
+            if self._readers_closed:
+                raise StoreClosed(f"journal store {self._state_dir} is closed")
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        try:
+            conn = connect(self._db, "rw")
+        except sqlite3.Error as exc:
+            raise JournalUnavailable(self._state_dir, f"cannot open a reader: {exc}") from exc
+        try:
+            configure_reader(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _release_reader(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if not self._readers_closed and len(self._idle_readers) < MAX_IDLE_READERS:
+                self._idle_readers.append(conn)
+                return
+        conn.close()
+
+    # -- writes ------------------------------------------------------------------------
+
+    def write(self, fn: Callable[[Txn], T]) -> T:
+        """Run ``fn`` in a write transaction; return its result once durably committed.
+
+        An exception from ``fn`` rolls back fn's changes only and is re-raised
+        here. ``fn`` runs on the writer thread: keep it short, touch only the
+        Txn, and never call ``write``/``close`` from it. If the COMMIT fails the
+        store is failed for good (``failure``) and this raises ``JournalUnavailable``.
+        """
+        if threading.current_thread() is self._writer:
+            raise StoreError("Store.write() called from inside a write function")
+        future: Future[object] = Future()
+        with self._cond:
+            if self._failure is not None:
+                raise self._failed_error()
+            if self._stopping:
+                raise StoreClosed(f"journal store {self._state_dir} is closed")
+            self._queue.append(_Request(fn, future))
+            self._cond.notify_all()
+        return cast(T, future.result())
+
+    def _wait_queued(self, count: int, timeout: float) -> bool:
+        """Test hook: wait until at least ``count`` writes wait for the writer."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._queue) >= count, timeout)
+
+    def _failed_error(self) -> JournalUnavailable:
+        error = JournalUnavailable(
+            self._state_dir, f"the journal writer failed ({self._failure}); reopen the store"
+        )
+        error.__cause__ = self._failure
+        return error
+
+    def _run_writer(self) -> None:
+        deferred: list[_Outcome] = []
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._stopping:
+                        self._cond.wait()
+                    if self._abandoned or not self._queue:
+                        break
+                    batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                try:
+                    outcomes = self._run_batch(batch)
+                except BaseException as exc:  # a bug in the store itself: fail loudly
+                    _rollback(self._conn)
+                    self._fail(exc)
+                    outcomes = [_Outcome(r, False, error=self._failed_error()) for r in batch]
+                if self._abandoned:
+                    deferred = outcomes  # woken only after the lock is released
+                    break
+                self._resolve(outcomes)
+        finally:
+            with self._cond:
+                self._stopping = True  # from now on write() refuses instead of queueing
+            try:
+                self._shutdown()
+            finally:
+                with self._cond:
+                    dropped = list(self._queue)
+                    self._queue.clear()
+                self._resolve(deferred)
+                self._resolve(
+                    [_Outcome(r, False, error=StoreClosed(self._closed_message())) for r in dropped]
+                )
+
+    def _closed_message(self) -> str:
+        how = "abandoned" if self._abandoned else "closed"
+        return f"journal store {self._state_dir} was {how} before this write was committed"
+
+    def _run_batch(self, batch: list[_Request]) -> list[_Outcome]:
+        conn = self._conn
+        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        if self._failure is not None:
+            return [_Outcome(r, False, error=self._failed_error()) for r in live]
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return [_Outcome(r, False, error=self._failed_error()) for r in live]
+        outcomes: list[_Outcome] = []
+        changes = 0
+        for index, request in enumerate(live):
+            if self._abandoned:
+                outcomes.extend(
+                    _Outcome(r, False, error=StoreClosed(self._closed_message()))
+                    for r in live[index:]
+                )
+                break
+            before = conn.total_changes
+            txn = Txn(conn, self)
+            try:
+                conn.execute("SAVEPOINT write_fn")
+                value = request.fn(txn)
+                txn._live = False
+                conn.execute("RELEASE write_fn")
+            except BaseException as exc:
+                txn._live = False
+                outcomes.append(_Outcome(request, False, error=exc))
+                if not _rollback_savepoint(conn):
+                    # SQLite aborted the whole transaction (I/O error, disk full...):
+                    # earlier functions' changes are gone too.
+                    self._fail(exc)
+                    return self._lost(outcomes, live[index + 1 :])
+                continue
+            changes += conn.total_changes - before
+            outcomes.append(_Outcome(request, True, value=value))
+        if self._abandoned or changes == 0:
+            _rollback(conn)
+            if self._abandoned:
+                return self._lost(outcomes, [], closed=True)
+            return outcomes
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            self._fail(exc)
+            return self._lost(outcomes, [])
+        with self._cond:
+            self._commits += 1
+        return outcomes
+
+    def _lost(
+        self, outcomes: list[_Outcome], not_run: list[_Request], *, closed: bool = False
+    ) -> list[_Outcome]:
+        """Turn successes into errors when their transaction did not commit."""
+
+        def error() -> BaseException:
+            return StoreClosed(self._closed_message()) if closed else self._failed_error()
+
+        result = [o if not o.ok else _Outcome(o.request, False, error=error()) for o in outcomes]
+        result.extend(_Outcome(r, False, error=error()) for r in not_run)
+        return result
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._failure is None:
+                self._failure = exc
+
+    @staticmethod
+    def _resolve(outcomes: list[_Outcome]) -> None:
+        for o in outcomes:
+            if o.request.future.done():
+                continue
+            if not o.request.future.running():
+                o.request.future.set_running_or_notify_cancel()
+            if o.ok:
+                o.request.future.set_result(o.value)
+            else:
+                assert o.error is not None
+                o.request.future.set_exception(o.error)
+
+    def _shutdown(self) -> None:
+        """Close every connection and release the lock (writer thread, on exit)."""
+        _rollback(self._conn)
+        try:
+            self._conn.close()
+        finally:
+            with self._readers_lock:
+                self._readers_closed = True
+                idle, self._idle_readers = self._idle_readers, []
+            for conn in idle:
+                conn.close()
+            self._lock.release()
+
+
+def _rollback_savepoint(conn: sqlite3.Connection) -> bool:
+    if not conn.in_transaction:
+        return False
+    try:
+        conn.execute("ROLLBACK TO write_fn")
+        conn.execute("RELEASE write_fn")
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

@@ -1,0 +1,106 @@
+"""A toy node: store + runner + toy kernel, restartable like a real service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from plugins.sdk import (
+    AllocationBinding,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
+    SandboxHandle,
+    Sharing,
+)
+from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
+from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner, SimulatedCrash
+from plugins.sdk.store import JournalUnavailable, Store
+
+from .toy import ToyKernel, toy_effects, toy_registry
+
+SANDBOX = SandboxHandle("pod-a", NamespaceHandle("/run/netns/pod-a", 4, 4026532000, "boot-1"))
+ALLOCATION = AllocationBinding("root-1", "dra.networking", "node-1", "toy0", "toy", Sharing.EXCLUSIVE)
+CONFIG = json.dumps({"value": 7, "mtu": 1500})
+
+
+def envelope(hook: Hook, op: str, scope: str, generation: int = 1, epoch: int = 1) -> OperationEnvelope:
+    return OperationEnvelope(op, hook, scope, "step-1", generation, epoch, trace_id="t")
+
+
+def prepare(op: str = "op-prepare", scope: str = "prep-1", config: str = CONFIG) -> PrepareRequest:
+    return PrepareRequest(envelope(Hook.NODE_PREPARE, op, scope), ALLOCATION, config)
+
+
+def connect(op: str = "op-connect", scope: str = "att-1", name: str = "data0", **over: Any) -> ConnectRequest:
+    fields: dict[str, Any] = {
+        "envelope": envelope(Hook.CONNECT_NETWORK, op, scope),
+        "sandbox": SANDBOX,
+        "config_json": CONFIG,
+        "interface_names": {"interface": name},
+        "allocation": ALLOCATION,
+    }
+    fields.update(over)
+    return ConnectRequest(**fields)
+
+
+def remove(op: str = "op-remove", scope: str = "att-1", generation: int = 1) -> CleanupRequest:
+    return CleanupRequest(envelope(Hook.REMOVE_NETWORK, op, scope, generation))
+
+
+def unprepare(op: str = "op-unprepare", scope: str = "prep-1") -> CleanupRequest:
+    return CleanupRequest(envelope(Hook.NODE_UNPREPARE, op, scope))
+
+
+class ToyNode:
+    """What a service process holds in memory; ``crash()`` abandons all of it."""
+
+    def __init__(self, root: Path, crash: CrashPoints | None = None) -> None:
+        self.root = root
+        self.state_dir = root / "state"
+        self.toy_path = root / "toy.json"
+        self.notes: list[str] = []
+        self.start(crash)
+
+    def start(self, crash: CrashPoints | None = None) -> None:
+        self.crash_points = crash or CrashPoints()
+        self.toy = ToyKernel(self.toy_path, self.crash_points)
+        try:
+            self.store: Store | None = Store.open(self.state_dir)
+            reason = ""
+        except JournalUnavailable as exc:
+            self.store, reason = None, str(exc)
+        self.runner = Runner(
+            self.store,
+            toy_registry().seal(),
+            toy_effects(self.toy),
+            artifact_digest="sha256:toy-artifact",
+            boot_id="boot-1",
+            crash=self.crash_points,
+            unavailable_reason=reason,
+        )
+        self.notes = self.runner.recover()
+        self.endpoint: EndpointRunner = self.runner.endpoint("toy.sock")
+
+    def crash(self) -> None:
+        """An in-process crash: drop every in-memory object without a clean shutdown."""
+        if self.store is not None:
+            self.store.abandon()
+        self.start()
+
+    def restart(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.start()
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def operations(self) -> int:
+        assert self.store is not None
+        return len(self.store.read(lambda r: r.operations("toy/v1alpha1")))
+
+
+__all__ = ["Hook", "SimulatedCrash", "ToyNode", "connect", "prepare", "remove", "unprepare"]

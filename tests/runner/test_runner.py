@@ -1,0 +1,250 @@
+"""The durable runner over a toy resource: replay, joining, fencing, cleanup, recovery."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from plugins.sdk import (
+    Aborted,
+    AlreadyExists,
+    ConfigError,
+    FailedPrecondition,
+    Unavailable,
+)
+from plugins.sdk._requests import CleanupStatus, EffectState, OperationState
+from plugins.sdk.runner import CrashPoints
+from plugins.sdk.store import StoreLocked
+
+from . import node as n
+from .node import ToyNode
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Iterator[ToyNode]:
+    node = ToyNode(tmp_path)
+    yield node
+    node.close()
+
+
+def test_full_lifecycle_returns_the_resource_to_its_initial_state(toy: ToyNode) -> None:
+    initial = toy.toy.observable()
+    prepared = toy.endpoint.node_prepare(n.prepare())
+    assert [h.type for h in prepared.prepared_state.handles] == ["ToyObject/v1"]
+    connected = toy.endpoint.connect_network(n.connect())
+    (handle,) = connected.outputs["interface"]
+    assert (handle.owner_scope, handle.attachment_id, handle.root_provenance) == ("att-1", "att-1", "root-1")
+    assert toy.toy.get("data0") is not None
+    assert toy.toy.setting("shared.state") == "up"
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    assert toy.endpoint.node_unprepare(n.unprepare()).status is CleanupStatus.CLEANED
+    assert toy.toy.observable() == initial
+
+
+def test_replay_returns_the_identical_response_without_reapplying(toy: ToyNode) -> None:
+    first = toy.endpoint.connect_network(n.connect())
+    mutations = toy.toy.mutations()
+    commits = toy.store.commits if toy.store else 0
+    again = toy.endpoint.connect_network(n.connect())
+    assert again == first
+    assert toy.toy.mutations() == mutations
+    assert toy.store is not None
+    assert toy.store.commits == commits
+
+
+def test_a_retry_with_a_new_trace_id_and_epoch_still_replays(toy: ToyNode) -> None:
+    first = toy.endpoint.connect_network(n.connect())
+    env = n.envelope(n.Hook.CONNECT_NETWORK, "op-connect", "att-1", epoch=2)
+    retry = n.connect(envelope=env.__class__(**{**env.__dict__, "trace_id": "other"}))
+    assert toy.endpoint.connect_network(retry) == first
+
+
+def test_reused_operation_id_with_different_semantics_is_rejected(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect())
+    before = toy.operations()
+    with pytest.raises(AlreadyExists, match="op-connect"):
+        toy.endpoint.connect_network(n.connect(name="other0"))
+    assert toy.operations() == before
+    assert toy.toy.get("other0") is None
+
+
+def test_stale_generation_is_refused(toy: ToyNode) -> None:
+    newer = n.envelope(n.Hook.CONNECT_NETWORK, "op-new", "att-1", generation=5)
+    toy.endpoint.connect_network(n.connect(envelope=newer))
+    stale = n.envelope(n.Hook.CONNECT_NETWORK, "op-old", "att-1", generation=4)
+    with pytest.raises(Aborted, match="generation 4 is older than accepted 5"):
+        toy.endpoint.connect_network(n.connect(envelope=stale, interface_names={"interface": "old0"}))
+    assert toy.toy.get("old0") is None
+
+
+def test_stale_epoch_is_refused(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect(envelope=n.envelope(n.Hook.CONNECT_NETWORK, "a", "att-1", epoch=3)))
+    old = n.envelope(n.Hook.CONNECT_NETWORK, "b", "att-1", epoch=2)
+    with pytest.raises(Aborted, match="epoch 2 is older than accepted 3"):
+        toy.endpoint.connect_network(n.connect(envelope=old, interface_names={"interface": "b0"}))
+
+
+def test_removal_fence_stops_a_delayed_connect(toy: ToyNode) -> None:
+    initial = toy.toy.observable()
+    response = toy.endpoint.remove_network(n.remove())
+    assert response.status is CleanupStatus.CLEANED
+    assert "no recorded ConnectNetwork" in response.detail
+    with pytest.raises(Aborted, match="was removed by op-remove"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.toy.observable() == initial
+
+
+def test_replay_after_cleanup_does_not_resurrect(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect())
+    toy.endpoint.remove_network(n.remove())
+    with pytest.raises(Aborted, match="removed"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.toy.get("data0") is None
+
+
+def test_repeated_cleanup(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect())
+    first = toy.endpoint.remove_network(n.remove())
+    assert first.status is CleanupStatus.CLEANED
+    assert toy.endpoint.remove_network(n.remove()) == first  # same id: replayed
+    again = toy.endpoint.remove_network(n.remove(op="op-remove-2"))
+    assert again.status is CleanupStatus.CLEANED
+    assert again.effects == ()
+
+
+def test_cleanup_without_the_original_response(tmp_path: Path) -> None:
+    """The connect's response was never persisted (crash), yet removal finds and undoes it."""
+    toy = ToyNode(tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/-/response.before-commit"))
+    initial = toy.toy.observable()
+    with pytest.raises(n.SimulatedCrash):
+        toy.endpoint.connect_network(n.connect())
+    toy.crash()
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    assert toy.toy.observable() == initial
+    toy.close()
+
+
+def test_interrupted_operation_is_marked_failed_and_a_retry_resumes(tmp_path: Path) -> None:
+    toy = ToyNode(tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/create-peer/kernel#1.create.after"))
+    with pytest.raises(n.SimulatedCrash):
+        toy.endpoint.connect_network(n.connect())
+    toy.crash()
+    assert any("interrupted, marked Failed" in note for note in toy.notes)
+    assert any("create-peer: probe at recovery: ours" in note for note in toy.notes)
+    inspected = toy.endpoint.inspect("op-connect", "")
+    assert inspected.state is OperationState.FAILED
+    response = toy.endpoint.connect_network(n.connect())
+    assert response.outputs["interface"][0].owner_scope == "att-1"
+    assert all(count == 1 for count in toy.toy.mutations().values())
+    toy.close()
+
+
+def test_duplicate_in_progress_request_joins(tmp_path: Path) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Gate(CrashPoints):
+        def hit(self, phase: str) -> None:
+            super().hit(phase)
+            if phase == "kernel#1.create.before" and not entered.is_set():
+                entered.set()
+                assert release.wait(30)
+
+    toy = ToyNode(tmp_path, Gate())
+    results: list[object] = []
+    first = threading.Thread(target=lambda: results.append(toy.endpoint.connect_network(n.connect())))
+    first.start()
+    assert entered.wait(30)
+    second = threading.Thread(target=lambda: results.append(toy.endpoint.connect_network(n.connect())))
+    second.start()
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert len(results) == 2
+    assert results[0] == results[1]
+    assert toy.toy.mutations()["object:data0"] == 1
+    toy.close()
+
+
+def test_foreign_object_with_the_expected_name_is_never_touched(toy: ToyNode) -> None:
+    toy.toy.create("data0", "someone-else", 99)
+    foreign = toy.toy.get("data0")
+    with pytest.raises(FailedPrecondition, match="not ours"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    assert toy.toy.get("data0") == foreign
+
+
+def test_external_change_is_quarantined_not_overwritten(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect())
+    toy.toy.set_setting("data0.mtu", 9000)  # an administrator changed what we set
+    response = toy.endpoint.remove_network(n.remove())
+    assert response.status is CleanupStatus.QUARANTINED
+    assert toy.toy.setting("data0.mtu") == 9000
+    states = {e.effect_id: e.state for e in response.effects}
+    assert states["set-mtu"] is EffectState.QUARANTINED
+    assert states["create-object"] is EffectState.UNDONE
+    inspected = toy.endpoint.inspect("op-remove", "")
+    assert inspected.cleanup is CleanupStatus.QUARANTINED
+
+
+def test_inspect_is_read_only(toy: ToyNode) -> None:
+    toy.endpoint.connect_network(n.connect())
+    assert toy.store is not None
+    commits, state = toy.store.commits, toy.toy.state()
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.found
+    assert seen.state is OperationState.SUCCEEDED
+    assert [e.state for e in seen.effects] == [EffectState.APPLIED] * 5
+    assert not toy.endpoint.inspect("nope", "").found
+    assert toy.store.commits == commits
+    assert toy.toy.state() == state
+
+
+def test_invalid_config_writes_nothing(toy: ToyNode) -> None:
+    with pytest.raises(ConfigError) as info:
+        toy.endpoint.connect_network(n.connect(config_json='{"value": 1, "mtu": 1}'))
+    assert (info.value.path, info.value.rule) == ("$.mtu", "range")
+    assert toy.operations() == 0
+    assert toy.toy.mutations() == {}
+
+
+def test_unprepare_waits_for_attachment_cleanup(toy: ToyNode) -> None:
+    toy.endpoint.node_prepare(n.prepare())
+    toy.endpoint.connect_network(n.connect())
+    with pytest.raises(FailedPrecondition, match="attachment att-1"):
+        toy.endpoint.node_unprepare(n.unprepare())
+    toy.endpoint.remove_network(n.remove())
+    assert toy.endpoint.node_unprepare(n.unprepare(op="op-unprepare-2")).status is CleanupStatus.CLEANED
+
+
+def test_a_second_writer_is_refused(toy: ToyNode) -> None:
+    with pytest.raises(StoreLocked, match="writer"):
+        ToyNode(toy.root)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "delete"])
+def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(tmp_path: Path, damage: str) -> None:
+    toy = ToyNode(tmp_path)
+    toy.endpoint.connect_network(n.connect())
+    toy.close()
+    db = toy.state_dir / "journal.db"
+    for sidecar in (db.with_name("journal.db-wal"), db.with_name("journal.db-shm")):
+        sidecar.unlink(missing_ok=True)
+    if damage == "truncate":
+        with db.open("r+b") as f:
+            f.truncate(100)
+    elif damage == "garble":
+        with db.open("r+b") as f:
+            f.write(b"garbage-garbage!")
+    else:
+        db.unlink()
+    before = sorted(p.name for p in toy.state_dir.iterdir())
+    toy.start()
+    assert not toy.endpoint.info().ready
+    with pytest.raises(Unavailable, match="journal unavailable"):
+        toy.endpoint.remove_network(n.remove())
+    assert sorted(p.name for p in toy.state_dir.iterdir()) == before
+    assert toy.toy.get("data0") is not None  # nothing claimed absent, nothing touched
