@@ -88,7 +88,9 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
             raise fail(errno.EADDRINUSE, f"{mac} is in use on {lower.name}")
     if link.kind == "bond":
         _bond_set_mac(state, link, mac)
-    set_mac_raw(state, link, mac, "set")  # dev_set_mac_address: addr_assign_type = NET_ADDR_SET
+    # dev_set_mac_address sets NET_ADDR_SET; the model tracks the type only where it
+    # changes behavior (bonds, vlans), so a device's stays "perm" and snapshots stay clean.
+    set_mac_raw(state, link, mac, "perm" if link.kind == "device" else "set")
 
 
 def _bond_set_mac(state: State, bond: LinkState, mac: str) -> None:

@@ -58,6 +58,7 @@ class ToyNode:
 
     def __init__(self, root: Path, crash: CrashPoints | None = None) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.state_dir = root / "state"
         self.toy_path = root / "toy.json"
         self.notes: list[str] = []

@@ -164,7 +164,7 @@ def test_duplicate_in_progress_request_joins(tmp_path: Path) -> None:
     second.join(30)
     assert len(results) == 2
     assert results[0] == results[1]
-    assert toy.toy.mutations()["object:data0"] == 1
+    assert toy.toy.mutations()["create:object:data0"] == 1
     toy.close()
 
 

@@ -73,7 +73,8 @@ class ToyKernel:
         self.crash.hit(f"{phase}.before")
         state = self.state()
         fn(state)
-        state["mutations"][key] = state["mutations"].get(key, 0) + 1
+        counter = f"{call}:{key}"
+        state["mutations"][counter] = state["mutations"].get(counter, 0) + 1
         self._save(state)
         self.crash.hit(f"{phase}.after")
 

@@ -153,7 +153,12 @@ class Runner:
         assert self._store is not None
         notes = []
         records = self._store.read(lambda r: r.effects(op.partition, op.operation_id))
-        plan = Plan.from_json(json.loads(op.plan_json)) if op.plan_json else None
+        creates = (Hook.NODE_PREPARE, Hook.CONNECT_NETWORK)
+        plan = (
+            Plan.from_json(json.loads(op.plan_json))
+            if op.plan_json and op.hook in creates
+            else None
+        )
         outputs = _recorded_outputs(records)
         for rec in records:
             if rec.state not in (EffectState.APPLYING, EffectState.UNDOING) or plan is None:
@@ -590,7 +595,7 @@ class Runner:
         for op in reversed(targets):
             if op.state is OperationState.CLEANED:
                 continue
-            op_status, effect_statuses = self._undo_operation(op)
+            op_status, effect_statuses = self._undo_operation(cleanup_op, op)
             statuses.extend(effect_statuses)
             overall = _worse(overall, op_status)
         detail = (
@@ -616,15 +621,21 @@ class Runner:
                     f"{reg.name}: attachment {op.scope} of root {root} is not cleaned up yet"
                 )
 
-    def _undo_operation(self, op: OperationRecord) -> tuple[CleanupStatus, list[EffectStatus]]:
+    def _undo_operation(
+        self, cleanup_op: OperationRecord, op: OperationRecord
+    ) -> tuple[CleanupStatus, list[EffectStatus]]:
         store = self._require_store()
         records = store.read(lambda r: r.effects(op.partition, op.operation_id))
         plan = Plan.from_json(json.loads(op.plan_json or "{}"))
         outputs = _recorded_outputs(records)
+        if op.state is not OperationState.CLEANUP_PENDING:
+            # Visible to InspectOperation (and recovery) until every effect is undone.
+            op = dataclasses.replace(op, state=OperationState.CLEANUP_PENDING)
+            self._commit(f"pending:{op.operation_id}", lambda t, o=op: t.update_operation(o))  # type: ignore[misc]
         status = CleanupStatus.CLEANED
         result: list[EffectStatus] = []
         for rec in reversed(records):
-            after, outcome = self._undo_effect(op, plan, rec, outputs)
+            after, outcome = self._undo_effect(cleanup_op, op, plan, rec, outputs)
             status = _worse(status, outcome)
             result.append(EffectStatus(after.effect_id, after.kind, after.state, after.detail))
         result.reverse()
@@ -634,11 +645,12 @@ class Runner:
             CleanupStatus.QUARANTINED: OperationState.QUARANTINED,
         }[status]
         updated = dataclasses.replace(op, state=final, cleanup_status=status)
-        self._commit("target", lambda t: t.update_operation(updated))
+        self._commit(f"target:{op.operation_id}", lambda t: t.update_operation(updated))
         return status, result
 
     def _undo_effect(
         self,
+        cleanup_op: OperationRecord,
         op: OperationRecord,
         plan: Plan,
         rec: EffectRecord,
@@ -651,7 +663,9 @@ class Runner:
         if rec.state in (EffectState.PLANNED, EffectState.CAPTURED):
             # Applying is made durable before any mutation, so nothing was applied.
             done = dataclasses.replace(rec, state=EffectState.UNDONE, detail="never applied")
-            with self._crash.scope(op.hook.value, op.operation_id, rec.effect_id):
+            with self._crash.scope(
+                cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
+            ):
                 self._commit("undone", lambda t: t.update_effect(done))
             return done, CleanupStatus.CLEANED
         executor = self._effects.get(rec.kind)
@@ -662,7 +676,9 @@ class Runner:
             self._require_store().write(lambda t: t.update_effect(q))
             return q, CleanupStatus.QUARANTINED
         ctx = _context(op, plan, rec.effect_id, outputs)
-        with self._crash.scope(op.hook.value, op.operation_id, rec.effect_id):
+        with self._crash.scope(
+            cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
+        ):
             if rec.state is not EffectState.UNDOING:
                 rec = dataclasses.replace(rec, state=EffectState.UNDOING)
                 self._commit("undoing", lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]

@@ -1,0 +1,100 @@
+"""A normalized, JSON-ready picture of the whole model, and readable differences.
+
+Allocation counters are left out on purpose: a scenario that creates and deletes a
+link leaves an equal snapshot, which is what "nothing leaked" means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._state import LinkState, State
+
+
+def snapshot(state: State) -> dict[str, Any]:
+    return {
+        "boot_id": state.boot_id,
+        "live_rename": state.live_rename,
+        "namespaces": [
+            {"path": ns.ref.path, "name": ns.name, "device": ns.ref.device, "inode": ns.ref.inode}
+            for _, ns in sorted(state.namespaces.items())
+        ],
+        "links": [_link(state, lk) for _, lk in sorted(state.links.items())],
+        "pfs": [
+            {
+                "pci": pf.pci,
+                "capabilities": sorted(pf.capabilities),
+                "vfs": [{"vf_index": i, **vars(vf)} for i, vf in enumerate(pf.vfs)],
+            }
+            for _, pf in sorted(state.pfs.items())
+        ],
+    }
+
+
+def _link(state: State, lk: LinkState) -> dict[str, Any]:
+    out = {k: v for k, v in vars(lk).items() if k not in ("ns", "bond", "saved", "vf_of")}
+    out["ns"] = state.path_of(lk.ns)
+    out["vf_of"] = list(lk.vf_of) if lk.vf_of else None
+    out["bond"] = None if lk.bond is None else dict(vars(lk.bond), slaves=list(lk.bond.slaves))
+    out["saved"] = None if lk.saved is None else vars(lk.saved).copy()
+    return dict(sorted(out.items()))
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two snapshots; empty when they are equal."""
+    out: list[str] = []
+    for key in ("boot_id", "live_rename"):
+        if before.get(key) != after.get(key):
+            out.append(f"~ {key}: {before.get(key)!r} -> {after.get(key)!r}")
+    out += _keyed(
+        before.get("namespaces", []),
+        after.get("namespaces", []),
+        key=lambda n: n["path"],
+        label=lambda n: f"namespace {n['path']}",
+    )
+    out += _keyed(
+        before.get("links", []),
+        after.get("links", []),
+        key=lambda lk: lk["ifindex"],
+        label=lambda lk: f"link {lk['ifindex']} {lk['name']!r} ({lk['kind']}) in {lk['ns']}",
+    )
+    pfs_b = {pf["pci"]: pf for pf in before.get("pfs", [])}
+    pfs_a = {pf["pci"]: pf for pf in after.get("pfs", [])}
+    out += _keyed(
+        [dict(pf, vfs=None) for pf in pfs_b.values()],
+        [dict(pf, vfs=None) for pf in pfs_a.values()],
+        key=lambda pf: pf["pci"],
+        label=lambda pf: f"pf {pf['pci']}",
+    )
+    for pci in sorted(pfs_b.keys() & pfs_a.keys()):
+        out += _keyed(
+            pfs_b[pci]["vfs"],
+            pfs_a[pci]["vfs"],
+            key=lambda vf: vf["vf_index"],
+            label=lambda vf, pci=pci: f"vf {pci}#{vf['vf_index']}",
+        )
+    return out
+
+
+def _keyed(
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    *,
+    key: Callable[[dict[str, Any]], Any],
+    label: Callable[[dict[str, Any]], str],
+) -> list[str]:
+    b = {key(item): item for item in before}
+    a = {key(item): item for item in after}
+    out: list[str] = []
+    for k in sorted(b.keys() | a.keys()):  # keys of one kind: all ints or all strs
+        if k not in a:
+            out.append(f"- {label(b[k])}")
+        elif k not in b:
+            out.append(f"+ {label(a[k])}")
+        else:
+            for field in sorted(b[k].keys() | a[k].keys()):
+                old, new = b[k].get(field), a[k].get(field)
+                if old != new:
+                    out.append(f"~ {label(b[k])}: {field}: {old!r} -> {new!r}")
+    return out

@@ -1,0 +1,114 @@
+"""The VF table a PF driver keeps (IFLA_VFINFO_LIST) and do_setvfinfo's rules.
+
+Which settings a NIC supports is a per-PF capability set: a missing capability is
+a missing ndo_set_vf_* callback, so rtnetlink answers -EOPNOTSUPP before the driver
+looks at the VF index. Range checks are the drivers' (ixgbe, i40e, ice, mlx5 agree).
+"""
+
+from __future__ import annotations
+
+import errno
+
+from plugins.kernel import VFChanges, VFConfig
+
+from ._checks import ZERO_MAC, is_multicast, parse_mac
+from ._dev import set_mac_raw
+from ._state import LinkState, PfState, State, VfState, fail
+
+CAPABILITIES = frozenset({"link_state", "trust", "spoofchk", "rate", "vlan_proto_8021ad"})
+LINK_STATES = ("auto", "enable", "disable")
+
+
+def get_vfs(state: State, pf: LinkState) -> list[VFConfig]:
+    table = state.pfs.get(pf.pci_address or "")
+    if table is None:
+        return []  # a netdev without VFs reports no IFLA_VFINFO_LIST
+    caps = table.capabilities
+    return [
+        VFConfig(
+            vf_index=i,
+            mac=vf.mac,
+            vlan=vf.vlan,
+            qos=vf.qos,
+            vlan_proto=vf.vlan_proto,
+            spoofchk=vf.spoofchk if "spoofchk" in caps else None,
+            trust=vf.trust if "trust" in caps else None,
+            min_tx_rate=vf.min_tx_rate if "rate" in caps else None,
+            max_tx_rate=vf.max_tx_rate if "rate" in caps else None,
+            link_state=vf.link_state if "link_state" in caps else None,
+        )
+        for i, vf in enumerate(table.vfs)
+    ]
+
+
+def set_vf(state: State, pf: LinkState, index: int, changes: VFChanges) -> None:
+    """do_setvfinfo: MAC, VLAN, rate, spoofchk, link state, trust, in that order; each
+    attribute is applied on its own, so an error leaves the earlier ones applied."""
+    table = state.pfs.get(pf.pci_address or "")
+    if table is None:
+        raise fail(errno.EOPNOTSUPP, f"{pf.name} is not an SR-IOV PF (no ndo_set_vf_*)")
+    if changes.mac is not None:
+        vf = _vf(table, index)
+        mac = parse_mac(changes.mac)
+        if is_multicast(mac):
+            raise fail(errno.EINVAL, f"VF MAC {mac} is multicast")
+        vf.mac = mac
+        netdev = _vf_netdev(state, table.pci, index)
+        if netdev is not None and mac != ZERO_MAC:
+            set_mac_raw(state, netdev, mac, netdev.mac_assign)  # the VF driver takes it on reset
+    if changes.vlan is not None or changes.qos is not None or changes.vlan_proto is not None:
+        _set_vlan(table, index, changes)
+    if changes.min_tx_rate is not None or changes.max_tx_rate is not None:
+        _require(table, "rate")
+        vf = _vf(table, index)
+        lo = vf.min_tx_rate if changes.min_tx_rate is None else changes.min_tx_rate
+        hi = vf.max_tx_rate if changes.max_tx_rate is None else changes.max_tx_rate
+        if lo < 0 or hi < 0 or (hi != 0 and lo > hi):
+            raise fail(errno.EINVAL, f"tx rate min {lo} / max {hi}")
+        vf.min_tx_rate, vf.max_tx_rate = lo, hi
+    if changes.spoofchk is not None:
+        _require(table, "spoofchk")
+        _vf(table, index).spoofchk = changes.spoofchk
+    if changes.link_state is not None:
+        _require(table, "link_state")
+        vf = _vf(table, index)
+        if changes.link_state not in LINK_STATES:
+            raise fail(errno.EINVAL, f"VF link state {changes.link_state!r}")
+        vf.link_state = changes.link_state
+    if changes.trust is not None:
+        _require(table, "trust")
+        _vf(table, index).trust = changes.trust
+
+
+def _set_vlan(table: PfState, index: int, changes: VFChanges) -> None:
+    """IFLA_VF_VLAN_LIST carries vlan, qos and protocol together; what the change leaves
+    out keeps its current value."""
+    proto = changes.vlan_proto
+    if proto is not None and proto not in ("802.1Q", "802.1ad"):
+        raise fail(errno.EPROTONOSUPPORT, f"VF vlan protocol {proto!r}")  # do_setvfinfo
+    vf = _vf(table, index)
+    vlan = vf.vlan if changes.vlan is None else changes.vlan
+    qos = vf.qos if changes.qos is None else changes.qos
+    proto = proto or vf.vlan_proto
+    if not 0 <= vlan <= 4095 or not 0 <= qos <= 7:
+        raise fail(errno.EINVAL, f"VF vlan {vlan} qos {qos}")
+    if qos and not vlan:
+        raise fail(errno.EINVAL, "VF qos needs a vlan")
+    if proto == "802.1ad" and "vlan_proto_8021ad" not in table.capabilities:
+        raise fail(errno.EPROTONOSUPPORT, "this NIC only tags VFs with 802.1Q")
+    vf.vlan, vf.qos, vf.vlan_proto = vlan, qos, proto
+
+
+def _require(table: PfState, capability: str) -> None:
+    if capability not in table.capabilities:
+        raise fail(errno.EOPNOTSUPP, f"this NIC has no VF {capability} control")
+
+
+def _vf(table: PfState, index: int) -> VfState:
+    if not 0 <= index < len(table.vfs):
+        raise fail(errno.EINVAL, f"VF {index} out of range (0..{len(table.vfs) - 1})")
+    return table.vfs[index]
+
+
+def _vf_netdev(state: State, pf_pci: str, index: int) -> LinkState | None:
+    return next((lk for lk in state.links.values() if lk.vf_of == (pf_pci, index)), None)

@@ -1,0 +1,259 @@
+"""FakeKernelModel: a deterministic in-memory Linux networking stack behind ``Kernel``.
+
+The rules live in the private modules next to this one (``_links``, ``_dev``,
+``_bonding``, ``_vfs``); this class resolves namespaces and ifindexes, calls them,
+and converts internal state to the ``Link`` values a netlink dump would show.
+Admin methods (namespaces, devices, PFs, snapshots) stand in for what the node
+and its hardware provide outside the kernel interface.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable
+from typing import Any
+
+from plugins.kernel import BondInfo, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from plugins.sdk import NamespaceHandle
+
+from . import _links, _vfs
+from ._checks import claim_name, name_policy, parse_mac
+from ._snapshot import diff, snapshot
+from ._state import LinkState, Namespace, PfState, State, VfState, fail
+
+__all__ = ["DEFAULT_BOOT_ID", "FakeKernelModel", "diff"]
+
+DEFAULT_BOOT_ID = "00000000-0000-4000-8000-000000000001"
+NETNS_DIR = "/run/netns"
+
+
+class FakeKernelModel:
+    """Implements the ``Kernel`` protocol in memory; not thread-safe (the server locks)."""
+
+    def __init__(
+        self,
+        boot_id: str = DEFAULT_BOOT_ID,
+        *,
+        host_path: str = "/proc/1/ns/net",
+        live_rename: bool = False,
+    ) -> None:
+        self._s = State(boot_id=boot_id, host_path=host_path, live_rename=live_rename)
+        self._s.new_namespace("", host_path)
+
+    # -- Kernel: namespaces ----------------------------------------------------------------
+
+    def boot_id(self) -> str:
+        return self._s.boot_id
+
+    def host_namespace(self) -> NsRef:
+        return self._s.host.ref
+
+    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
+        ns = next((n for n in self._s.namespaces.values() if n.ref.path == handle.path), None)
+        if ns is None:
+            raise fail(errno.ENOENT, f"{handle.path} does not exist")
+        if (handle.device, handle.inode, handle.boot_id) != ns.ref.key:
+            raise fail(errno.ESTALE, f"{handle.path} now names a different namespace")
+        return ns.ref
+
+    # -- Kernel: links ---------------------------------------------------------------------
+
+    def list_links(self, ns: NsRef) -> list[Link]:
+        inode = self._ns(ns).ref.inode
+        return [self._view(lk) for lk in self._sorted(self._s.links.values()) if lk.ns == inode]
+
+    def get_link(
+        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
+    ) -> Link | None:
+        if (name is None) == (ifindex is None):
+            raise fail(errno.EINVAL, "get_link needs exactly one of name and ifindex")
+        inode = self._ns(ns).ref.inode
+        if name is not None:
+            link = self._s.by_name(inode, name)
+        else:
+            link = self._s.in_ns(inode, ifindex or 0)
+        return None if link is None else self._view(link)
+
+    def find_device(self, pci_address: str) -> Link | None:
+        pci = pci_address.lower()
+        link = next((lk for lk in self._s.links.values() if lk.pci_address == pci), None)
+        return None if link is None else self._view(link)
+
+    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
+        return self._view(_links.newlink(self._s, self._ns(ns), spec))
+
+    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
+        link = self._s.require(self._ns(ns).ref.inode, ifindex)
+        _links.setlink(self._s, link, changes)
+        return self._view(link)
+
+    def move_link(
+        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+    ) -> Link:
+        link = self._s.require(self._ns(ns).ref.inode, ifindex)
+        _links.move(self._s, link, self._ns(target), new_name)
+        return self._view(link)
+
+    def delete_link(self, ns: NsRef, ifindex: int) -> None:
+        link = self._s.require(self._ns(ns).ref.inode, ifindex)
+        if link.kind == "device":
+            raise fail(errno.EOPNOTSUPP, f"{link.name} is a device; it has no dellink")
+        _links.unregister(self._s, [link])
+
+    # -- Kernel: VFs -----------------------------------------------------------------------
+
+    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
+        return _vfs.get_vfs(self._s, self._s.require(self._ns(ns).ref.inode, pf_ifindex))
+
+    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
+        pf = self._s.require(self._ns(ns).ref.inode, pf_ifindex)
+        _vfs.set_vf(self._s, pf, vf_index, changes)
+
+    # -- admin: namespaces -----------------------------------------------------------------
+
+    def add_namespace(self, name: str) -> NsRef:
+        """``ip netns add NAME``: a new namespace mounted at /run/netns/NAME."""
+        if not name or "/" in name or name in (".", ".."):
+            raise fail(errno.EINVAL, f"invalid namespace name {name!r}")
+        path = f"{NETNS_DIR}/{name}"
+        if any(n.ref.path == path for n in self._s.namespaces.values()):
+            raise fail(errno.EEXIST, f"namespace {name!r} already exists")
+        return self._s.new_namespace(name, path).ref
+
+    def delete_namespace(self, name: str) -> None:
+        """``ip netns del NAME`` with the last reference gone: devices go home, the rest dies."""
+        ns = self._named(name)
+        _links.destroy_namespace(self._s, ns)
+
+    def namespace(self, name: str) -> NsRef:
+        return self._named(name).ref
+
+    def namespaces(self) -> list[NsRef]:
+        """Every live namespace, the host first (creation order)."""
+        return [ns.ref for _, ns in sorted(self._s.namespaces.items())]
+
+    # -- admin: hardware -------------------------------------------------------------------
+
+    def add_device(
+        self,
+        name: str,
+        *,
+        pci_address: str,
+        mac: str,
+        mtu: int = 1500,
+        min_mtu: int = 68,
+        max_mtu: int = 9702,
+        ns: NsRef | None = None,
+        vf_of: tuple[str, int] | None = None,
+    ) -> Link:
+        """A PCI netdev appearing (driver probe): kind "device" with a permanent address."""
+        inode = self._ns(ns or self.host_namespace()).ref.inode
+        name_policy(name)
+        mac = parse_mac(mac)
+        pci = pci_address.lower()
+        if any(lk.pci_address == pci for lk in self._s.links.values()):
+            raise fail(errno.EEXIST, f"PCI function {pci} already has a netdev")
+        if not min_mtu <= mtu <= max_mtu:
+            raise fail(errno.EINVAL, f"mtu {mtu} outside {min_mtu}..{max_mtu}")
+        link = LinkState(
+            ifindex=0,
+            name=claim_name(self._s, inode, name),
+            kind="device",
+            ns=inode,
+            mac=mac,
+            mac_assign="perm",
+            mtu=mtu,
+            min_mtu=min_mtu,
+            max_mtu=max_mtu,
+            perm_mac=mac,
+            pci_address=pci,
+            vf_of=vf_of,
+        )
+        link.ifindex = self._s.new_ifindex()
+        self._s.links[link.ifindex] = link
+        return self._view(link)
+
+    def add_pf(
+        self,
+        name: str,
+        *,
+        pci_address: str,
+        mac: str,
+        capabilities: Iterable[str],
+        vfs: list[tuple[str, str, str]],
+        mtu: int = 1500,
+        max_mtu: int = 9702,
+        vf_mtu: int = 1500,
+        vf_max_mtu: int = 9702,
+    ) -> Link:
+        """A PF with ``sriov_numvfs`` VFs; ``vfs`` is (netdev name, PCI address, MAC) per VF."""
+        caps = frozenset(capabilities)
+        unknown = caps - _vfs.CAPABILITIES
+        if unknown:
+            raise fail(errno.EINVAL, f"unknown VF capabilities {sorted(unknown)}")
+        pf = self.add_device(name, pci_address=pci_address, mac=mac, mtu=mtu, max_mtu=max_mtu)
+        pci = pf.pci_address or ""
+        self._s.pfs[pci] = PfState(pci, caps, [VfState() for _ in vfs])
+        for index, (vf_name, vf_pci, vf_mac) in enumerate(vfs):
+            self.add_device(
+                vf_name,
+                pci_address=vf_pci,
+                mac=vf_mac,
+                mtu=vf_mtu,
+                max_mtu=vf_max_mtu,
+                vf_of=(pci, index),
+            )
+        return pf
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole state, normalized and JSON-serializable (see ``diff``)."""
+        return snapshot(self._s)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _ns(self, ref: NsRef) -> Namespace:
+        return self._s.namespace(ref)
+
+    def _named(self, name: str) -> Namespace:
+        ns = next((n for n in self._s.namespaces.values() if n.name == name and name), None)
+        if ns is None:
+            raise fail(errno.ENOENT, f"no namespace named {name!r}")
+        return ns
+
+    @staticmethod
+    def _sorted(links: Iterable[LinkState]) -> list[LinkState]:
+        return sorted(links, key=lambda lk: lk.ifindex)
+
+    def _view(self, lk: LinkState) -> Link:
+        s = self._s
+        parent = s.links.get(lk.parent) if lk.parent is not None else None
+        mode = lk.mode
+        if lk.kind == "ipvlan" and parent is not None:
+            mode = parent.ipvlan_port_mode  # IFLA_IPVLAN_MODE reports the port's mode
+        bond = None
+        if lk.bond is not None:
+            b = lk.bond
+            bond = BondInfo(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms, b.active)
+        return Link(
+            ifindex=lk.ifindex,
+            name=lk.name,
+            kind=lk.kind,
+            ns=s.namespaces[lk.ns].ref,
+            mac=lk.mac,
+            mtu=lk.mtu,
+            up=lk.up,
+            min_mtu=lk.min_mtu,
+            max_mtu=lk.max_mtu,
+            master=lk.master,
+            parent=lk.parent,
+            parent_ns=None if parent is None or parent.ns == lk.ns else s.namespaces[parent.ns].ref,
+            alias=lk.alias,
+            perm_mac=lk.perm_mac,
+            pci_address=lk.pci_address,
+            vf_of=lk.vf_of,
+            bond=bond,
+            vlan_id=lk.vlan_id,
+            vlan_protocol=lk.vlan_protocol,
+            mode=mode,
+            peer=lk.peer,
+        )
