@@ -55,7 +55,9 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         return value
     if origin is list:
         (item,) = get_args(tp)
-        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(_expect(list, value, where))]
+        return [
+            _decode(item, v, f"{where}[{i}]") for i, v in enumerate(_expect(list, value, where))
+        ]
     if origin is tuple:
         return _decode_tuple(get_args(tp), _expect(list, value, where), where)
     if origin is dict:

@@ -21,11 +21,15 @@ from plugins.sdk.store import JournalUnavailable, Store
 from .toy import ToyKernel, toy_effects, toy_registry
 
 SANDBOX = SandboxHandle("pod-a", NamespaceHandle("/run/netns/pod-a", 4, 4026532000, "boot-1"))
-ALLOCATION = AllocationBinding("root-1", "dra.networking", "node-1", "toy0", "toy", Sharing.EXCLUSIVE)
+ALLOCATION = AllocationBinding(
+    "root-1", "dra.networking", "node-1", "toy0", "toy", Sharing.EXCLUSIVE
+)
 CONFIG = json.dumps({"value": 7, "mtu": 1500})
 
 
-def envelope(hook: Hook, op: str, scope: str, generation: int = 1, epoch: int = 1) -> OperationEnvelope:
+def envelope(
+    hook: Hook, op: str, scope: str, generation: int = 1, epoch: int = 1
+) -> OperationEnvelope:
     return OperationEnvelope(op, hook, scope, "step-1", generation, epoch, trace_id="t")
 
 
@@ -33,7 +37,9 @@ def prepare(op: str = "op-prepare", scope: str = "prep-1", config: str = CONFIG)
     return PrepareRequest(envelope(Hook.NODE_PREPARE, op, scope), ALLOCATION, config)
 
 
-def connect(op: str = "op-connect", scope: str = "att-1", name: str = "data0", **over: Any) -> ConnectRequest:
+def connect(
+    op: str = "op-connect", scope: str = "att-1", name: str = "data0", **over: Any
+) -> ConnectRequest:
     fields: dict[str, Any] = {
         "envelope": envelope(Hook.CONNECT_NETWORK, op, scope),
         "sandbox": SANDBOX,

@@ -43,7 +43,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
 def test_the_run_reaches_every_kind_of_boundary(recorded: Recorded) -> None:
     points = recorded[0]
     phases = {p.rsplit("/", 1)[1] for p in points}
-    for phase in ("intent", "captured", "applying", "applied", "response", "fence", "undoing", "undone", "cleanup"):
+    for phase in (
+        "intent",
+        "captured",
+        "applying",
+        "applied",
+        "response",
+        "fence",
+        "undoing",
+        "undone",
+        "cleanup",
+    ):
         assert {f"{phase}.before-commit", f"{phase}.after-commit"} <= phases, phase
     assert any(".before" in p and "kernel#" in p for p in points)
     assert len(points) == len(set(points)), "crash point names must be unique within a run"

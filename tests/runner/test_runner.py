@@ -36,7 +36,11 @@ def test_full_lifecycle_returns_the_resource_to_its_initial_state(toy: ToyNode) 
     assert [h.type for h in prepared.prepared_state.handles] == ["ToyObject/v1"]
     connected = toy.endpoint.connect_network(n.connect())
     (handle,) = connected.outputs["interface"]
-    assert (handle.owner_scope, handle.attachment_id, handle.root_provenance) == ("att-1", "att-1", "root-1")
+    assert (handle.owner_scope, handle.attachment_id, handle.root_provenance) == (
+        "att-1",
+        "att-1",
+        "root-1",
+    )
     assert toy.toy.get("data0") is not None
     assert toy.toy.setting("shared.state") == "up"
     assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
@@ -76,12 +80,16 @@ def test_stale_generation_is_refused(toy: ToyNode) -> None:
     toy.endpoint.connect_network(n.connect(envelope=newer))
     stale = n.envelope(n.Hook.CONNECT_NETWORK, "op-old", "att-1", generation=4)
     with pytest.raises(Aborted, match="generation 4 is older than accepted 5"):
-        toy.endpoint.connect_network(n.connect(envelope=stale, interface_names={"interface": "old0"}))
+        toy.endpoint.connect_network(
+            n.connect(envelope=stale, interface_names={"interface": "old0"})
+        )
     assert toy.toy.get("old0") is None
 
 
 def test_stale_epoch_is_refused(toy: ToyNode) -> None:
-    toy.endpoint.connect_network(n.connect(envelope=n.envelope(n.Hook.CONNECT_NETWORK, "a", "att-1", epoch=3)))
+    toy.endpoint.connect_network(
+        n.connect(envelope=n.envelope(n.Hook.CONNECT_NETWORK, "a", "att-1", epoch=3))
+    )
     old = n.envelope(n.Hook.CONNECT_NETWORK, "b", "att-1", epoch=2)
     with pytest.raises(Aborted, match="epoch 2 is older than accepted 3"):
         toy.endpoint.connect_network(n.connect(envelope=old, interface_names={"interface": "b0"}))
@@ -128,7 +136,9 @@ def test_cleanup_without_the_original_response(tmp_path: Path) -> None:
 
 
 def test_interrupted_operation_is_marked_failed_and_a_retry_resumes(tmp_path: Path) -> None:
-    toy = ToyNode(tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/create-peer/kernel#1.create.after"))
+    toy = ToyNode(
+        tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/create-peer/kernel#1.create.after")
+    )
     with pytest.raises(n.SimulatedCrash):
         toy.endpoint.connect_network(n.connect())
     toy.crash()
@@ -154,10 +164,14 @@ def test_duplicate_in_progress_request_joins(tmp_path: Path) -> None:
 
     toy = ToyNode(tmp_path, Gate())
     results: list[object] = []
-    first = threading.Thread(target=lambda: results.append(toy.endpoint.connect_network(n.connect())))
+    first = threading.Thread(
+        target=lambda: results.append(toy.endpoint.connect_network(n.connect()))
+    )
     first.start()
     assert entered.wait(30)
-    second = threading.Thread(target=lambda: results.append(toy.endpoint.connect_network(n.connect())))
+    second = threading.Thread(
+        target=lambda: results.append(toy.endpoint.connect_network(n.connect()))
+    )
     second.start()
     release.set()
     first.join(30)
@@ -217,7 +231,10 @@ def test_unprepare_waits_for_attachment_cleanup(toy: ToyNode) -> None:
     with pytest.raises(FailedPrecondition, match="attachment att-1"):
         toy.endpoint.node_unprepare(n.unprepare())
     toy.endpoint.remove_network(n.remove())
-    assert toy.endpoint.node_unprepare(n.unprepare(op="op-unprepare-2")).status is CleanupStatus.CLEANED
+    assert (
+        toy.endpoint.node_unprepare(n.unprepare(op="op-unprepare-2")).status
+        is CleanupStatus.CLEANED
+    )
 
 
 def test_a_second_writer_is_refused(toy: ToyNode) -> None:
@@ -226,7 +243,9 @@ def test_a_second_writer_is_refused(toy: ToyNode) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garble", "delete"])
-def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(tmp_path: Path, damage: str) -> None:
+def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(
+    tmp_path: Path, damage: str
+) -> None:
     toy = ToyNode(tmp_path)
     toy.endpoint.connect_network(n.connect())
     toy.close()

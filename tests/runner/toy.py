@@ -124,7 +124,9 @@ class CreateObject:
     def __init__(self, toy: ToyKernel) -> None:
         self.toy = toy
 
-    def probe(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> Observation:
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
         obj = self.toy.get(ctx.payload["name"])
         if obj is None:
             return Observation.ABSENT
@@ -146,7 +148,9 @@ class CreateObject:
             self.toy.create(ctx.payload["name"], ctx.marker, ctx.payload["value"])
         return {"object": {"name": ctx.payload["name"], "owner": ctx.marker}}
 
-    def undo(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> UndoResult:
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
         seen = self.probe(ctx, before, outputs)
         if seen in (Observation.ABSENT, Observation.FOREIGN):
             return UndoResult(UndoOutcome.ABSENT, f"no object of ours named {ctx.payload['name']}")
@@ -169,11 +173,15 @@ class SetSetting:
     def __init__(self, toy: ToyKernel) -> None:
         self.toy = toy
 
-    def probe(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> Observation:
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
         now = self.toy.setting(ctx.payload["key"])
         if now == ctx.payload["value"]:
             return Observation.OURS
-        return Observation.ABSENT if before is None or now == before["value"] else Observation.CHANGED
+        return (
+            Observation.ABSENT if before is None or now == before["value"] else Observation.CHANGED
+        )
 
     def capture(self, ctx: EffectContext) -> Any:
         return {"value": self.toy.setting(ctx.payload["key"])}
@@ -183,12 +191,16 @@ class SetSetting:
             self.toy.set_setting(ctx.payload["key"], ctx.payload["value"])
         return {}
 
-    def undo(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> UndoResult:
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
         now = self.toy.setting(ctx.payload["key"])
         if now == before["value"]:
             return UndoResult(UndoOutcome.ABSENT, "already at its before-image")
         if now != ctx.payload["value"]:
-            return UndoResult(UndoOutcome.QUARANTINED, f"{ctx.payload['key']} changed externally to {now!r}")
+            return UndoResult(
+                UndoOutcome.QUARANTINED, f"{ctx.payload['key']} changed externally to {now!r}"
+            )
         self.toy.set_setting(ctx.payload["key"], before["value"])
         return UndoResult(UndoOutcome.UNDONE)
 
@@ -215,9 +227,13 @@ class LinkObjects:
             return None
         return obj
 
-    def probe(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> Observation:
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
         obj = self._target(ctx)
-        return Observation.OURS if obj and ctx.payload["tag"] in obj["links"] else Observation.ABSENT
+        return (
+            Observation.OURS if obj and ctx.payload["tag"] in obj["links"] else Observation.ABSENT
+        )
 
     def capture(self, ctx: EffectContext) -> Any:
         obj = self._target(ctx)
@@ -233,7 +249,9 @@ class LinkObjects:
             self.toy.update(ctx.inputs["object"]["name"], links=[*obj["links"], ctx.payload["tag"]])
         return {}
 
-    def undo(self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None) -> UndoResult:
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
         obj = self._target(ctx)
         if obj is None or ctx.payload["tag"] not in obj["links"]:
             return UndoResult(UndoOutcome.ABSENT)
@@ -261,7 +279,10 @@ class ToyPlugin(AllocationRoot):
         cfg = call.config(ToyConfig)
         root = call.allocation.root_id if call.allocation else "none"
         plan = new_plan()
-        slot = plan.add("reserve", effect(CREATE, {"name": f"slot-{root}", "value": cfg.value}, outputs=["object"]))
+        slot = plan.add(
+            "reserve",
+            effect(CREATE, {"name": f"slot-{root}", "value": cfg.value}, outputs=["object"]),
+        )
         plan.export("slot", slot.output("object"))
         return plan.build()
 
@@ -269,9 +290,14 @@ class ToyPlugin(AllocationRoot):
         cfg = call.config(ToyConfig)
         name = call.interface_name("interface")
         plan = new_plan()
-        obj = plan.add("create-object", effect(CREATE, {"name": name, "value": cfg.value}, outputs=["object"]))
+        obj = plan.add(
+            "create-object", effect(CREATE, {"name": name, "value": cfg.value}, outputs=["object"])
+        )
         plan.add("set-mtu", effect(SETTING, {"key": f"{name}.mtu", "value": cfg.mtu}))
-        plan.add("create-peer", effect(CREATE, {"name": f"{name}-peer", "value": cfg.value}, outputs=["object"]))
+        plan.add(
+            "create-peer",
+            effect(CREATE, {"name": f"{name}-peer", "value": cfg.value}, outputs=["object"]),
+        )
         plan.add("link", effect(LINK, {"tag": "peer"}, inputs={"object": obj.output("object")}))
         plan.add("set-state", effect(SETTING, {"key": "shared.state", "value": "up"}))
         plan.export("interface", obj.output("object"))

@@ -1,0 +1,174 @@
+"""Serve a FakeKernelModel on a Unix socket, outside the service under test.
+
+A real kernel survives a service crash; so does this process. Protocol: one JSON
+object per line each way. Request ``{"id": n, "method": str, "params": {...}}``;
+answer ``{"id": n, "result": ...}`` or ``{"id": n, "error": {"errno": int,
+"message": str, "kind": "kernel" | "lab" | "protocol"}}``. Parameters carry the
+Python keyword names of the model's methods; dataclasses travel as objects.
+One lock around the model plays the role of rtnl: calls never interleave.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import inspect
+import json
+import os
+import socketserver
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from plugins.kernel import KernelError
+
+from ._codec import CodecError, decode, encode
+from .lab import LabError, build_model, load_lab
+from .model import FakeKernelModel
+
+__all__ = ["METHODS", "FakeKernelServer", "error_message"]
+
+KERNEL_METHODS = (
+    "boot_id",
+    "host_namespace",
+    "open_namespace",
+    "list_links",
+    "get_link",
+    "find_device",
+    "create_link",
+    "set_link",
+    "move_link",
+    "delete_link",
+    "get_vfs",
+    "set_vf",
+)
+ADMIN_METHODS = ("add_namespace", "delete_namespace", "namespace", "namespaces", "snapshot")
+METHODS = (*KERNEL_METHODS, *ADMIN_METHODS, "load_lab")
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def error_message(e: KernelError) -> str:
+    """The message without the "EEXIST: " prefix KernelError adds (the client adds it back)."""
+    text = str(e.strerror or "")
+    prefix = f"{errno.errorcode.get(e.code, str(e.code))}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+@functools.cache
+def _param_types(method: str) -> dict[str, Any]:
+    hints = get_type_hints(getattr(FakeKernelModel, method))
+    params = inspect.signature(getattr(FakeKernelModel, method)).parameters
+    return {name: hints[name] for name in params if name != "self"}
+
+
+class FakeKernelServer:
+    def __init__(self, socket_path: str | Path, model: FakeKernelModel) -> None:
+        self.socket_path = str(socket_path)
+        self.model = model
+        self.lock = threading.Lock()  # rtnl
+        self._server: socketserver.ThreadingUnixStreamServer | None = None
+
+    # -- requests --------------------------------------------------------------------------
+
+    def handle(self, line: bytes) -> dict[str, Any]:
+        req_id: Any = None
+        try:
+            try:
+                req = json.loads(line)
+            except ValueError as e:
+                raise ProtocolError(f"not JSON: {e}") from None
+            if not isinstance(req, dict) or not isinstance(req.get("method"), str):
+                raise ProtocolError("a request is an object with a string 'method'")
+            req_id = req.get("id")
+            params = req.get("params") or {}
+            if not isinstance(params, dict):
+                raise ProtocolError("'params' must be an object")
+            result = self.call(req["method"], params)
+            return {"id": req_id, "result": encode(result)}
+        except KernelError as e:
+            return self._error(req_id, e.code, error_message(e), "kernel")
+        except LabError as e:
+            return self._error(req_id, errno.EINVAL, str(e), "lab")
+        except (ProtocolError, CodecError) as e:
+            return self._error(req_id, errno.EPROTO, str(e), "protocol")
+        except Exception as e:  # a bug in the model: report it, keep serving
+            print(f"fakekernel: internal error: {e!r}", file=sys.stderr, flush=True)
+            return self._error(req_id, errno.EPROTO, f"internal error: {e!r}", "internal")
+
+    @staticmethod
+    def _error(req_id: Any, code: int, message: str, kind: str) -> dict[str, Any]:
+        return {"id": req_id, "error": {"errno": code, "message": message, "kind": kind}}
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "load_lab":
+            return self._load_lab(params)
+        if method not in METHODS:
+            raise ProtocolError(f"unknown method {method!r}")
+        types = _param_types(method)
+        unknown = set(params) - set(types)
+        if unknown:
+            raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
+        args = {name: decode(types[name], value) for name, value in params.items()}
+        with self.lock:
+            try:
+                return getattr(self.model, method)(**args)
+            except TypeError as e:
+                raise ProtocolError(f"{method}: {e}") from None
+
+    def _load_lab(self, params: dict[str, Any]) -> None:
+        """Replace the whole model, as if the node rebooted into the described host."""
+        if set(params) == {"path"} and isinstance(params["path"], str):
+            model = load_lab(params["path"])
+        elif set(params) == {"lab"} and isinstance(params["lab"], dict):
+            model = build_model(params["lab"])
+        else:
+            raise ProtocolError("load_lab takes exactly one of 'path' (str) or 'lab' (object)")
+        with self.lock:
+            self.model = model
+
+    # -- socket ----------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        path = self.socket_path
+        if os.path.lexists(path):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise FileExistsError(f"{path} exists and is not a socket")
+            os.unlink(path)  # a stale socket from a previous run
+        outer = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    if not line.strip():
+                        continue
+                    reply = outer.handle(line)
+                    self.wfile.write(json.dumps(reply).encode() + b"\n")
+                    self.wfile.flush()
+
+        old = os.umask(0o177)  # the socket is born 0600: only our user may talk to the kernel
+        try:
+            server = socketserver.ThreadingUnixStreamServer(path, Handler)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        server.daemon_threads = True
+        self._server = server
+
+    def serve_forever(self) -> None:
+        assert self._server is not None, "bind() first"
+        self._server.serve_forever(poll_interval=0.2)
+
+    def shutdown(self) -> None:
+        """Stop serving (from another thread than serve_forever) and remove the socket."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        self._server = None
+        if os.path.lexists(self.socket_path):
+            os.unlink(self.socket_path)
