@@ -71,10 +71,10 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
             raise CodecError(f"{where}: expected null, got {value!r}")
         return None
     if tp in (str, int, float, bool):
-        # bool is an int in Python; JSON keeps them apart and so do we
-        if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
-            if not (tp is float and isinstance(value, int) and not isinstance(value, bool)):
-                raise CodecError(f"{where}: expected {tp.__name__}, got {value!r}")
+        # bool is an int in Python; JSON keeps them apart and so do we (an int is a float)
+        fits = isinstance(value, tp) or (tp is float and isinstance(value, int))
+        if not fits or (isinstance(value, bool) and tp is not bool):
+            raise CodecError(f"{where}: expected {tp.__name__}, got {value!r}")
         return value
     raise CodecError(f"{where}: unsupported annotation {tp!r}")
 
@@ -98,7 +98,9 @@ def _decode_tuple(args: tuple[Any, ...], value: list[Any], where: str) -> tuple[
         return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if len(args) != len(value):
         raise CodecError(f"{where}: expected {len(args)} items, got {len(value)}")
-    return tuple(_decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    return tuple(
+        _decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+    )
 
 
 def _decode_dataclass(cls: type, value: Any, where: str) -> Any:

@@ -282,11 +282,11 @@ def unregister(state: State, roots: list[LinkState]) -> None:
             release_all(state, link, set(dying))
     for link in dying.values():
         detach_dying(state, link)
-    lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan"}
+    lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan" and lk.parent}
     for ifindex in dying:
         del state.links[ifindex]
-    for ifindex in lowers:
-        lower = state.links.get(ifindex or 0)
+    for lower_ifindex in lowers:
+        lower = state.links.get(lower_ifindex or 0)
         if lower is not None and not state.children(lower, "ipvlan"):
             lower.ipvlan_port_mode = None  # ipvlan_port_destroy with the last ipvlan
 

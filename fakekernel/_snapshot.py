@@ -6,6 +6,7 @@ link leaves an equal snapshot, which is what "nothing leaked" means.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -72,9 +73,13 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             pfs_b[pci]["vfs"],
             pfs_a[pci]["vfs"],
             key=lambda vf: vf["vf_index"],
-            label=lambda vf, pci=pci: f"vf {pci}#{vf['vf_index']}",
+            label=functools.partial(_vf_label, pci),
         )
     return out
+
+
+def _vf_label(pci: str, vf: dict[str, Any]) -> str:
+    return f"vf {pci}#{vf['vf_index']}"
 
 
 def _keyed(

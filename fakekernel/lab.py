@@ -342,7 +342,8 @@ class _Reader:
         return _Reader(self.data[key], f"{self.where}.{key}")
 
     def items(self, key: str) -> list[_Reader]:
-        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(self.get(key, list, []))]
+        entries = self.get(key, list, [])
+        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(entries)]
 
     def mapping(self, key: str) -> list[tuple[str, _Reader]]:
         section = self.get(key, dict, {})

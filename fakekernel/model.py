@@ -13,7 +13,16 @@ import errno
 from collections.abc import Iterable
 from typing import Any
 
-from plugins.kernel import BondInfo, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from plugins.kernel import (
+    BondInfo,
+    Kernel,
+    Link,
+    LinkChanges,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+)
 from plugins.sdk import NamespaceHandle
 
 from . import _links, _vfs
@@ -257,3 +266,7 @@ class FakeKernelModel:
             mode=mode,
             peer=lk.peer,
         )
+
+
+def _is_a_kernel(model: FakeKernelModel) -> Kernel:
+    return model  # mypy proves the model satisfies the Kernel protocol

@@ -14,7 +14,7 @@ from plugins.sdk import (
     SandboxHandle,
     Sharing,
 )
-from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
+from plugins.sdk._requests import CleanupRequest, ConnectRequest, OperationState, PrepareRequest
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner, SimulatedCrash
 from plugins.sdk.store import JournalUnavailable, Store
 
@@ -110,4 +110,4 @@ class ToyNode:
         return len(self.store.read(lambda r: r.operations("toy/v1alpha1")))
 
 
-__all__ = ["Hook", "SimulatedCrash", "ToyNode", "connect", "prepare", "remove", "unprepare"]
+__all__ = ["Hook", "OperationState", "SimulatedCrash", "ToyNode", "connect", "prepare", "remove", "unprepare"]

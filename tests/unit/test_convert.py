@@ -536,10 +536,13 @@ def test_target_operation_id_is_checked_when_present(bad: str) -> None:
 
 @pytest.mark.parametrize(("field", "other"), [("operation_id", "scope"), ("scope", "operation_id")])
 def test_inspect_request_ids_are_checked(field: str, other: str) -> None:
-    for bad in ("", "a b", "a" * 254):
+    for bad in ("a b", "a" * 254):
         msg = pb.InspectOperationRequest(**{field: bad, other: "ok"})
         rejects(field, lambda m=msg: inspect_request_from_pb(m))
-    rejects("scope", lambda: inspect_request_to_pb("op", ""))
+    # Either identifier alone is enough (the scope's latest operation); neither is an error.
+    assert inspect_request_from_pb(pb.InspectOperationRequest(**{field: "", other: "ok"}))
+    rejects("operation_id", lambda: inspect_request_from_pb(pb.InspectOperationRequest()))
+    rejects("operation_id", lambda: inspect_request_to_pb("", ""))
 
 
 # ----------------------------------------------------------------------------- the _to_pb side

@@ -521,16 +521,24 @@ def cleanup_request_to_pb(
     raise _invalid("envelope.hook", f"{req.envelope.hook!s} is not a cleanup hook")
 
 
+def _inspect_ids(operation_id: str, scope: str) -> tuple[str, str]:
+    """An operation id, a scope (its latest operation), or both; never neither."""
+    if not operation_id and not scope:
+        raise _invalid("operation_id", "give an operation_id, a scope, or both")
+    return (
+        check_identifier(operation_id, "operation_id") if operation_id else "",
+        check_identifier(scope, "scope") if scope else "",
+    )
+
+
 def inspect_request_from_pb(msg: pb.InspectOperationRequest) -> tuple[str, str]:
-    """Return ``(operation_id, scope)``, both validated identifiers."""
-    return check_identifier(msg.operation_id, "operation_id"), check_identifier(msg.scope, "scope")
+    """Return ``(operation_id, scope)``; either may be empty, not both."""
+    return _inspect_ids(msg.operation_id, msg.scope)
 
 
 def inspect_request_to_pb(operation_id: str, scope: str) -> pb.InspectOperationRequest:
-    return pb.InspectOperationRequest(
-        operation_id=check_identifier(operation_id, "operation_id"),
-        scope=check_identifier(scope, "scope"),
-    )
+    op, sc = _inspect_ids(operation_id, scope)
+    return pb.InspectOperationRequest(operation_id=op, scope=sc)
 
 
 # --------------------------------------------------------------------------- responses

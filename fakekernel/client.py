@@ -1,0 +1,271 @@
+"""Talk to a fake kernel process: FakeKernelClient (a ``Kernel``) and FakeKernelProcess."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from plugins.kernel import (
+    Kernel,
+    KernelError,
+    Link,
+    LinkChanges,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+)
+from plugins.sdk import NamespaceHandle
+
+from ._codec import decode, encode
+from .lab import LabError
+
+__all__ = ["FakeKernelClient", "FakeKernelProcess", "FakeKernelProtocolError"]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class FakeKernelProtocolError(RuntimeError):
+    """The request was malformed or the server hit a bug; never a kernel answer."""
+
+
+class FakeKernelClient:
+    """A ``Kernel`` whose state lives in a fake kernel process. Thread-safe: one
+    connection, one request at a time (the server serializes calls anyway)."""
+
+    def __init__(self, socket_path: str | Path, *, timeout: float = 30.0) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        self._sock.connect(str(socket_path))
+        self._rfile = self._sock.makefile("rb")
+        self._lock = threading.Lock()
+        self._next_id = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._rfile.close()
+            self._sock.close()
+
+    def __enter__(self) -> FakeKernelClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, **params: Any) -> Any:
+        with self._lock:
+            self._next_id += 1
+            req_id = self._next_id
+            req = {"id": req_id, "method": method, "params": encode(params)}
+            self._sock.sendall(json.dumps(req).encode() + b"\n")
+            line = self._rfile.readline()
+        if not line:
+            raise FakeKernelProtocolError("the fake kernel closed the connection")
+        reply = json.loads(line)
+        if reply.get("id") != req_id:
+            raise FakeKernelProtocolError(f"reply {reply.get('id')} to request {req_id}")
+        err = reply.get("error")
+        if err is None:
+            return reply.get("result")
+        kind, message = err.get("kind"), str(err.get("message"))
+        if kind == "lab":
+            raise LabError(message)
+        if kind in ("protocol", "internal"):
+            raise FakeKernelProtocolError(f"{method}: {message}")
+        raise KernelError(int(err["errno"]), message)
+
+    # -- Kernel ----------------------------------------------------------------------------
+
+    def boot_id(self) -> str:
+        return decode(str, self._call("boot_id"))
+
+    def host_namespace(self) -> NsRef:
+        return decode(NsRef, self._call("host_namespace"))
+
+    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
+        return decode(NsRef, self._call("open_namespace", handle=handle))
+
+    def list_links(self, ns: NsRef) -> list[Link]:
+        return decode(list[Link], self._call("list_links", ns=ns))
+
+    def get_link(
+        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
+    ) -> Link | None:
+        result = self._call("get_link", ns=ns, name=name, ifindex=ifindex)
+        return None if result is None else decode(Link, result)
+
+    def find_device(self, pci_address: str) -> Link | None:
+        result = self._call("find_device", pci_address=pci_address)
+        return None if result is None else decode(Link, result)
+
+    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
+        return decode(Link, self._call("create_link", ns=ns, spec=spec))
+
+    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
+        return decode(Link, self._call("set_link", ns=ns, ifindex=ifindex, changes=changes))
+
+    def move_link(
+        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+    ) -> Link:
+        result = self._call("move_link", ns=ns, ifindex=ifindex, target=target, new_name=new_name)
+        return decode(Link, result)
+
+    def delete_link(self, ns: NsRef, ifindex: int) -> None:
+        self._call("delete_link", ns=ns, ifindex=ifindex)
+
+    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
+        return decode(list[VFConfig], self._call("get_vfs", ns=ns, pf_ifindex=pf_ifindex))
+
+    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
+        self._call("set_vf", ns=ns, pf_ifindex=pf_ifindex, vf_index=vf_index, changes=changes)
+
+    # -- admin -----------------------------------------------------------------------------
+
+    def add_namespace(self, name: str) -> NsRef:
+        return decode(NsRef, self._call("add_namespace", name=name))
+
+    def delete_namespace(self, name: str) -> None:
+        self._call("delete_namespace", name=name)
+
+    def namespace(self, name: str) -> NsRef:
+        return decode(NsRef, self._call("namespace", name=name))
+
+    def namespaces(self) -> list[NsRef]:
+        return decode(list[NsRef], self._call("namespaces"))
+
+    def snapshot(self) -> dict[str, Any]:
+        return decode(dict[str, Any], self._call("snapshot"))
+
+    def load_lab(
+        self, *, path: str | Path | None = None, lab: dict[str, Any] | None = None
+    ) -> None:
+        """Replace the server's whole model with a lab (a file on the server's side, or a dict)."""
+        if (path is None) == (lab is None):
+            raise ValueError("load_lab takes exactly one of path and lab")
+        if path is not None:
+            self._call("load_lab", path=str(path))
+        else:
+            self._call("load_lab", lab=lab)
+
+
+class FakeKernelProcess:
+    """Run ``python -m fakekernel`` for the duration of a ``with`` block.
+
+    Waits (with a deadline, by reading its stdout) until it says ``ready``;
+    terminates it with SIGTERM on exit, SIGKILL if it does not go in time.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | Path,
+        lab: str | Path | None = None,
+        *,
+        ready_timeout: float = 20.0,
+        stop_timeout: float = 10.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.lab = Path(lab) if lab is not None else None
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def __enter__(self) -> FakeKernelProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def client(self, *, timeout: float = 30.0) -> FakeKernelClient:
+        return FakeKernelClient(self.socket_path, timeout=timeout)
+
+    def start(self) -> None:
+        cmd = [self.python, "-m", "fakekernel", "--socket", str(self.socket_path)]
+        if self.lab is not None:
+            cmd += ["--lab", str(self.lab)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=_REPO_ROOT
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + self.ready_timeout
+        seen = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while b"ready\n" not in seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"fake kernel not ready after {self.ready_timeout}s")
+                if not sel.select(timeout=left):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    self.proc.wait(timeout=self.stop_timeout)
+                    raise RuntimeError(
+                        f"fake kernel exited with {self.proc.returncode}: {self._stderr_text()}"
+                    )
+                seen += chunk
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return str(self._stderr.read().decode(errors="replace").strip())
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        with contextlib.suppress(FileNotFoundError):
+            if self.socket_path.is_socket():
+                self.socket_path.unlink()
+
+
+def _is_a_kernel(client: FakeKernelClient) -> Kernel:
+    return client  # mypy proves FakeKernelClient satisfies the Kernel protocol
