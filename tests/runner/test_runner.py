@@ -267,3 +267,44 @@ def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(
         toy.endpoint.remove_network(n.remove())
     assert sorted(p.name for p in toy.state_dir.iterdir()) == before
     assert toy.toy.get("data0") is not None  # nothing claimed absent, nothing touched
+
+
+def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
+    entered, release, fenced = threading.Event(), threading.Event(), threading.Event()
+
+    class Gate(CrashPoints):
+        def hit(self, phase: str) -> None:
+            super().hit(phase)
+            if phase == "fence.after-commit":
+                fenced.set()
+            if phase == "kernel#1.set.before" and not entered.is_set():
+                entered.set()
+                assert release.wait(30)
+
+    toy = ToyNode(tmp_path, Gate())
+    initial = toy.toy.observable()
+    outcome: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            toy.endpoint.connect_network(n.connect())
+        except Aborted as exc:
+            outcome.append(exc)
+
+    connecting = threading.Thread(target=connect)
+    connecting.start()
+    assert entered.wait(30)  # the connect is inside its second effect
+    removed: list[object] = []
+    removing = threading.Thread(target=lambda: removed.append(toy.endpoint.remove_network(n.remove())))
+    removing.start()
+    assert fenced.wait(30), "the removal fence was never written"
+    assert toy.endpoint.inspect("", "att-1").fenced
+    release.set()
+    connecting.join(30)
+    removing.join(30)
+    assert len(outcome) == 1
+    assert "stopped before create-peer" in str(outcome[0])
+    assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
+    assert toy.toy.observable() == initial
+    toy.close()
+
