@@ -31,9 +31,10 @@ def rx_handler_busy(state: State, link: LinkState) -> bool:
 def do_set_master(state: State, link: LinkState, master: int) -> None:
     """rtnetlink do_set_master: leave the current master first, then join the new one."""
     if link.master is not None:
-        if link.master == master:
+        current = state.links[link.master]
+        if current.ifindex == master:
             return
-        release(state, state.links[link.master], link)
+        release(state, current, link)
     if master == 0:
         return
     upper = state.in_ns(link.ns, master)
@@ -98,19 +99,19 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
         if first_takes_mac:
             set_mac_raw(state, bond, old_bond_mac, "random")
         raise
-    slave.master = bond.ifindex
+    slave.master = bond.id
     slave.saved = saved
-    info.slaves.append(slave.ifindex)
+    info.slaves.append(slave.id)
     if info.mode == "active-backup" and info.active is None:
-        info.active = slave.ifindex
+        info.active = slave.id
 
 
 def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: bool) -> None:
     """__bond_release_one; ``restore`` is False when the slave itself is being deleted."""
     info = bond.bond
     assert info is not None
-    info.slaves.remove(slave.ifindex)
-    if info.active == slave.ifindex:
+    info.slaves.remove(slave.id)
+    if info.active == slave.id:
         # bond_select_active_slave: the next slave (every slave has link in the model)
         info.active = info.slaves[0] if info.slaves and info.mode == "active-backup" else None
     if not info.slaves:
@@ -126,11 +127,10 @@ def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: b
 
 
 def release_all(state: State, bond: LinkState, dying: set[int]) -> None:
-    """bond_uninit: a dying bond lets every slave go, restoring the survivors."""
+    """bond_uninit: a dying bond lets every slave go, restoring the survivors (``dying``: ids)."""
     assert bond.bond is not None
-    for ifindex in list(bond.bond.slaves):
-        slave = state.links[ifindex]
-        _bond_release(state, bond, slave, restore=ifindex not in dying)
+    for slave_id in list(bond.bond.slaves):
+        _bond_release(state, bond, state.links[slave_id], restore=slave_id not in dying)
 
 
 def detach_dying(state: State, slave: LinkState) -> None:
@@ -151,4 +151,4 @@ def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
         raise fail(errno.EBUSY, f"{port.name} is in use")  # netdev_rx_handler_register
     if _is_upper_of(state, port, bridge):
         raise fail(errno.EBUSY, "enslaving would make a loop")
-    port.master = bridge.ifindex
+    port.master = bridge.id

@@ -48,8 +48,8 @@ def _bond_change_mtu(state: State, bond: LinkState, mtu: int) -> None:
     assert bond.bond is not None
     done: list[tuple[LinkState, int]] = []
     try:
-        for ifindex in bond.bond.slaves:
-            slave = state.links[ifindex]
+        for slave_id in bond.bond.slaves:
+            slave = state.links[slave_id]
             old = slave.mtu
             dev_set_mtu(state, slave, mtu)
             done.append((slave, old))
@@ -98,8 +98,8 @@ def _bond_set_mac(state: State, bond: LinkState, mac: str) -> None:
     assert bond.bond is not None
     done: list[tuple[LinkState, str]] = []
     try:
-        for ifindex in bond.bond.slaves:
-            slave = state.links[ifindex]
+        for slave_id in bond.bond.slaves:
+            slave = state.links[slave_id]
             old = slave.mac
             dev_set_mac(state, slave, mac)
             done.append((slave, old))
@@ -151,8 +151,8 @@ def dev_open(state: State, link: LinkState) -> None:
         parent = parent_of(state, link)
         if not parent.up:
             raise fail(errno.ENETDOWN, f"{parent.name} is down")  # vlan_dev_open
-        if link.mac_assign == "stolen":
-            link.mac = parent.mac  # vlan_dev_open: vlan_dev_inherit_address
+        if link.mac_assign == "stolen":  # vlan_dev_open: vlan_dev_inherit_address
+            set_mac_raw(state, link, parent.mac, "stolen")
     if link.kind == "macvlan":
         lower = parent_of(state, link)
         if _macvlan_addr_busy(state, lower, link.mac, exclude=link, up_only=True):

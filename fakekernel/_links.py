@@ -70,6 +70,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     ):  # rtnl_create_link: dev_validate_mtu
         raise fail(errno.EINVAL, f"mtu {spec.mtu} outside {min_mtu}..{max_mtu or 'unbounded'}")
     link = LinkState(
+        id=0,
         ifindex=0,
         name=spec.name,
         kind=spec.kind,
@@ -88,8 +89,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     link.name = claim_name(state, target, spec.name)  # register_netdevice
     if not link.mac:
         link.mac = state.random_mac()
-    link.ifindex = state.new_ifindex()
-    state.links[link.ifindex] = link
+    state.add(link)
     if spec.kind == "ipvlan":
         _ipvlan_set_port_mode(state, link, spec.mode or "l3")
     if spec.kind == "veth":
@@ -141,7 +141,7 @@ def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState
         link.mac, link.mac_assign = lower.mac, "stolen"  # ipvlan shares its lower's address
     if spec.mtu is None:
         link.mtu = lower.mtu  # a child without IFLA_MTU inherits its lower's
-    link.parent = lower.ifindex
+    link.parent = lower.id
 
 
 def _vlan_check(state: State, lower: LinkState, spec: LinkSpec) -> None:
@@ -191,10 +191,11 @@ def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> N
     try:
         name = claim_name(state, peer_ns.ref.inode, spec.peer_name or "veth%d")
     except KernelError:
-        del state.links[link.ifindex]
+        del state.links[link.id]
         raise
     peer = LinkState(
-        ifindex=state.new_ifindex(),
+        id=0,
+        ifindex=0,
         name=name,
         kind="veth",
         ns=peer_ns.ref.inode,
@@ -203,10 +204,9 @@ def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> N
         mtu=link.mtu,
         min_mtu=link.min_mtu,
         max_mtu=link.max_mtu,
-        peer=link.ifindex,
+        peer=link.id,
     )
-    state.links[peer.ifindex] = peer
-    link.peer = peer.ifindex
+    link.peer = state.add(peer).id
 
 
 # -- RTM_SETLINK -----------------------------------------------------------------------
@@ -256,7 +256,7 @@ def move(state: State, link: LinkState, target: Namespace, new_name: str | None)
                 raise fail(errno.EEXIST, f"{link.name!r} exists in the target namespace")
             name = claim_name(state, dest, new_name)  # dev_prep_valid_name(..., EEXIST)
         dev_close(state, link)  # "If device is running close it first."
-        link.ns, link.name = dest, name
+        state.relocate(link, dest, name)
     if new_name is not None:
         # A separate step after the move: an error here leaves the link moved, old name.
         dev_change_name(state, link, new_name)
@@ -271,9 +271,9 @@ def unregister(state: State, roots: list[LinkState]) -> None:
     queue = list(roots)
     while queue:
         link = queue.pop(0)
-        if link.ifindex in dying:
+        if link.id in dying:
             continue
-        dying[link.ifindex] = link
+        dying[link.id] = link
         if link.peer is not None:
             queue.append(state.links[link.peer])  # veth_dellink takes the peer along
         queue.extend(state.children(link))  # NETDEV_UNREGISTER on a lower kills its uppers
@@ -282,11 +282,11 @@ def unregister(state: State, roots: list[LinkState]) -> None:
             release_all(state, link, set(dying))
     for link in dying.values():
         detach_dying(state, link)
-    lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan" and lk.parent}
-    for ifindex in dying:
-        del state.links[ifindex]
-    for lower_ifindex in lowers:
-        lower = state.links.get(lower_ifindex or 0)
+    lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan"}
+    for link_id in dying:
+        del state.links[link_id]
+    for lower_id in lowers:
+        lower = state.links.get(lower_id or 0)
         if lower is not None and not state.children(lower, "ipvlan"):
             lower.ipvlan_port_mode = None  # ipvlan_port_destroy with the last ipvlan
 
@@ -304,6 +304,6 @@ def destroy_namespace(state: State, ns: Namespace) -> None:
             name = f"dev{link.ifindex}"
             if state.by_name(host, name) is not None:
                 name = claim_name(state, host, "dev%d")
-        link.ns, link.name = host, name
+        state.relocate(link, host, name)
     unregister(state, [lk for lk in state.links.values() if lk.ns == inode])
     del state.namespaces[inode]

@@ -34,6 +34,8 @@ def snapshot(state: State) -> dict[str, Any]:
 
 
 def _link(state: State, lk: LinkState) -> dict[str, Any]:
+    """Relations (parent, master, peer, bond slaves) are given as link ids, which unlike
+    ifindexes are unique across namespaces."""
     out = {k: v for k, v in vars(lk).items() if k not in ("ns", "bond", "saved", "vf_of")}
     out["ns"] = state.path_of(lk.ns)
     out["vf_of"] = list(lk.vf_of) if lk.vf_of else None
@@ -57,8 +59,10 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     out += _keyed(
         before.get("links", []),
         after.get("links", []),
-        key=lambda lk: lk["ifindex"],
-        label=lambda lk: f"link {lk['ifindex']} {lk['name']!r} ({lk['kind']}) in {lk['ns']}",
+        key=lambda lk: lk["id"],
+        label=lambda lk: (
+            f"link {lk['name']!r} ({lk['kind']}, ifindex {lk['ifindex']}) in {lk['ns']}"
+        ),
     )
     pfs_b = {pf["pci"]: pf for pf in before.get("pfs", [])}
     pfs_a = {pf["pci"]: pf for pf in after.get("pfs", [])}

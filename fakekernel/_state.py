@@ -1,9 +1,11 @@
 """The mutable state of the fake kernel: namespaces, links, PF VF tables.
 
 Everything the model knows lives in one ``State``; the modules next to this one
-implement the kernel's rules as functions over it. Ifindexes come from one
-global counter, so a link keeps its ifindex wherever it moves (Linux keeps it
-too unless it clashes in the target, which a global counter never does).
+implement the kernel's rules as functions over it. As in Linux, ifindexes are per
+namespace (each namespace counts from 2, 1 being its loopback), so the same number
+names different links in different namespaces. Links are therefore kept, and point
+at each other (parent, master, peer, bond slaves), by an internal id that never
+changes; ifindexes only appear at the interface.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def fail(code: int, what: str) -> KernelError:
 class Namespace:
     name: str  # "" for the host namespace
     ref: NsRef
+    next_ifindex: int = FIRST_IFINDEX  # net->ifindex: where the next allocation starts
 
 
 @dataclass
@@ -34,8 +37,8 @@ class BondState:
     miimon_ms: int
     updelay_ms: int
     downdelay_ms: int
-    slaves: list[int] = field(default_factory=list)  # enslave order
-    active: int | None = None
+    slaves: list[int] = field(default_factory=list)  # link ids, enslave order
+    active: int | None = None  # link id
 
 
 @dataclass
@@ -48,7 +51,8 @@ class SlaveSave:
 
 @dataclass
 class LinkState:
-    ifindex: int
+    id: int  # internal identity, stable across moves and renames
+    ifindex: int  # in its current namespace
     name: str
     kind: LinkKind
     ns: int  # inode of the namespace it is in
@@ -60,8 +64,8 @@ class LinkState:
     min_mtu: int
     max_mtu: int  # 0: no upper bound (dev_validate_mtu checks max_mtu only if > 0)
     up: bool = False
-    master: int | None = None
-    parent: int | None = None
+    master: int | None = None  # link id
+    parent: int | None = None  # link id
     alias: str | None = None
     perm_mac: str | None = None
     pci_address: str | None = None
@@ -72,7 +76,7 @@ class LinkState:
     vlan_protocol: str | None = None
     mode: str | None = None  # macvlan mode (ipvlan's mode lives on its parent's port)
     ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
-    peer: int | None = None
+    peer: int | None = None  # link id
 
 
 @dataclass
@@ -101,9 +105,9 @@ class State:
     host_path: str
     live_rename: bool  # Linux >= 6.2 lets an UP link be renamed; older kernels say EBUSY
     namespaces: dict[int, Namespace] = field(default_factory=dict)
-    links: dict[int, LinkState] = field(default_factory=dict)
+    links: dict[int, LinkState] = field(default_factory=dict)  # by link id
     pfs: dict[str, PfState] = field(default_factory=dict)
-    next_ifindex: int = FIRST_IFINDEX
+    next_id: int = 1
     next_inode: int = FIRST_INODE
     next_mac: int = 1
 
@@ -116,9 +120,31 @@ class State:
         self.namespaces[ref.inode] = ns
         return ns
 
-    def new_ifindex(self) -> int:
-        self.next_ifindex += 1
-        return self.next_ifindex - 1
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def new_ifindex(self, ns: int) -> int:
+        """dev_index_reserve: the next free index of the namespace, cyclically upwards."""
+        space = self.namespaces[ns]
+        while self.in_ns(ns, space.next_ifindex) is not None:
+            space.next_ifindex += 1
+        space.next_ifindex += 1
+        return space.next_ifindex - 1
+
+    def relocate(self, link: LinkState, ns: int, name: str) -> None:
+        """Put ``link`` into ``ns``: it keeps its ifindex there unless that is taken."""
+        ifindex = link.ifindex
+        if self.in_ns(ns, ifindex) is not None:
+            ifindex = self.new_ifindex(ns)  # __dev_change_net_namespace: "ifindex conflict"
+        link.ns, link.name, link.ifindex = ns, name, ifindex
+
+    def add(self, link: LinkState) -> LinkState:
+        """Register a new link: give it an id and an ifindex in its namespace."""
+        link.id = self.new_id()
+        link.ifindex = self.new_ifindex(link.ns)
+        self.links[link.id] = link
+        return link
 
     def random_mac(self) -> str:
         """eth_hw_addr_random: deterministic here, unicast and locally administered."""
@@ -144,8 +170,9 @@ class State:
         return next((lk for lk in self.links.values() if lk.ns == ns and lk.name == name), None)
 
     def in_ns(self, ns: int, ifindex: int) -> LinkState | None:
-        link = self.links.get(ifindex)
-        return link if link is not None and link.ns == ns else None
+        return next(
+            (lk for lk in self.links.values() if lk.ns == ns and lk.ifindex == ifindex), None
+        )
 
     def require(self, ns: int, ifindex: int) -> LinkState:
         link = self.in_ns(ns, ifindex)
@@ -158,7 +185,7 @@ class State:
         return [
             c
             for c in self.links.values()
-            if c.parent == link.ifindex and (kind is None or c.kind == kind)
+            if c.parent == link.id and (kind is None or c.kind == kind)
         ]
 
     def path_of(self, inode: int) -> str:

@@ -69,7 +69,10 @@ class FakeKernelModel:
 
     def list_links(self, ns: NsRef) -> list[Link]:
         inode = self._ns(ns).ref.inode
-        return [self._view(lk) for lk in self._sorted(self._s.links.values()) if lk.ns == inode]
+        return [
+            self._view(lk)
+            for lk in self._sorted(lk for lk in self._s.links.values() if lk.ns == inode)
+        ]
 
     def get_link(
         self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
@@ -165,6 +168,7 @@ class FakeKernelModel:
         if not min_mtu <= mtu <= max_mtu:
             raise fail(errno.EINVAL, f"mtu {mtu} outside {min_mtu}..{max_mtu}")
         link = LinkState(
+            id=0,
             ifindex=0,
             name=claim_name(self._s, inode, name),
             kind="device",
@@ -178,9 +182,7 @@ class FakeKernelModel:
             pci_address=pci,
             vf_of=vf_of,
         )
-        link.ifindex = self._s.new_ifindex()
-        self._s.links[link.ifindex] = link
-        return self._view(link)
+        return self._view(self._s.add(link))
 
     def add_pf(
         self,
@@ -233,6 +235,9 @@ class FakeKernelModel:
     def _sorted(links: Iterable[LinkState]) -> list[LinkState]:
         return sorted(links, key=lambda lk: lk.ifindex)
 
+    def _ifindex(self, link_id: int | None) -> int | None:
+        return None if link_id is None else self._s.links[link_id].ifindex
+
     def _view(self, lk: LinkState) -> Link:
         s = self._s
         parent = s.links.get(lk.parent) if lk.parent is not None else None
@@ -242,7 +247,8 @@ class FakeKernelModel:
         bond = None
         if lk.bond is not None:
             b = lk.bond
-            bond = BondInfo(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms, b.active)
+            active = self._ifindex(b.active)
+            bond = BondInfo(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms, active)
         return Link(
             ifindex=lk.ifindex,
             name=lk.name,
@@ -253,8 +259,8 @@ class FakeKernelModel:
             up=lk.up,
             min_mtu=lk.min_mtu,
             max_mtu=lk.max_mtu,
-            master=lk.master,
-            parent=lk.parent,
+            master=self._ifindex(lk.master),
+            parent=None if parent is None else parent.ifindex,
             parent_ns=None if parent is None or parent.ns == lk.ns else s.namespaces[parent.ns].ref,
             alias=lk.alias,
             perm_mac=lk.perm_mac,
@@ -264,7 +270,7 @@ class FakeKernelModel:
             vlan_id=lk.vlan_id,
             vlan_protocol=lk.vlan_protocol,
             mode=mode,
-            peer=lk.peer,
+            peer=self._ifindex(lk.peer),
         )
 
 

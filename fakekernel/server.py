@@ -114,11 +114,12 @@ class FakeKernelServer:
         if unknown:
             raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
         args = {name: decode(types[name], value) for name, value in params.items()}
+        try:
+            inspect.signature(getattr(FakeKernelModel, method)).bind(None, **args)
+        except TypeError as e:  # a required parameter is missing
+            raise ProtocolError(f"{method}: {e}") from None
         with self.lock:
-            try:
-                return getattr(self.model, method)(**args)
-            except TypeError as e:
-                raise ProtocolError(f"{method}: {e}") from None
+            return getattr(self.model, method)(**args)
 
     def _load_lab(self, params: dict[str, Any]) -> None:
         """Replace the whole model, as if the node rebooted into the described host."""

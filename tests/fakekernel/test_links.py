@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from fakekernel import FakeKernelModel
-from plugins.kernel import LinkChanges, NsRef
+from plugins.kernel import LinkChanges, NsRef, VFChanges
 
 from .helpers import hardware, kernel_error, link, mk
 
@@ -48,22 +48,42 @@ def test_ifindexes_grow_and_are_never_reused(m: FakeKernelModel, host: NsRef) ->
 
 
 def test_absent_links_are_none_and_unknown_ifindexes_enodev(
-    m: FakeKernelModel, host: NsRef, pod: NsRef
+    m: FakeKernelModel, host: NsRef
 ) -> None:
     assert m.get_link(host, name="nope") is None
     assert m.get_link(host, ifindex=999) is None
-    other = mk(m, pod, "dummy", "d0")
-    assert m.get_link(host, ifindex=other.ifindex) is None  # ifindexes are per namespace
     for call in (
-        lambda: m.set_link(host, other.ifindex, LinkChanges(up=True)),
-        lambda: m.delete_link(host, other.ifindex),
-        lambda: m.move_link(host, other.ifindex, pod),
+        lambda: m.set_link(host, 999, LinkChanges(up=True)),
+        lambda: m.delete_link(host, 999),
+        lambda: m.move_link(host, 999, host),
         lambda: m.get_vfs(host, 999),
+        lambda: m.set_vf(host, 999, 0, VFChanges(trust=True)),
     ):
         with kernel_error(errno.ENODEV):
             call()
     with kernel_error(errno.EINVAL):
-        m.get_link(host, name="d0", ifindex=other.ifindex)
+        m.get_link(host, name="eth9", ifindex=2)
+
+
+def test_ifindexes_are_per_namespace(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    first = mk(m, pod, "dummy", "d0")
+    assert first.ifindex == 2  # each namespace counts from 2; 1 is its loopback
+    assert link(m, host, "enp3s0f0").ifindex == 2  # the same number names another link
+    assert m.get_link(pod, ifindex=2) == first
+    v0 = link(m, host, "enp3s0f0v0")
+    assert m.move_link(host, v0.ifindex, pod).ifindex == v0.ifindex  # free there: kept
+
+
+def test_a_moved_link_whose_ifindex_is_taken_gets_a_new_one(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    d = mk(m, pod, "dummy", "d0")
+    pf = link(m, host, "enp3s0f0")
+    assert d.ifindex == pf.ifindex
+    moved = m.move_link(pod, d.ifindex, host)
+    assert moved.ifindex not in (pf.ifindex, 1)
+    assert link(m, host, "enp3s0f0") == pf
+    assert link(m, host, "d0") == moved
 
 
 def test_unknown_kind_and_devices_cannot_be_created(m: FakeKernelModel, host: NsRef) -> None:

@@ -31,6 +31,7 @@ def test_children_inherit_their_lowers_mtu(m: FakeKernelModel, host: NsRef) -> N
     for kind, extra in (("vlan", {"vlan_id": 5}), ("macvlan", {}), ("ipvlan", {})):
         child = mk(m, host, kind, f"c-{kind}", parent=eth9.ifindex, **extra)
         assert child.mtu == 9000, kind
+        m.delete_link(host, child.ifindex)  # macvlan and ipvlan cannot share a lower
 
 
 def test_vlan_above_parent_mtu_is_einval_at_creation_erange_on_change(

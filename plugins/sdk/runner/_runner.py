@@ -273,9 +273,10 @@ class Runner:
         env = request.envelope
         partition = reg.endpoint.state_namespace
         store = self._require_store()
-        with self._scope(partition, env.scope):
+        unit = unit_key(env.scope, env.step)
+        with self._scope(partition, unit):
             existing, scope = store.read(
-                lambda r: (r.operation(partition, env.operation_id), r.scope(partition, env.scope))
+                lambda r: (r.operation(partition, env.operation_id), r.scope(partition, unit))
             )
             _check_fence(scope, env.scope)  # before replay: a removed scope never resurrects
             if existing is not None:
@@ -332,13 +333,12 @@ class Runner:
             ]
 
             def intent(t: Txn) -> OperationRecord:
-                current = t.scope(partition, env.scope)
-                _check_fence(
-                    current, env.scope
-                )  # the single writer is the true serialization point
+                current = t.scope(partition, unit)
+                # The single writer is the true serialization point: check the fence again.
+                _check_fence(current, env.scope)
                 _check_generation(current, env.generation, env.coordinator_epoch, env.scope)
                 t.put_scope(
-                    _advance(current, partition, env.scope, env.generation, env.coordinator_epoch)
+                    _advance(current, partition, unit, env.generation, env.coordinator_epoch)
                 )
                 return t.insert_operation(record, effects)
 
@@ -364,7 +364,7 @@ class Runner:
             rec = records[planned.id]
             if rec.state is EffectState.APPLIED:
                 continue
-            if (op.partition, op.scope) in self._fenced:
+            if (op.partition, unit_key(op.scope, op.step)) in self._fenced:
                 self._fail(op, f"quiesced by a removal of scope {op.scope} before {planned.id}")
                 raise Aborted(
                     f"scope {op.scope} is being removed; "
@@ -512,6 +512,7 @@ class Runner:
     ) -> CleanupResponse:
         env = request.envelope
         partition = reg.endpoint.state_namespace
+        unit = unit_key(env.scope, env.step)
         store = self._require_store()
         target = cleanup_plan()
         existing = store.read(lambda r: r.operation(partition, env.operation_id))
@@ -541,7 +542,7 @@ class Runner:
         )
 
         def fence(t: Txn) -> OperationRecord:
-            current = t.scope(partition, env.scope)
+            current = t.scope(partition, unit)
             _check_generation(
                 current, env.generation, env.coordinator_epoch, env.scope, allow_equal=True
             )
@@ -550,17 +551,15 @@ class Runner:
                 if current and current.fence_operation_id
                 else env.operation_id
             )
-            advanced = _advance(
-                current, partition, env.scope, env.generation, env.coordinator_epoch
-            )
+            advanced = _advance(current, partition, unit, env.generation, env.coordinator_epoch)
             t.put_scope(dataclasses.replace(advanced, fence_operation_id=fenced_by))
             return record if existing is not None else t.insert_operation(record, [])
 
         with self._crash.scope(env.hook.value, env.operation_id):
             cleanup_op = self._commit("fence", fence)
             with self._lock:
-                self._fenced.add((partition, env.scope))  # quiesce running work on this scope
-            with self._scope(partition, env.scope):
+                self._fenced.add((partition, unit))  # quiesce running work on this unit
+            with self._scope(partition, unit):
                 response = self._undo_scope(reg, cleanup_op, target)
                 state = {
                     CleanupStatus.CLEANED: OperationState.CLEANED,
@@ -586,7 +585,8 @@ class Runner:
             for op in store.read(
                 lambda r: r.operations(partition, scope=scope, hook=target.target_hook)
             )
-            if not target.target_operation_id or op.operation_id == target.target_operation_id
+            if op.step == cleanup_op.step
+            and (not target.target_operation_id or op.operation_id == target.target_operation_id)
         ]
         if target.target_hook is Hook.NODE_PREPARE:
             self._check_no_attachments(reg, partition, targets)
@@ -712,7 +712,8 @@ class Runner:
                 ops = r.operations(partition, scope=scope)
                 op = ops[-1] if ops else None
             effects = r.effects(partition, op.operation_id) if op else []
-            return op, effects, r.scope(partition, op.scope if op else scope)
+            fence_key = unit_key(op.scope, op.step) if op else scope
+            return op, effects, r.scope(partition, fence_key)
 
         op, effects, scope_rec = store.read(read)
         if op is None:
@@ -876,6 +877,15 @@ class EndpointRunner:
 
 
 # -- pure helpers ---------------------------------------------------------------------------
+
+
+def unit_key(scope: str, step: str) -> str:
+    """What scope records, locks and fences are keyed by: one step of one prep/attachment.
+
+    One attachment may use a logical plugin more than once (two VFs of a bond), so the
+    step is part of the unit: removing vf1 must neither fence nor undo vf0.
+    """
+    return f"{scope}/{step}"
 
 
 def _check_envelope(request: Request, hook: Hook) -> None:

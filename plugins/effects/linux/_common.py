@@ -1,0 +1,107 @@
+"""Shared pieces of the Linux effect executors: namespaces, identity, descriptions.
+
+Ownership evidence for links we create is deterministic from the operation
+identity: the link is born under a temporary name derived from the effect's
+marker, then carries the marker as its ifalias, then takes its final name. At
+every stage recovery can tell it apart from a foreign link; a link with the
+expected final name but without the marker is never adopted or deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from plugins.kernel import Kernel, Link, NsRef
+from plugins.sdk import FailedPrecondition, NamespaceHandle
+from plugins.sdk.runner import EffectContext
+
+NAMESPACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["path", "device", "inode", "bootId"],
+    "properties": {
+        "sandboxId": {"type": "string"},
+        "path": {"type": "string", "minLength": 1},
+        "device": {"type": "integer", "minimum": 0},
+        "inode": {"type": "integer", "minimum": 0},
+        "bootId": {"type": "string", "minLength": 1},
+    },
+}
+HANDLE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "type", "description"],
+    "properties": {
+        "id": {"type": "string"},
+        "type": {"type": "string"},
+        "description": {"type": "object"},
+    },
+}
+IFNAME_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 15}
+MTU_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 68, "maximum": 65535}
+
+
+def temp_name(ctx: EffectContext) -> str:
+    """A deterministic 15-byte name no administrator would choose: np + 13 hex digits."""
+    return "np" + hashlib.sha256(ctx.marker.encode()).hexdigest()[:13]
+
+
+def open_ns(kernel: Kernel, ns: Mapping[str, Any]) -> NsRef:
+    return kernel.open_namespace(
+        NamespaceHandle(ns["path"], ns["device"], ns["inode"], ns["bootId"])
+    )
+
+
+def ns_json(ref: NsRef) -> dict[str, Any]:
+    return {"path": ref.path, "device": ref.device, "inode": ref.inode, "bootId": ref.boot_id}
+
+
+def describe(link: Link, physical: str, **extra: Any) -> dict[str, Any]:
+    """The KernelInterface/v1 description of a link (what handles and later effects see)."""
+    out: dict[str, Any] = {
+        "ifName": link.name,
+        "ifIndex": link.ifindex,
+        "kind": link.kind,
+        "mac": link.mac,
+        "mtu": link.mtu,
+        "netns": ns_json(link.ns),
+        "physical": physical,
+    }
+    if link.pci_address:
+        out["pciAddress"] = link.pci_address
+    out.update(extra)
+    return out
+
+
+def find_owned(kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str) -> Link | None:
+    """Our link in ``ns``: it carries our marker, or (before marking) our temporary name."""
+    for link in kernel.list_links(ns):
+        if link.alias == ctx.marker:
+            return link
+        if link.name == temp_name(ctx) and link.kind == kind and not link.alias:
+            return link
+    return None
+
+
+def require_name_free(kernel: Kernel, ns: NsRef, name: str, ours: Link | None) -> None:
+    clash = kernel.get_link(ns, name=name)
+    if clash is not None and (ours is None or clash.ifindex != ours.ifindex):
+        raise FailedPrecondition(
+            f"an interface named {name} already exists in the sandbox and is not ours"
+        )
+
+
+def locate(kernel: Kernel, description: Mapping[str, Any]) -> Link | None:
+    """Find a described link by its identity, not its name: PCI function, or ifindex + marker."""
+    pci = description.get("pciAddress")
+    if isinstance(pci, str) and pci:
+        return kernel.find_device(pci)
+    try:
+        ns = open_ns(kernel, description["netns"])
+    except OSError:
+        return None
+    link = kernel.get_link(ns, ifindex=int(description["ifIndex"]))
+    marker = description.get("marker")
+    if link is None or (marker and link.alias != marker):
+        return None
+    return link

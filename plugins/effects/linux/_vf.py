@@ -1,0 +1,321 @@
+"""VF effects: VF-scoped settings through the PF, the VF netdev's MTU, its move and rename.
+
+None of these touches PF-global state, ``sriov_numvfs`` or any other VF. Each
+records a before-image of exactly the fields it changes; undo restores a field
+only if it still holds the value we set, and quarantines on an external change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from plugins.kernel import Kernel, Link, LinkChanges, VFChanges, VFConfig
+from plugins.sdk import FailedPrecondition
+from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
+
+from ._common import IFNAME_SCHEMA, MTU_SCHEMA, NAMESPACE_SCHEMA, describe, open_ns, temp_name
+
+# Config key -> (VFConfig field, VFChanges field); VLAN, QoS and protocol travel together.
+_VF_FIELDS = {
+    "mac": "mac",
+    "vlan": "vlan",
+    "qos": "qos",
+    "vlanProto": "vlan_proto",
+    "spoofCheck": "spoofchk",
+    "trust": "trust",
+    "minTxRateMbps": "min_tx_rate",
+    "maxTxRateMbps": "max_tx_rate",
+    "linkState": "link_state",
+}
+
+
+def _vf_link(kernel: Kernel, pci: str) -> Link:
+    link = kernel.find_device(pci)
+    if link is None:
+        raise FailedPrecondition(f"VF {pci} has no netdev (did the VF disappear?)")
+    return link
+
+
+def _physical(pci: str) -> str:
+    return f"pci:{pci}"
+
+
+class SetVFConfig:
+    """PrepareVF step 1: the VF's own settings, set through its PF."""
+
+    kind: str = "linux/set-vf-config/v1"
+    outputs: tuple[str, ...] = ("vf",)
+    payload_schema: Mapping[str, Any] = {
+        "type": "object",
+        "required": ["pf", "vfIndex", "pciAddress", "settings"],
+        "additionalProperties": False,
+        "properties": {
+            "pf": IFNAME_SCHEMA,
+            "vfIndex": {"type": "integer", "minimum": 0},
+            "pciAddress": {"type": "string"},
+            "settings": {"type": "object", "propertyNames": {"enum": list(_VF_FIELDS)}},
+        },
+    }
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def _current(self, ctx: EffectContext) -> tuple[int, VFConfig]:
+        host = self.kernel.host_namespace()
+        pf = self.kernel.get_link(host, name=ctx.payload["pf"])
+        if pf is None:
+            raise FailedPrecondition(f"PF {ctx.payload['pf']} is not in the host namespace")
+        vfs = self.kernel.get_vfs(host, pf.ifindex)
+        index = ctx.payload["vfIndex"]
+        if index >= len(vfs):
+            raise FailedPrecondition(f"PF {pf.name} has no VF {index}")
+        vf_link = _vf_link(self.kernel, ctx.payload["pciAddress"])
+        if vf_link.vf_of is None or vf_link.vf_of[1] != index or vf_link.vf_of[0] != pf.pci_address:
+            raise FailedPrecondition(f"{ctx.payload['pciAddress']} is not VF {index} of {pf.name}")
+        return pf.ifindex, vfs[index]
+
+    def _values(self, vf: VFConfig) -> dict[str, Any]:
+        return {key: getattr(vf, field) for key, field in _VF_FIELDS.items()}
+
+    def _set(self, ctx: EffectContext, values: Mapping[str, Any]) -> None:
+        pf_index, _ = self._current(ctx)
+        changes = VFChanges(**{_VF_FIELDS[k]: v for k, v in values.items()})
+        self.kernel.set_vf(self.kernel.host_namespace(), pf_index, ctx.payload["vfIndex"], changes)
+
+    def _output(self, ctx: EffectContext) -> dict[str, Any]:
+        pci = ctx.payload["pciAddress"]
+        return describe(
+            _vf_link(self.kernel, pci),
+            _physical(pci),
+            pf=ctx.payload["pf"],
+            vfIndex=ctx.payload["vfIndex"],
+        )
+
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
+        now = self._values(self._current(ctx)[1])
+        wanted = ctx.payload["settings"]
+        if all(now[k] == v for k, v in wanted.items()):
+            return Observation.OURS
+        if before is not None and all(now[k] == before[k] for k in wanted):
+            return Observation.ABSENT
+        return Observation.CHANGED
+
+    def capture(self, ctx: EffectContext) -> Any:
+        now = self._values(self._current(ctx)[1])
+        return {k: now[k] for k in ctx.payload["settings"]}
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        now = self._values(self._current(ctx)[1])
+        todo = {k: v for k, v in ctx.payload["settings"].items() if now[k] != v}
+        if todo:
+            self._set(ctx, todo)
+        return {"vf": self._output(ctx)}
+
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
+        try:
+            now = self._values(self._current(ctx)[1])
+        except FailedPrecondition as exc:
+            return UndoResult(UndoOutcome.QUARANTINED, str(exc))
+        wanted = ctx.payload["settings"]
+        changed = sorted(k for k, v in wanted.items() if now[k] not in (v, before[k]))
+        if changed:
+            return UndoResult(UndoOutcome.QUARANTINED, f"VF fields changed externally: {changed}")
+        restore = {k: before[k] for k in wanted if now[k] != before[k] and before[k] is not None}
+        if not restore:
+            return UndoResult(UndoOutcome.ABSENT, "VF already at its before-image")
+        self._set(ctx, restore)
+        return UndoResult(UndoOutcome.UNDONE)
+
+
+class SetLinkMTU:
+    """PrepareVF step 2: the VF netdev's MTU (VF-scoped, in the host namespace)."""
+
+    kind: str = "linux/set-link-mtu/v1"
+    outputs: tuple[str, ...] = ("vf",)
+    payload_schema: Mapping[str, Any] = {
+        "type": "object",
+        "required": ["mtu"],
+        "additionalProperties": False,
+        "properties": {"mtu": MTU_SCHEMA},
+    }
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def _link(self, ctx: EffectContext) -> Link:
+        return _vf_link(self.kernel, ctx.inputs["link"]["pciAddress"])
+
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
+        mtu = self._link(ctx).mtu
+        if mtu == ctx.payload["mtu"]:
+            return Observation.OURS
+        return (
+            Observation.ABSENT
+            if before is not None and mtu == before["mtu"]
+            else Observation.CHANGED
+        )
+
+    def capture(self, ctx: EffectContext) -> Any:
+        return {"mtu": self._link(ctx).mtu}
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        link = self._link(ctx)
+        if link.mtu != ctx.payload["mtu"]:
+            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(mtu=ctx.payload["mtu"]))
+        return {"vf": {**ctx.inputs["link"], **describe(link, _physical(link.pci_address or ""))}}
+
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
+        try:
+            link = self._link(ctx)
+        except FailedPrecondition as exc:
+            return UndoResult(UndoOutcome.QUARANTINED, str(exc))
+        if link.mtu == before["mtu"]:
+            return UndoResult(UndoOutcome.ABSENT, "MTU already at its before-image")
+        if link.mtu != ctx.payload["mtu"]:
+            return UndoResult(UndoOutcome.QUARANTINED, f"MTU changed externally to {link.mtu}")
+        self.kernel.set_link(link.ns, link.ifindex, LinkChanges(mtu=before["mtu"]))
+        return UndoResult(UndoOutcome.UNDONE)
+
+
+class MoveLink:
+    """MoveVF step 1: move the prepared VF into the sandbox under a temporary name.
+
+    Remembers both namespaces and names; compensation returns the VF to its
+    original namespace under its original name and never deletes it.
+    """
+
+    kind: str = "linux/move-link/v1"
+    outputs: tuple[str, ...] = ("link",)
+    payload_schema: Mapping[str, Any] = {
+        "type": "object",
+        "required": ["link", "to"],
+        "additionalProperties": False,
+        "properties": {
+            "link": {"type": "object", "required": ["description"]},
+            "to": NAMESPACE_SCHEMA,
+        },
+    }
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def _pci(self, ctx: EffectContext) -> str:
+        pci = ctx.payload["link"]["description"].get("pciAddress")
+        if not isinstance(pci, str) or not pci:
+            raise FailedPrecondition("the prepared handle names no PCI function")
+        return pci
+
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
+        link = self.kernel.find_device(self._pci(ctx))
+        if link is None:
+            return Observation.CHANGED  # the VF disappeared
+        target = open_ns(self.kernel, ctx.payload["to"])
+        return Observation.OURS if link.ns.key == target.key else Observation.ABSENT
+
+    def capture(self, ctx: EffectContext) -> Any:
+        link = _vf_link(self.kernel, self._pci(ctx))
+        host = self.kernel.host_namespace()
+        if link.ns.key != host.key:
+            raise FailedPrecondition(f"VF {self._pci(ctx)} is not in the host namespace")
+        open_ns(self.kernel, ctx.payload["to"])  # the sandbox must exist before we start
+        return {"name": link.name, "up": link.up}
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        pci = self._pci(ctx)
+        target = open_ns(self.kernel, ctx.payload["to"])
+        link = _vf_link(self.kernel, pci)
+        if link.ns.key != target.key:
+            if link.ns.key != self.kernel.host_namespace().key:
+                raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
+            link = self.kernel.move_link(link.ns, link.ifindex, target, new_name=temp_name(ctx))
+        return {"link": describe(link, _physical(pci))}
+
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
+        link = self.kernel.find_device(self._pci(ctx))
+        if link is None:
+            return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
+        host = self.kernel.host_namespace()
+        if link.ns.key == host.key:
+            if link.name == before["name"]:
+                return UndoResult(UndoOutcome.ABSENT, "VF already in the host namespace")
+            # It came back by itself (the sandbox died) under another name: take ours back.
+            self.kernel.set_link(host, link.ifindex, LinkChanges(name=before["name"]))
+            return UndoResult(UndoOutcome.UNDONE, "VF had returned; original name restored")
+        if link.up:
+            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
+        self.kernel.move_link(link.ns, link.ifindex, host, new_name=before["name"])
+        return UndoResult(UndoOutcome.UNDONE)
+
+
+class RenameLink:
+    """MoveVF step 2: the final, coordinator-assigned name inside the sandbox."""
+
+    kind: str = "linux/rename-link/v1"
+    outputs: tuple[str, ...] = ("link",)
+    payload_schema: Mapping[str, Any] = {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {"name": IFNAME_SCHEMA},
+    }
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def _link(self, ctx: EffectContext) -> Link | None:
+        return self.kernel.find_device(ctx.inputs["link"]["pciAddress"])
+
+    def probe(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> Observation:
+        link = self._link(ctx)
+        if link is None:
+            return Observation.CHANGED
+        return Observation.OURS if link.name == ctx.payload["name"] else Observation.ABSENT
+
+    def capture(self, ctx: EffectContext) -> Any:
+        link = self._link(ctx)
+        if link is None:
+            raise FailedPrecondition("the moved VF disappeared")
+        clash = self.kernel.get_link(link.ns, name=ctx.payload["name"])
+        if clash is not None and clash.ifindex != link.ifindex:
+            raise FailedPrecondition(
+                f"an interface named {ctx.payload['name']} already exists in the sandbox and is not ours"
+            )
+        return {"name": link.name}
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        link = self._link(ctx)
+        if link is None:
+            raise FailedPrecondition("the moved VF disappeared")
+        if link.name != ctx.payload["name"]:
+            link = self.kernel.set_link(
+                link.ns, link.ifindex, LinkChanges(name=ctx.payload["name"])
+            )
+        return {"link": describe(link, _physical(link.pci_address or ""))}
+
+    def undo(
+        self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
+    ) -> UndoResult:
+        link = self._link(ctx)
+        if link is None or link.ns.key == self.kernel.host_namespace().key:
+            return UndoResult(UndoOutcome.ABSENT, "VF no longer in the sandbox")
+        if link.name != ctx.payload["name"]:
+            return UndoResult(UndoOutcome.ABSENT, "VF does not carry the assigned name")
+        if link.up:
+            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
+        self.kernel.set_link(link.ns, link.ifindex, LinkChanges(name=before["name"]))
+        return UndoResult(UndoOutcome.UNDONE)

@@ -1,0 +1,128 @@
+"""Lab descriptions: the default lab, the derived identities, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakekernel import DEFAULT_LAB, LabError, build_model, load_lab
+from fakekernel.lab import parse_lab_yaml
+from plugins.kernel import VFConfig
+
+from .helpers import link
+
+
+def test_the_default_lab() -> None:
+    m = load_lab(DEFAULT_LAB)
+    host = m.host_namespace()
+    assert m.boot_id() == "6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
+    names = [ln.name for ln in m.list_links(host)]
+    assert names == [
+        "enp3s0f0",
+        *(f"enp3s0f0v{i}" for i in range(4)),
+        "enp3s0f1",
+        *(f"enp3s0f1v{i}" for i in range(4)),
+        "enp3s0f2",
+        "foreign0",
+    ]
+    pf0, pf1 = link(m, host, "enp3s0f0"), link(m, host, "enp3s0f1")
+    assert (pf0.pci_address, pf1.pci_address, pf0.up) == ("0000:03:00.0", "0000:03:00.1", True)
+    assert [link(m, host, f"enp3s0f0v{i}").pci_address for i in range(4)] == [
+        "0000:03:10.0",
+        "0000:03:10.2",
+        "0000:03:10.4",
+        "0000:03:10.6",
+    ]
+    assert link(m, host, "enp3s0f1v3").vf_of == ("0000:03:00.1", 3)
+    assert m.get_vfs(host, pf0.ifindex)[0].link_state == "auto"
+    assert m.get_vfs(host, pf1.ifindex)[0] == VFConfig(
+        0, "00:00:00:00:00:00", spoofchk=True, trust=False, min_tx_rate=0, max_tx_rate=0
+    )  # the variant without link-state control
+    shared = link(m, host, "enp3s0f2")
+    assert (shared.mtu, shared.up, shared.pci_address) == (9000, True, "0000:03:00.2")
+    foreign = link(m, host, "foreign0")
+    assert (foreign.kind, foreign.alias) == ("dummy", "foreign")
+
+
+def test_labs_build_identically() -> None:
+    assert load_lab(DEFAULT_LAB).snapshot() == load_lab(DEFAULT_LAB).snapshot()
+
+
+def test_foreign_links_namespaces_and_options() -> None:
+    m = build_model(
+        {
+            "live_rename": True,
+            "namespaces": ["other"],
+            "devices": [{"name": "eth7", "pci": "0000:07:00.0", "up": True}],
+            "links": [
+                {"kind": "bond", "name": "fbond", "bond": {"mode": "active-backup"}},
+                {"kind": "veth", "name": "fa", "peer_name": "fb", "peer_namespace": "other"},
+                {"kind": "macvlan", "name": "fmv", "parent": "eth7", "mode": "bridge"},
+                {"kind": "vlan", "name": "eth7.9", "parent": "eth7", "vlan_id": 9, "up": True},
+                {"kind": "dummy", "name": "fd", "master": "fbond", "namespace": None},
+                {
+                    "kind": "ipvlan",
+                    "name": "fipv",
+                    "namespace": "other",
+                    "parent": "fb",
+                    "parent_namespace": "other",
+                },
+            ],
+        }
+    )
+    host, other = m.host_namespace(), m.namespace("other")
+    assert link(m, host, "fd").master == link(m, host, "fbond").ifindex
+    assert link(m, host, "eth7.9").up
+    assert link(m, other, "fipv").mode == "l3"
+    assert m.snapshot()["live_rename"] is True
+
+
+@pytest.mark.parametrize(
+    ("desc", "message"),
+    [
+        ({"pfss": []}, "lab: unknown keys ['pfss']"),
+        ({"pfs": [{"num_vfs": 2}]}, "lab.pfs[0].name: required"),
+        ({"pfs": [{"name": "eth0"}]}, "lab.pfs[0].pci: required, 'eth0' does not encode"),
+        ({"pfs": [{"name": "p", "pci": "3:0.0"}]}, "lab.pfs[0].pci: '3:0.0' is not DDDD:BB:SS.F"),
+        ({"pfs": [{"name": "enp3s0f0", "num_vfs": "4"}]}, "lab.pfs[0].num_vfs: expected int"),
+        ({"pfs": [{"name": "enp3s0f0", "num_vfs": True}]}, "lab.pfs[0].num_vfs: expected int"),
+        ({"pfs": [{"name": "enp3s0f0", "num_vfs": 999}]}, "outside 0..256"),
+        ({"pfs": [{"name": "enp3s0f0", "nic": "x"}]}, "lab.pfs[0].nic: no NIC variant 'x'"),
+        ({"nics": {"x": {"capabilities": ["warp"]}}}, "lab.nics.x.capabilities: unknown ['warp']"),
+        (
+            {"pfs": [{"name": "enp3s0f0"}, {"name": "enp3s0f0", "pci": "0000:09:00.0"}]},
+            "lab.pfs[1]: the kernel refused: EEXIST",
+        ),
+        ({"devices": [{"name": "enp3s0f0", "mtu": 99999}]}, "lab.devices[0]: the kernel refused"),
+        ({"links": [{"kind": "tun", "name": "t"}]}, "lab.links[0].kind: 'tun' is not one of"),
+        (
+            {"links": [{"kind": "vlan", "name": "v", "parent": "x"}]},
+            "lab.links[0].parent: no link",
+        ),
+        ({"links": [{"kind": "dummy", "name": "d", "namespace": "x"}]}, "namespace 'x' is not"),
+        ({"links": [{"kind": "vlan", "name": "v"}]}, "lab.links[0]: the kernel refused: EINVAL"),
+        ({"links": [{"kind": "dummy", "name": "d", "master": "x"}]}, "lab.links[0].master"),
+        ({"links": ["dummy"]}, "lab.links[0]: expected a mapping"),
+        ({"namespaces": ["a/b"]}, "lab.namespaces: 'a/b': the kernel refused: EINVAL"),
+    ],
+)
+def test_invalid_labs_say_where_and_why(desc: dict[str, Any], message: str) -> None:
+    with pytest.raises(LabError) as info:
+        build_model(desc)
+    assert message in str(info.value)
+
+
+def test_yaml_problems(tmp_path: Path) -> None:
+    with pytest.raises(LabError, match="duplicate key 'pfs'"):
+        parse_lab_yaml("pfs: []\npfs: []\n")
+    with pytest.raises(LabError, match="a lab is a mapping"):
+        parse_lab_yaml("- 1\n")
+    with pytest.raises(LabError, match="not valid YAML"):
+        parse_lab_yaml("a: [\n")
+    with pytest.raises(LabError, match="No such file"):
+        load_lab(tmp_path / "missing.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert [ln.name for ln in load_lab(empty).list_links(load_lab(empty).host_namespace())] == []

@@ -1,0 +1,154 @@
+"""Namespace handles, moving links between namespaces, and namespace death."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import replace
+
+from fakekernel import FakeKernelModel
+from plugins.kernel import BondInfo, LinkChanges, NsRef
+from plugins.sdk import NamespaceHandle
+
+from .helpers import kernel_error, link, mk
+
+
+def handle(ref: NsRef) -> NamespaceHandle:
+    return NamespaceHandle(ref.path, ref.device, ref.inode, ref.boot_id)
+
+
+def test_namespaces_have_unique_nsfs_identities(m: FakeKernelModel, pod: NsRef) -> None:
+    other = m.add_namespace("other")
+    host = m.host_namespace()
+    assert (pod.path, pod.device) == ("/run/netns/pod", host.device)
+    assert len({host.inode, pod.inode, other.inode}) == 3
+    assert host.inode == 4026531840
+    assert m.namespaces() == [host, pod, other]
+    assert m.namespace("pod") == pod
+
+
+def test_namespace_names(m: FakeKernelModel, pod: NsRef) -> None:
+    with kernel_error(errno.EEXIST):
+        m.add_namespace("pod")
+    for bad in ("", "a/b", ".", ".."):
+        with kernel_error(errno.EINVAL):
+            m.add_namespace(bad)
+    with kernel_error(errno.ENOENT):
+        m.delete_namespace("nope")
+
+
+def test_open_namespace_verifies_identity_and_boot(m: FakeKernelModel, pod: NsRef) -> None:
+    assert m.open_namespace(handle(pod)) == pod
+    with kernel_error(errno.ESTALE):
+        m.open_namespace(replace(handle(pod), boot_id="another-boot"))
+    m.delete_namespace("pod")
+    with kernel_error(errno.ENOENT):
+        m.open_namespace(handle(pod))
+    again = m.add_namespace("pod")  # same path, new namespace
+    with kernel_error(errno.ESTALE):
+        m.open_namespace(handle(pod))
+    assert m.open_namespace(handle(again)) == again
+
+
+def test_calls_on_a_dead_or_foreign_namespace(m: FakeKernelModel, pod: NsRef) -> None:
+    m.delete_namespace("pod")
+    with kernel_error(errno.ENOENT):
+        m.list_links(pod)
+    with kernel_error(errno.ESTALE):
+        m.list_links(replace(m.host_namespace(), boot_id="another-boot"))
+
+
+def test_a_move_keeps_the_ifindex_and_closes_the_link(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    v0 = m.set_link(host, link(m, host, "enp3s0f0v0").ifindex, LinkChanges(up=True))
+    moved = m.move_link(host, v0.ifindex, pod, new_name="eth0")
+    assert (moved.ifindex, moved.ns, moved.name, moved.up) == (v0.ifindex, pod, "eth0", False)
+    assert m.get_link(host, ifindex=v0.ifindex) is None
+
+
+def test_moving_onto_a_taken_name(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    mk(m, pod, "dummy", "enp3s0f0v0")
+    mk(m, pod, "dummy", "eth0")
+    v0 = link(m, host, "enp3s0f0v0")
+    with kernel_error(errno.EEXIST):
+        m.move_link(host, v0.ifindex, pod)
+    with kernel_error(errno.EEXIST):  # dev_prep_valid_name(..., EEXIST)
+        m.move_link(host, v0.ifindex, pod, new_name="eth0")
+    assert link(m, host, "enp3s0f0v0").ifindex == v0.ifindex  # not moved
+    assert m.move_link(host, v0.ifindex, pod, new_name="eth1").name == "eth1"
+
+
+def test_a_failed_rename_after_a_move_leaves_the_link_moved(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    """The move and the rename are separate steps of one do_setlink."""
+    mk(m, pod, "dummy", "eth0")
+    v0 = link(m, host, "enp3s0f0v0")
+    with kernel_error(errno.EEXIST):
+        m.move_link(host, v0.ifindex, pod, new_name="eth0")
+    assert link(m, pod, "enp3s0f0v0").ifindex == v0.ifindex
+
+
+def test_renaming_in_place_through_move(m: FakeKernelModel, host: NsRef) -> None:
+    d = mk(m, host, "dummy", "d0")
+    assert m.move_link(host, d.ifindex, host, new_name="d1").name == "d1"
+
+
+def test_moving_an_enslaved_link_is_refused(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    """Model choice (Linux would release the port and move it): EBUSY."""
+    bond = mk(m, host, "bond", "bond0", bond=BondInfo("active-backup", 100))
+    v0 = link(m, host, "enp3s0f0v0")
+    m.set_link(host, v0.ifindex, LinkChanges(master=bond.ifindex))
+    with kernel_error(errno.EBUSY):
+        m.move_link(host, v0.ifindex, pod)
+
+
+def test_namespace_death_returns_devices_and_kills_virtual_links(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    before = m.snapshot()
+    v0, eth9 = link(m, host, "enp3s0f0v0"), link(m, host, "eth9")
+    m.move_link(host, v0.ifindex, pod, new_name="net0")
+    m.set_link(pod, v0.ifindex, LinkChanges(up=True))
+    mk(m, pod, "vlan", "net0.7", parent=v0.ifindex, vlan_id=7)
+    mk(m, pod, "macvlan", "mv0", parent=eth9.ifindex, parent_ns=host)
+    mk(m, host, "veth", "host-end", peer_name="pod-end", peer_ns=pod)
+    shared = mk(m, host, "veth", "a", peer_name="b")
+    m.move_link(host, shared.ifindex, pod)
+    child = mk(m, host, "macvlan", "on-a", parent=shared.ifindex, parent_ns=pod)
+
+    m.delete_namespace("pod")
+
+    back = link(m, host, "net0")  # keeps its name when it is free in the host
+    assert (back.ifindex, back.up, back.mac) == (v0.ifindex, False, v0.mac)
+    for gone in ("host-end", "b", "on-a"):
+        assert m.get_link(host, name=gone) is None, gone
+    assert m.get_link(host, ifindex=child.ifindex) is None
+    assert [ns.path for ns in m.namespaces()] == [host.path]
+    m.set_link(host, v0.ifindex, LinkChanges(name="enp3s0f0v0"))
+    assert m.snapshot()["links"] == before["links"]
+
+
+def test_a_returning_device_whose_name_is_taken_becomes_dev_ifindex(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    v0 = link(m, host, "enp3s0f0v0")
+    m.move_link(host, v0.ifindex, pod)
+    mk(m, host, "dummy", "enp3s0f0v0")
+    m.delete_namespace("pod")
+    assert link(m, host, f"dev{v0.ifindex}").pci_address == v0.pci_address
+
+
+def test_namespace_death_releases_bond_slaves(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    v0 = link(m, host, "enp3s0f0v0")
+    m.move_link(host, v0.ifindex, pod)
+    bond = mk(m, pod, "bond", "bond0", bond=BondInfo("active-backup", 100), mtu=9000)
+    m.set_link(pod, v0.ifindex, LinkChanges(master=bond.ifindex))
+    m.delete_namespace("pod")
+    back = link(m, host, "enp3s0f0v0")
+    assert (back.master, back.mtu, back.mac, back.up) == (None, 1500, v0.mac, False)
+
+
+def test_the_host_namespace_cannot_be_deleted_by_name(m: FakeKernelModel) -> None:
+    with kernel_error(errno.ENOENT):
+        m.delete_namespace("")
