@@ -52,6 +52,7 @@ class FakeKernelClient:
         self._rfile = self._sock.makefile("rb")
         self._lock = threading.Lock()
         self._next_id = 0
+        self._broken = False
 
     def close(self) -> None:
         with self._lock:
@@ -66,11 +67,19 @@ class FakeKernelClient:
 
     def _call(self, method: str, **params: Any) -> Any:
         with self._lock:
+            if self._broken:
+                raise FakeKernelProtocolError("the connection failed earlier; open a new client")
             self._next_id += 1
             req_id = self._next_id
             req = {"id": req_id, "method": method, "params": encode(params)}
-            self._sock.sendall(json.dumps(req).encode() + b"\n")
-            line = self._rfile.readline()
+            try:
+                self._sock.sendall(json.dumps(req).encode() + b"\n")
+                line = self._rfile.readline()
+            except OSError as e:
+                # A timeout or reset is not a kernel answer (and would leave a stray reply
+                # on the stream), so it must not look like a KernelError to callers.
+                self._broken = True
+                raise FakeKernelProtocolError(f"{method}: transport failed: {e!r}") from e
         if not line:
             raise FakeKernelProtocolError("the fake kernel closed the connection")
         reply = json.loads(line)

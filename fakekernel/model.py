@@ -69,10 +69,8 @@ class FakeKernelModel:
 
     def list_links(self, ns: NsRef) -> list[Link]:
         inode = self._ns(ns).ref.inode
-        return [
-            self._view(lk)
-            for lk in self._sorted(lk for lk in self._s.links.values() if lk.ns == inode)
-        ]
+        links = [lk for lk in self._s.links.values() if lk.ns == inode]
+        return [self._view(lk) for lk in self._sorted(links)]
 
     def get_link(
         self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None

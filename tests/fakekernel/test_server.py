@@ -163,7 +163,11 @@ def test_the_process_stops_and_cleans_up(tmp_path: Path) -> None:
     with FakeKernelProcess(sock) as proc:  # the default lab
         pid = proc.pid
         assert sock.is_socket()
+        orphan = proc.client(timeout=10)
     assert not sock.exists()
+    with pytest.raises(FakeKernelProtocolError):  # never mistaken for a kernel answer
+        orphan.boot_id()
+    orphan.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 

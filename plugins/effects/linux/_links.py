@@ -303,6 +303,8 @@ class AttachMember:
         if member.master != bond.ifindex:
             if member.master is not None:
                 raise FailedPrecondition(f"member {member.name} was enslaved elsewhere meanwhile")
+            if member.up:  # bond_enslave: "Device can not be enslaved while up" (EPERM)
+                member = self.kernel.set_link(member.ns, member.ifindex, LinkChanges(up=False))
             self.kernel.set_link(member.ns, member.ifindex, LinkChanges(master=bond.ifindex))
         return {}
 

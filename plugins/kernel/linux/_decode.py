@@ -1,0 +1,242 @@
+"""Kernel replies (decoded by pyroute2) to the ``Link`` and ``VFConfig`` values."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any, cast
+
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
+
+from .._types import BondInfo, Link, LinkKind, NsRef, VFConfig
+from ._wire import IFF_UP
+
+KINDS: frozenset[str] = frozenset(
+    {"veth", "dummy", "bond", "vlan", "macvlan", "ipvlan", "bridge"}
+)
+STACKED = frozenset({"vlan", "macvlan", "ipvlan"})  # IFLA_LINK names the lower device
+
+BOND_MODES = (
+    "balance-rr",
+    "active-backup",
+    "balance-xor",
+    "broadcast",
+    "802.3ad",
+    "balance-tlb",
+    "balance-alb",
+)
+MACVLAN_MODES = {"private": 1, "vepa": 2, "bridge": 4, "passthru": 8, "source": 16}
+IPVLAN_MODES = {"l2": 0, "l3": 1, "l3s": 2}
+VLAN_PROTOCOLS = {"802.1Q": 0x8100, "802.1ad": 0x88A8}
+VF_LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}
+U32_UNSET = 0xFFFFFFFF  # ifla_vf_info's "-1": the driver does not report this setting
+
+SYSFS_BUS = "/sys/bus"
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def _by_value(table: dict[str, int], value: Any) -> str | None:
+    """The name of an enum value; pyroute2 may already have mapped it to a name."""
+    if isinstance(value, str):
+        return value if value in table else None
+    return next((k for k, v in table.items() if v == value), None)
+
+
+def decode_link_msg(chunk: bytes) -> Any:
+    msg = ifinfmsg(chunk)
+    msg.decode()
+    return msg
+
+
+def decode_nsid(chunk: bytes) -> int | None:
+    msg = nsidmsg(chunk)
+    msg.decode()
+    value = msg.get_attr("NETNSA_NSID")
+    return None if value is None else int(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def link_netnsid(msg: Any) -> int | None:
+    return _int(msg.get_attr("IFLA_LINK_NETNSID"))
+
+
+def to_link(
+    msg: Any,
+    ns: NsRef,
+    resolve_nsid: Callable[[int], NsRef],
+) -> Link:
+    """One RTM_NEWLINK answer as a ``Link`` of namespace ``ns``.
+
+    ``resolve_nsid`` maps an IFLA_LINK_NETNSID (as seen from ``ns``) to a namespace.
+    """
+    ifindex = int(msg["index"])
+    name = str(msg.get_attr("IFLA_IFNAME"))
+    info = msg.get_attr("IFLA_LINKINFO")
+    raw_kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+    data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+    # Kinds outside LinkKind (loopback, ifb, tun, vxlan, ...) are reported as "device".
+    kind = cast(LinkKind, raw_kind if raw_kind in KINDS else "device")
+    iflink = _int(msg.get_attr("IFLA_LINK"))
+    nsid = link_netnsid(msg)
+    fields: dict[str, Any] = {}
+    if kind in STACKED and iflink is not None:
+        fields["parent"] = iflink
+        if nsid is not None:
+            fields["parent_ns"] = resolve_nsid(nsid)
+    if kind == "veth" and iflink is not None:
+        fields["peer"] = iflink
+    if data is not None:
+        fields.update(_kind_data(kind, data))
+    min_mtu = _int(msg.get_attr("IFLA_MIN_MTU"))
+    max_mtu = _int(msg.get_attr("IFLA_MAX_MTU"))
+    if min_mtu is not None:
+        fields["min_mtu"] = min_mtu
+    if max_mtu is not None:
+        fields["max_mtu"] = max_mtu
+    if kind == "device":
+        pci = pci_address_of(msg)
+        fields["pci_address"] = pci
+        fields["vf_of"] = vf_of(pci) if pci else None
+    perm = msg.get_attr("IFLA_PERM_ADDRESS")
+    alias = msg.get_attr("IFLA_IFALIAS")
+    return Link(
+        ifindex=ifindex,
+        name=name,
+        kind=kind,
+        ns=ns,
+        mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
+        mtu=int(msg.get_attr("IFLA_MTU") or 0),
+        up=bool(int(msg["flags"]) & IFF_UP),
+        master=_int(msg.get_attr("IFLA_MASTER")),
+        alias=str(alias) if alias else None,
+        perm_mac=str(perm).lower() if perm else None,
+        **fields,
+    )
+
+
+def _kind_data(kind: str, data: Any) -> dict[str, Any]:
+    if kind == "bond":
+        mode = _int(data.get_attr("IFLA_BOND_MODE")) or 0
+        return {
+            "bond": BondInfo(
+                mode=BOND_MODES[mode] if mode < len(BOND_MODES) else str(mode),
+                miimon_ms=_int(data.get_attr("IFLA_BOND_MIIMON")) or 0,
+                updelay_ms=_int(data.get_attr("IFLA_BOND_UPDELAY")) or 0,
+                downdelay_ms=_int(data.get_attr("IFLA_BOND_DOWNDELAY")) or 0,
+                active_slave=_int(data.get_attr("IFLA_BOND_ACTIVE_SLAVE")) or None,
+            )
+        }
+    if kind == "vlan":
+        proto = _int(data.get_attr("IFLA_VLAN_PROTOCOL"))
+        return {
+            "vlan_id": _int(data.get_attr("IFLA_VLAN_ID")),
+            "vlan_protocol": _by_value(VLAN_PROTOCOLS, proto) or (proto and hex(proto)),
+        }
+    if kind == "macvlan":
+        return {"mode": _by_value(MACVLAN_MODES, data.get_attr("IFLA_MACVLAN_MODE"))}
+    if kind == "ipvlan":
+        return {"mode": _by_value(IPVLAN_MODES, data.get_attr("IFLA_IPVLAN_MODE"))}
+    return {}
+
+
+# -- PCI identity ----------------------------------------------------------------------
+
+
+def pci_address_of(msg: Any) -> str | None:
+    """The PCI function behind a netdev, from IFLA_PARENT_DEV_{BUS_,}NAME (Linux 5.15+).
+
+    Netlink answers this in any namespace, unlike /sys/class/net which shows the
+    namespace sysfs was mounted in. For a netdev whose parent is not a PCI function
+    (virtio-net's parent is a virtio device) the PCI ancestor of the parent is read
+    from /sys/bus/<bus>/devices, which is the same in every network namespace.
+    """
+    bus = msg.get_attr("IFLA_PARENT_DEV_BUS_NAME")
+    dev = msg.get_attr("IFLA_PARENT_DEV_NAME")
+    if not bus or not dev:
+        return None
+    if bus == "pci":
+        return str(dev).lower()
+    return pci_ancestor(os.path.join(SYSFS_BUS, str(bus), "devices", str(dev)))
+
+
+def pci_ancestor(sysfs_path: str) -> str | None:
+    try:
+        real = os.path.realpath(sysfs_path, strict=True)
+    except OSError:
+        return None
+    for part in reversed(real.split(os.sep)):
+        if _PCI_ADDRESS.match(part):
+            return part
+    return None
+
+
+def vf_of(pci: str) -> tuple[str, int] | None:
+    """(PF PCI address, VF index) for an SR-IOV VF, from /sys/bus/pci (namespace-neutral)."""
+    dev = os.path.join(SYSFS_BUS, "pci", "devices", pci)
+    try:
+        pf = os.path.basename(os.readlink(os.path.join(dev, "physfn")))
+        entries = os.listdir(os.path.join(SYSFS_BUS, "pci", "devices", pf))
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.startswith("virtfn"):
+            continue
+        try:
+            target = os.path.basename(
+                os.readlink(os.path.join(SYSFS_BUS, "pci", "devices", pf, entry))
+            )
+        except OSError:
+            continue
+        if target == pci and entry[len("virtfn") :].isdigit():
+            return (pf, int(entry[len("virtfn") :]))
+    return None
+
+
+# -- VFs -------------------------------------------------------------------------------
+
+
+def to_vfs(msg: Any) -> list[VFConfig]:
+    """IFLA_VFINFO_LIST of a PF (asked for with RTEXT_FILTER_VF)."""
+    vflist = msg.get_attr("IFLA_VFINFO_LIST")
+    if vflist is None:
+        return []
+    out = [_vf(info) for info in vflist.get_attrs("IFLA_VF_INFO")]
+    return sorted(out, key=lambda vf: vf.vf_index)
+
+
+def _vf(info: Any) -> VFConfig:
+    mac = info.get_attr("IFLA_VF_MAC")
+    vlan = info.get_attr("IFLA_VF_VLAN")
+    vlan_list = info.get_attr("IFLA_VF_VLAN_LIST")
+    vlan_info = vlan_list.get_attrs("IFLA_VF_VLAN_INFO") if vlan_list is not None else []
+    spoofchk = info.get_attr("IFLA_VF_SPOOFCHK")
+    trust = info.get_attr("IFLA_VF_TRUST")
+    rate = info.get_attr("IFLA_VF_RATE")
+    tx_rate = info.get_attr("IFLA_VF_TX_RATE")
+    link_state = info.get_attr("IFLA_VF_LINK_STATE")
+    fields: dict[str, Any] = {"vf_index": int(mac["vf"]), "mac": str(mac["mac"]).lower()}
+    if vlan_info:
+        first = vlan_info[0]
+        fields["vlan"], fields["qos"] = int(first["vlan"]), int(first["qos"])
+        fields["vlan_proto"] = _by_value(VLAN_PROTOCOLS, int(first["proto"])) or hex(
+            int(first["proto"])
+        )
+    elif vlan is not None:
+        fields["vlan"], fields["qos"] = int(vlan["vlan"]), int(vlan["qos"])
+    if spoofchk is not None and int(spoofchk["spoofchk"]) != U32_UNSET:
+        fields["spoofchk"] = bool(spoofchk["spoofchk"])
+    if trust is not None and int(trust["trust"]) != U32_UNSET:
+        fields["trust"] = bool(trust["trust"])
+    if rate is not None:
+        fields["min_tx_rate"] = int(rate["min_tx_rate"])
+        fields["max_tx_rate"] = int(rate["max_tx_rate"])
+    elif tx_rate is not None:
+        fields["max_tx_rate"] = int(tx_rate["tx_rate"])
+    if link_state is not None:
+        fields["link_state"] = _by_value(VF_LINK_STATES, int(link_state["link_state"]))
+    return VFConfig(**fields)

@@ -1,0 +1,169 @@
+"""Namespace files (nsfs) and the only code that changes a thread's network namespace.
+
+Namespace switching policy
+--------------------------
+Netlink sockets belong to the network namespace of the thread that created them,
+and keep it for their whole life. So the backend never switches the namespace of a
+thread that does other work: to get a socket inside namespace N it starts a fresh
+OS thread, which calls ``setns(N)``, creates the socket and ends. CPython does not
+pool threads: when the target function returns, the OS thread exits, so a thread
+whose namespace was changed can never run other code — there is nothing to restore
+and no contaminated thread can be reused, even if ``setns`` back would have failed.
+The caller waits for that thread with a deadline, never with a sleep.
+
+The same throwaway-thread rule serves ``unshare(CLONE_NEWNET)`` for the lab helper
+that creates named namespaces (``netns.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import stat
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .._types import kernel_error
+
+T = TypeVar("T")
+
+CLONE_NEWNET = 0x40000000
+NS_GET_NSTYPE = 0xB703  # _IO(NSIO, 0x3), <linux/nsfs.h>
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+THREAD_NETNS = "/proc/thread-self/ns/net"
+THREAD_DEADLINE_S = 10.0
+
+_libc: ctypes.CDLL | None = None
+_libc_lock = threading.Lock()
+
+
+def libc() -> ctypes.CDLL:
+    global _libc  # noqa: PLW0603 - one process-wide handle, loaded on first use
+    with _libc_lock:
+        if _libc is None:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return _libc
+
+
+def check_call(result: int, what: str) -> None:
+    """Raise the errno of a failed libc call as OSError (translated by kernel_errors)."""
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def read_boot_id() -> str:
+    with open(BOOT_ID_PATH, encoding="ascii") as f:
+        return f.read().strip()
+
+
+Identity = tuple[int, int]  # (st_dev, st_ino) of an nsfs inode
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino)
+
+
+def stat_identity(path: str) -> Identity:
+    return identity_of(os.stat(path))
+
+
+def current_thread_identity() -> Identity:
+    return stat_identity(THREAD_NETNS)
+
+
+def open_netns(path: str, expect: Identity | None = None) -> tuple[int, Identity]:
+    """Open ``path`` and check that it is a network namespace (and the expected one).
+
+    ENOENT if the path is gone; EINVAL if it is not a network namespace file;
+    ESTALE if it names a different namespace than ``expect``. The check is made on
+    the opened descriptor, so the answer cannot change between check and use.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or _nstype(fd) != CLONE_NEWNET:
+            raise kernel_error(errno.EINVAL, f"{path} is not a network namespace")
+        ident = identity_of(st)
+        if expect is not None and ident != expect:
+            raise kernel_error(
+                errno.ESTALE,
+                f"{path} now names namespace {ident}, not the expected {expect}",
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, ident
+
+
+def _nstype(fd: int) -> int:
+    try:
+        return fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTTY, errno.EINVAL):
+            return 0  # not an nsfs file
+        raise
+
+
+@dataclass
+class _Outcome(Generic[T]):
+    value: T | None = None
+    error: BaseException | None = None
+    done: bool = False
+    abandoned: bool = False
+
+
+def run_on_throwaway_thread(
+    fn: Callable[[], T],
+    *,
+    name: str,
+    cleanup: Callable[[T], None] | None = None,
+    deadline_s: float = THREAD_DEADLINE_S,
+) -> T:
+    """Run ``fn`` on a new OS thread that ends when ``fn`` returns; wait with a deadline.
+
+    ``fn`` may change the thread's namespaces: the thread is never reused. If the
+    deadline passes, the caller gets ETIMEDOUT and a late result is handed to
+    ``cleanup`` (e.g. closed) instead of leaking.
+    """
+    outcome: _Outcome[T] = _Outcome()
+    lock = threading.Lock()
+
+    def body() -> None:
+        try:
+            value = fn()
+        except BaseException as exc:
+            with lock:
+                outcome.error, outcome.done = exc, True
+            return
+        with lock:
+            outcome.value, outcome.done = value, True
+            late = outcome.abandoned
+        if late and cleanup is not None:
+            cleanup(value)
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    with lock:
+        if not outcome.done:
+            outcome.abandoned = True
+            raise kernel_error(errno.ETIMEDOUT, f"{name} did not finish in {deadline_s}s")
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value  # type: ignore[return-value]  # done without error: fn's value
+
+
+def run_in_netns(ns_fd: int, fn: Callable[[], T], *, cleanup: Callable[[T], None] | None) -> T:
+    """Run ``fn`` inside the network namespace ``ns_fd`` on a throwaway thread."""
+
+    def body() -> T:
+        check_call(libc().setns(ns_fd, CLONE_NEWNET), "setns")
+        return fn()
+
+    return run_on_throwaway_thread(body, name="netns-enter", cleanup=cleanup)

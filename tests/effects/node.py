@@ -1,0 +1,166 @@
+"""A node of the real plugins on the fake kernel: the three services' runners in one place.
+
+The kernel model lives outside every runner (like a real kernel outlives a
+service), so ``crash()`` abandons the runners and stores but keeps the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fakekernel.lab import load_lab
+from fakekernel.model import FakeKernelModel
+from plugins import bond, links, vf
+from plugins.effects.linux import linux_effects
+from plugins.kernel._crashing import CrashingKernel
+from plugins.sdk import (
+    AllocationBinding,
+    Grant,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
+    PreparedState,
+    Registry,
+    ResourceHandle,
+    SandboxHandle,
+    Sharing,
+)
+from plugins.sdk._requests import (
+    CleanupRequest,
+    CleanupResponse,
+    ConnectRequest,
+    PrepareRequest,
+)
+from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
+from plugins.sdk.store import Store
+
+LAB = Path(__file__).resolve().parents[2] / "fakekernel" / "labs" / "default.yaml"
+SERVICES: dict[str, Callable[[Registry], None]] = {"vf": vf.register, "bond": bond.register, "links": links.register}
+VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
+VF1 = {"pfName": "enp3s0f1", "vfIndex": "0", "pciAddress": "0000:03:10.1"}
+VF_CONFIG = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+BOND_CONFIG = {"mode": "active-backup", "monitorIntervalMs": 100, "mtu": 1500}
+VLAN_CONFIG = {"vlanId": 100, "mtu": 1500}
+
+
+def envelope(hook: Hook, op: str, scope: str, step: str) -> OperationEnvelope:
+    return OperationEnvelope(op, hook, scope, step, 1, 1)
+
+
+class FakeNode:
+    def __init__(self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.model = model or load_lab(LAB)
+        self.sandbox_ns = self.model.add_namespace("pod-a")
+        ns = self.sandbox_ns
+        self.sandbox = SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+        self.start(crash)
+
+    def start(self, crash: CrashPoints | None = None) -> None:
+        self.crash_points = crash or CrashPoints()
+        kernel = CrashingKernel(self.model, self.crash_points)
+        self.stores: dict[str, Store] = {}
+        self.endpoints: dict[str, EndpointRunner] = {}
+        for service, register in SERVICES.items():
+            registry = Registry()
+            register(registry)
+            store = Store.open(self.root / service)
+            runner = Runner(
+                store, registry.seal(), linux_effects(kernel), artifact_digest=f"sha256:{service}",
+                boot_id=self.model.boot_id(), crash=self.crash_points,
+            )
+            runner.recover()
+            self.stores[service] = store
+            for socket, endpoint in runner.endpoints():
+                self.endpoints[socket.removesuffix(".sock")] = endpoint
+
+    def crash(self) -> None:
+        for store in self.stores.values():
+            store.abandon()
+        self.start()
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+
+    # -- requests of the blueprint's VF/bond/VLAN topology --------------------------------------
+
+    def prepare_vf(self, root: str, attributes: dict[str, str]) -> PreparedState:
+        req = PrepareRequest(
+            envelope(Hook.NODE_PREPARE, f"prep-{root}", f"claim-{root}", root),
+            self.allocation(root, attributes),
+            json.dumps(VF_CONFIG),
+        )
+        return self.endpoints["sriov"].node_prepare(req).prepared_state
+
+    def allocation(self, root: str, attributes: dict[str, str]) -> AllocationBinding:
+        return AllocationBinding(root, "dra.networking", "node", root, "vf", Sharing.EXCLUSIVE, attributes)
+
+    def connect_vf(self, root: str, attributes: dict[str, str], prepared: PreparedState, name: str) -> ResourceHandle:
+        req = ConnectRequest(
+            envelope(Hook.CONNECT_NETWORK, f"conn-{root}", "att-1", root),
+            self.sandbox,
+            json.dumps(VF_CONFIG),
+            interface_names={"interface": name},
+            prepared=prepared,
+            allocation=self.allocation(root, attributes),
+        )
+        (handle,) = self.endpoints["sriov"].connect_network(req).outputs["interface"]
+        return handle
+
+    def connect_bond(self, members: tuple[ResourceHandle, ...], name: str = "bond0") -> ResourceHandle:
+        req = ConnectRequest(
+            envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
+            self.sandbox,
+            json.dumps(BOND_CONFIG),
+            inputs={"members": members},
+            interface_names={"interface": name},
+            grants=tuple(Grant("linux/attach-member/v1", m.id) for m in members),
+        )
+        (handle,) = self.endpoints["bond"].connect_network(req).outputs["interface"]
+        return handle
+
+    def connect_vlan(self, parent: ResourceHandle, name: str = "data0") -> ResourceHandle:
+        req = ConnectRequest(
+            envelope(Hook.CONNECT_NETWORK, "conn-vlan", "att-1", "data-vlan"),
+            self.sandbox,
+            json.dumps(VLAN_CONFIG),
+            inputs={"parent": (parent,)},
+            interface_names={"interface": name},
+        )
+        (handle,) = self.endpoints["vlan"].connect_network(req).outputs["interface"]
+        return handle
+
+    def remove(self, plugin: str, step: str, op: str | None = None) -> CleanupResponse:
+        req = CleanupRequest(envelope(Hook.REMOVE_NETWORK, op or f"remove-{step}", "att-1", step))
+        return self.endpoints[plugin].remove_network(req)
+
+    def unprepare_vf(self, root: str) -> CleanupResponse:
+        req = CleanupRequest(envelope(Hook.NODE_UNPREPARE, f"unprep-{root}", f"claim-{root}", root))
+        return self.endpoints["sriov"].node_unprepare(req)
+
+    def full_attach(self) -> dict[str, Any]:
+        p0 = self.prepare_vf("vf0", VF0)
+        p1 = self.prepare_vf("vf1", VF1)
+        h0 = self.connect_vf("vf0", VF0, p0, "net1")
+        h1 = self.connect_vf("vf1", VF1, p1, "net2")
+        b = self.connect_bond((h0, h1))
+        v = self.connect_vlan(b)
+        return {"vf0": h0, "vf1": h1, "bond0": b, "data0": v}
+
+    def full_detach(self) -> list[CleanupResponse]:
+        return [
+            self.remove("vlan", "data-vlan"),
+            self.remove("bond", "bond0"),
+            self.remove("sriov", "vf1"),
+            self.remove("sriov", "vf0"),
+            self.unprepare_vf("vf1"),
+            self.unprepare_vf("vf0"),
+        ]
+
+    def sandbox_links(self) -> dict[str, Any]:
+        return {link.name: link for link in self.model.list_links(self.sandbox_ns)}
