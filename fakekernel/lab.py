@@ -89,8 +89,9 @@ def build_model(desc: Mapping[str, Any]) -> FakeKernelModel:
         live_rename=r.get("live_rename", bool, False),
     )
     nics = {name: _nic(nr) for name, nr in r.mapping("nics")}
-    for ns_name in r.get("namespaces", list, []):
-        _kernel(f"lab.namespaces: {ns_name!r}", model.add_namespace, _str(ns_name, "namespace"))
+    for i, ns_name in enumerate(r.get("namespaces", list, [])):
+        where = f"lab.namespaces[{i}]"
+        _kernel(f"{where}: {ns_name!r}", model.add_namespace, _str(ns_name, where))
     for pr in r.items("pfs"):
         _pf(model, pr, nics)
     for dr in r.items("devices"):

@@ -252,9 +252,7 @@ def _check_step(ctx: _Context, step: Step) -> CompiledStep | None:
         deps.extend(s.step for s in sources if s.step not in deps)
     order = {s.name: i for i, s in enumerate(ctx.topology.steps)}
     deps.sort(key=lambda name: order.get(name, len(order)))
-    return CompiledStep(
-        step, descriptor, inputs, tuple(deps), names, config, requests, policies
-    )
+    return CompiledStep(step, descriptor, inputs, tuple(deps), names, config, requests, policies)
 
 
 def _check_plugin_ref(ctx: _Context, step: Step) -> Descriptor | None:
@@ -370,7 +368,7 @@ def _check_shared(
         ctx.error(
             step.name,
             field_,
-            f"must request {capacity}: \"1\" (omission is accepted only when an exposure "
+            f'must request {capacity}: "1" (omission is accepted only when an exposure '
             "policy's requestPolicy.default is 1)",
         )
     for policy in candidates:
@@ -417,8 +415,7 @@ def _check_policy(
             ctx.error(
                 step.name,
                 "allocation.capacityRequests",
-                f"omitted, but {who} has requestPolicy.default {default!r} for {capacity}, "
-                "not \"1\"",
+                f'omitted, but {who} has requestPolicy.default {default!r} for {capacity}, not "1"',
             )
 
 
@@ -623,7 +620,9 @@ def _order(ctx: _Context) -> tuple[str, ...]:
     return tuple(order)
 
 
-def _find_cycle(deps: Mapping[str, list[str]], stuck: set[str], index: Mapping[str, int]) -> list[str]:
+def _find_cycle(
+    deps: Mapping[str, list[str]], stuck: set[str], index: Mapping[str, int]
+) -> list[str]:
     """One cycle among ``stuck`` steps, starting at its earliest step, in data-flow order."""
     start = min(stuck, key=index.__getitem__)
     # Walk producer links inside the stuck set until a step repeats: that closes a cycle.

@@ -38,10 +38,18 @@ from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import Store
 
 LAB = Path(__file__).resolve().parents[2] / "fakekernel" / "labs" / "default.yaml"
-SERVICES: dict[str, Callable[[Registry], None]] = {"vf": vf.register, "bond": bond.register, "links": links.register}
+SERVICES: dict[str, Callable[[Registry], None]] = {
+    "vf": vf.register,
+    "bond": bond.register,
+    "links": links.register,
+}
 VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
 VF1 = {"pfName": "enp3s0f1", "vfIndex": "0", "pciAddress": "0000:03:10.1"}
-VF_CONFIG = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+VF_CONFIG = {
+    "mtu": 1500,
+    "vf": {"vlan": 0, "spoofCheck": False, "trust": True},
+    "rdmaAccess": False,
+}
 BOND_CONFIG = {"mode": "active-backup", "monitorIntervalMs": 100, "mtu": 1500}
 VLAN_CONFIG = {"vlanId": 100, "mtu": 1500}
 
@@ -51,13 +59,17 @@ def envelope(hook: Hook, op: str, scope: str, step: str) -> OperationEnvelope:
 
 
 class FakeNode:
-    def __init__(self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None) -> None:
+    def __init__(
+        self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.model = model or load_lab(LAB)
         self.sandbox_ns = self.model.add_namespace("pod-a")
         ns = self.sandbox_ns
-        self.sandbox = SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+        self.sandbox = SandboxHandle(
+            "pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id)
+        )
         self.start(crash)
 
     def start(self, crash: CrashPoints | None = None) -> None:
@@ -70,8 +82,12 @@ class FakeNode:
             register(registry)
             store = Store.open(self.root / service)
             runner = Runner(
-                store, registry.seal(), linux_effects(kernel), artifact_digest=f"sha256:{service}",
-                boot_id=self.model.boot_id(), crash=self.crash_points,
+                store,
+                registry.seal(),
+                linux_effects(kernel),
+                artifact_digest=f"sha256:{service}",
+                boot_id=self.model.boot_id(),
+                crash=self.crash_points,
             )
             runner.recover()
             self.stores[service] = store
@@ -98,9 +114,13 @@ class FakeNode:
         return self.endpoints["sriov"].node_prepare(req).prepared_state
 
     def allocation(self, root: str, attributes: dict[str, str]) -> AllocationBinding:
-        return AllocationBinding(root, "dra.networking", "node", root, "vf", Sharing.EXCLUSIVE, attributes)
+        return AllocationBinding(
+            root, "dra.networking", "node", root, "vf", Sharing.EXCLUSIVE, attributes
+        )
 
-    def connect_vf(self, root: str, attributes: dict[str, str], prepared: PreparedState, name: str) -> ResourceHandle:
+    def connect_vf(
+        self, root: str, attributes: dict[str, str], prepared: PreparedState, name: str
+    ) -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-{root}", "att-1", root),
             self.sandbox,
@@ -112,7 +132,9 @@ class FakeNode:
         (handle,) = self.endpoints["sriov"].connect_network(req).outputs["interface"]
         return handle
 
-    def connect_bond(self, members: tuple[ResourceHandle, ...], name: str = "bond0") -> ResourceHandle:
+    def connect_bond(
+        self, members: tuple[ResourceHandle, ...], name: str = "bond0"
+    ) -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
             self.sandbox,

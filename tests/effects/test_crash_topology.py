@@ -89,8 +89,12 @@ def test_crash_anywhere_then_retry_gives_the_same_result(
         life.run(index)
         for name in [n for n, _ in life.steps()][index:CREATES]:
             assert life.results[name] == results[name], (point, name)
-        for name in [n for n, _ in life.steps()][max(index, CREATES):]:
-            assert life.results[name].status is CleanupStatus.CLEANED, (point, name, life.results[name])
+        for name in [n for n, _ in life.steps()][max(index, CREATES) :]:
+            assert life.results[name].status is CleanupStatus.CLEANED, (
+                point,
+                name,
+                life.results[name],
+            )
         assert diff(before, node.model.snapshot()) == [], point
         node.close()
     print(f"{len(points)} crash points, retry path, {time.monotonic() - started:.1f}s")
@@ -105,6 +109,10 @@ def test_crash_anywhere_then_cleanup_removes_everything(
         start = max(index, CREATES)  # abandon the attachment: go straight to cleanup
         life.run(start)
         for name in [n for n, _ in life.steps()][start:]:
-            assert life.results[name].status is CleanupStatus.CLEANED, (point, name, life.results[name])
+            assert life.results[name].status is CleanupStatus.CLEANED, (
+                point,
+                name,
+                life.results[name],
+            )
         assert diff(before, node.model.snapshot()) == [], point
         node.close()

@@ -105,7 +105,7 @@ def test_foreign_links_namespaces_and_options() -> None:
         ({"links": [{"kind": "vlan", "name": "v"}]}, "lab.links[0]: the kernel refused: EINVAL"),
         ({"links": [{"kind": "dummy", "name": "d", "master": "x"}]}, "lab.links[0].master"),
         ({"links": ["dummy"]}, "lab.links[0]: expected a mapping"),
-        ({"namespaces": ["a/b"]}, "lab.namespaces: 'a/b': the kernel refused: EINVAL"),
+        ({"namespaces": ["a/b"]}, "lab.namespaces[0]: 'a/b': the kernel refused: EINVAL"),
     ],
 )
 def test_invalid_labs_say_where_and_why(desc: dict[str, Any], message: str) -> None:
