@@ -120,7 +120,7 @@ CASES = [
         SetLinkUp,
         lambda m: {},
         inputs=lambda m: {"link": {"pciAddress": VF0_PCI}},
-        setup=lambda m: vf_in_sandbox(m),
+        setup=vf_in_sandbox,
     ),
     Case(
         "create-bond",
@@ -159,7 +159,7 @@ CASES = [
             "protocol": "802.1Q",
             "mtu": 1500,
         },
-        setup=lambda m: vf_in_sandbox(m),
+        setup=vf_in_sandbox,
         foreign=lambda m: m.create_link(sandbox(m), LinkSpec(kind="dummy", name="data0")),
     ),
     Case(

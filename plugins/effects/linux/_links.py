@@ -257,7 +257,10 @@ class CreateSharedChild(_CreateOwnedLink):
 
 
 class AttachMember:
-    """Enslave one owned member to our bond; undo releases it and verifies what enslaving changed."""
+    """Enslave one owned member to our bond.
+
+    Undo releases it and restores only what enslaving changed on it.
+    """
 
     kind: str = "linux/attach-member/v1"
     outputs: tuple[str, ...] = ()
@@ -364,7 +367,8 @@ class HoldSharedParent:
             )
         if parent.mtu < ctx.payload["mtu"]:
             raise FailedPrecondition(
-                f"shared parent {parent.name} has MTU {parent.mtu}, below the requested {ctx.payload['mtu']}; "
+                f"shared parent {parent.name} has MTU {parent.mtu}, "
+                f"below the requested {ctx.payload['mtu']}; "
                 "the parent is never reconfigured"
             )
         return parent

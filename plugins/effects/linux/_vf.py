@@ -293,7 +293,8 @@ class RenameLink:
         clash = self.kernel.get_link(link.ns, name=ctx.payload["name"])
         if clash is not None and clash.ifindex != link.ifindex:
             raise FailedPrecondition(
-                f"an interface named {ctx.payload['name']} already exists in the sandbox and is not ours"
+                f"an interface named {ctx.payload['name']} already exists in the sandbox "
+                "and is not ours"
             )
         return {"name": link.name}
 
