@@ -22,11 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from plugins.sdk.host import Host, PluginClient  # noqa: E402
-from plugins.sdk.runner import Runner  # noqa: E402
-from plugins.sdk.store import Store  # noqa: E402
-from tests.runner import node as n  # noqa: E402
-from tests.runner.toy import ToyKernel, toy_effects, toy_registry  # noqa: E402
+from plugins.sdk.host import Host, PluginClient
+from plugins.sdk.runner import Runner
+from plugins.sdk.store import Store
+from tests.runner import node as n
+from tests.runner.toy import ToyKernel, toy_effects, toy_registry
 
 
 class MemoryToy(ToyKernel):
@@ -62,7 +62,9 @@ def fdatasync_floor(directory: Path, count: int) -> float:
 def run_hooks(directory: Path, hooks: int, clients: int) -> tuple[float, float]:
     """Connect+remove pairs spread over ``clients`` threads; returns (hooks/s, fsyncs/hook)."""
     store = Store.open(directory / "state")
-    runner = Runner(store, toy_registry().seal(), toy_effects(MemoryToy()), artifact_digest="bench", boot_id="b")
+    runner = Runner(
+        store, toy_registry().seal(), toy_effects(MemoryToy()), artifact_digest="bench", boot_id="b"
+    )
     runner.recover()
     host = Host(directory / "sock", "bench-token", max_workers=max(8, clients))
     host.start(runner.endpoints())
@@ -99,9 +101,13 @@ def run_hooks(directory: Path, hooks: int, clients: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hooks", type=int, default=200, help="hooks per measurement (connect+remove pairs x2)")
+    parser.add_argument(
+        "--hooks", type=int, default=200, help="hooks per measurement (connect+remove pairs x2)"
+    )
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--dir", type=Path, default=None, help="file system to measure (default: a temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="file system to measure (default: a temp dir)"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-", dir=args.dir))
     floors, results = [], {1: ([], []), 16: ([], [])}

@@ -54,7 +54,9 @@ class ServiceConfig:
         unknown = sorted(set(data) - _CONFIG_KEYS)
         missing = sorted({"socketDir", "stateDir", "tokenFile", "kernel"} - set(data))
         if unknown or missing:
-            raise RegistrationError(f"service config {path}: unknown keys {unknown}, missing keys {missing}")
+            raise RegistrationError(
+                f"service config {path}: unknown keys {unknown}, missing keys {missing}"
+            )
         for key in ("socketDir", "stateDir", "tokenFile", "kernel"):
             if not isinstance(data[key], str) or not data[key]:
                 raise RegistrationError(f"service config {path}: {key} must be a non-empty string")
@@ -121,7 +123,9 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stop.wait()
-    host.stop(config.shutdown_grace_seconds)  # stop admitting; in-flight work finishes or stays journaled
+    host.stop(
+        config.shutdown_grace_seconds
+    )  # stop admitting; in-flight work finishes or stays journaled
     if store is not None:
         store.close()
     return 0

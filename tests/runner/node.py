@@ -110,4 +110,13 @@ class ToyNode:
         return len(self.store.read(lambda r: r.operations("toy/v1alpha1")))
 
 
-__all__ = ["Hook", "OperationState", "SimulatedCrash", "ToyNode", "connect", "prepare", "remove", "unprepare"]
+__all__ = [
+    "Hook",
+    "OperationState",
+    "SimulatedCrash",
+    "ToyNode",
+    "connect",
+    "prepare",
+    "remove",
+    "unprepare",
+]

@@ -52,7 +52,15 @@ class ServiceProcess:
             env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module, "--config", str(self.config), "--log-level", "WARNING"],
+                [
+                    sys.executable,
+                    "-m",
+                    self.module,
+                    "--config",
+                    str(self.config),
+                    "--log-level",
+                    "WARNING",
+                ],
                 cwd=REPO,
                 env=env,
                 stdout=log,

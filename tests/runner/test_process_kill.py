@@ -50,23 +50,26 @@ def test_chosen_points_exist(recorded: Recorded) -> None:
 
 
 @pytest.mark.parametrize("point", CHOSEN)
-def test_sigkill_at_point_then_restart_and_retry(point: str, recorded: Recorded, tmp_path: Path) -> None:
+def test_sigkill_at_point_then_restart_and_retry(
+    point: str, recorded: Recorded, tmp_path: Path
+) -> None:
     _, responses, initial, mutations = recorded
     toy_file = tmp_path / "toy.json"
     ToyKernel(toy_file)  # the "kernel" outlives every service process
     service = ServiceProcess(tmp_path, "tests.runner.toy_service", f"toy://{toy_file}", "toy.sock")
     try:
         client = service.start(crash_at=point)
-        crashed_in = None
+        crashed_in, error = None, None
         for i, step in enumerate(LIFECYCLE):
             try:
                 call(client, step)
-            except PluginCallError as exc:
-                assert exc.code == "UNAVAILABLE", exc
-                crashed_in = i
+            except PluginCallError as exc:  # the process died under the call
+                crashed_in, error = i, exc
                 break
         client.close()
         assert crashed_in is not None, f"{point} was never reached"
+        assert error is not None
+        assert error.code == "UNAVAILABLE", error
         assert service.wait_exit() == -signal.SIGKILL
         client = service.start()
         for step, expected in zip(LIFECYCLE[crashed_in:], responses[crashed_in:], strict=True):

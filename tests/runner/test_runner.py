@@ -295,7 +295,9 @@ def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
     connecting.start()
     assert entered.wait(30)  # the connect is inside its second effect
     removed: list[object] = []
-    removing = threading.Thread(target=lambda: removed.append(toy.endpoint.remove_network(n.remove())))
+    removing = threading.Thread(
+        target=lambda: removed.append(toy.endpoint.remove_network(n.remove()))
+    )
     removing.start()
     assert fenced.wait(30), "the removal fence was never written"
     assert toy.endpoint.inspect("", "att-1").fenced
@@ -307,4 +309,3 @@ def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
     assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
     assert toy.toy.observable() == initial
     toy.close()
-

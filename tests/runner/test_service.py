@@ -47,7 +47,10 @@ def served(tmp_path: Path) -> Iterator[tuple[ToyNode, Host, Gate]]:
 
 def test_unauthenticated_call_writes_no_journal_row(served: tuple[ToyNode, Host, Gate]) -> None:
     toy, host, _ = served
-    with PluginClient(host.socket_paths["toy.sock"], "wrong-token") as client, pytest.raises(PluginCallError) as info:
+    with (
+        PluginClient(host.socket_paths["toy.sock"], "wrong-token") as client,
+        pytest.raises(PluginCallError) as info,
+    ):
         client.connect_network(n.connect())
     assert info.value.code == "UNAUTHENTICATED"
     assert toy.operations() == 0
@@ -80,9 +83,15 @@ def test_an_invalid_registration_fails_startup_before_any_socket(tmp_path: Path)
     token = tmp_path / "token"
     token.write_text("t")
     token.chmod(0o600)
-    config = ServiceConfig(tmp_path / "sock", tmp_path / "state", token, f"toy://{tmp_path / 'toy.json'}")
+    config = ServiceConfig(
+        tmp_path / "sock", tmp_path / "state", token, f"toy://{tmp_path / 'toy.json'}"
+    )
     with pytest.raises(RegistrationError, match="socket name"):
-        serve(config, bad_registry, lambda url, crash: (toy_effects(ToyKernel(tmp_path / "toy.json")), "b"))
+        serve(
+            config,
+            bad_registry,
+            lambda url, crash: (toy_effects(ToyKernel(tmp_path / "toy.json")), "b"),
+        )
     assert not (tmp_path / "sock").exists()
     assert not (tmp_path / "state").exists()
 
@@ -93,7 +102,11 @@ def test_store_is_not_opened_for_an_invalid_token_file(tmp_path: Path) -> None:
     token.chmod(0o644)
     config = ServiceConfig(tmp_path / "sock", tmp_path / "state", token, "toy://x")
     with pytest.raises(RegistrationError, match="token"):
-        serve(config, toy_registry, lambda url, crash: (toy_effects(ToyKernel(tmp_path / "toy.json")), "b"))
+        serve(
+            config,
+            toy_registry,
+            lambda url, crash: (toy_effects(ToyKernel(tmp_path / "toy.json")), "b"),
+        )
     assert not (tmp_path / "state").exists()
     with Store.open(tmp_path / "state"):
         pass

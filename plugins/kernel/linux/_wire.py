@@ -272,7 +272,9 @@ class RtnlSocket:
                 raise OSError(errno.ETIMEDOUT, "no netlink answer before the deadline")
             if not poller.poll(remaining * 1000):
                 continue
-            size = self._sock.recv_into(self._buf, len(self._buf), socket.MSG_PEEK | socket.MSG_TRUNC)
+            size = self._sock.recv_into(
+                self._buf, len(self._buf), socket.MSG_PEEK | socket.MSG_TRUNC
+            )
             if size > len(self._buf):
                 self._buf = bytearray(_align(size))
             size = self._sock.recv_into(self._buf, len(self._buf))

@@ -1,0 +1,629 @@
+"""``LinuxKernel``: the ``Kernel`` protocol on real Linux, over rtnetlink.
+
+Namespaces
+----------
+A namespace is known by the (st_dev, st_ino) of its nsfs file. For each namespace
+opened through ``open_namespace`` (and the configured host namespace) the backend
+keeps a verified descriptor of the namespace and, once needed, one NETLINK_ROUTE
+socket created *inside* that namespace (see ``_nsfs`` for how: a throwaway thread,
+so no thread that does other work ever changes namespace). Requests about links of
+a namespace go to that namespace's socket; a link is created in, or moved to,
+another namespace with ``IFLA_NET_NS_FD`` in the same message.
+
+Both the descriptor and the socket keep the namespace alive. So that the service
+does not pin namespaces the coordinator has released, every call re-checks the
+mount paths it has seen: a namespace none of whose paths still names it is dropped
+(descriptor and socket closed) before the call proceeds, and a call that names it
+fails with ENOENT (path gone) or ESTALE (path names another namespace), as
+``open_namespace`` would. ``release_namespace`` drops one explicitly, ``close``
+drops all.
+
+Errors
+------
+Every public method runs under ``_errors.translated``: it raises ``KernelError``
+with the kernel's errno and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from plugins.sdk import NamespaceHandle
+
+from .._protocol import Kernel
+from .._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from . import _wire as w
+from ._decode import (
+    BOND_MODES,
+    IPVLAN_MODES,
+    MACVLAN_MODES,
+    STACKED,
+    VF_LINK_STATES,
+    VLAN_PROTOCOLS,
+    decode_link_msg,
+    decode_nsid,
+    pci_address_of,
+    to_link,
+    to_vfs,
+)
+from ._errors import kernel_errors, netlink_error, translated
+from ._nsfs import (
+    Identity,
+    current_thread_identity,
+    open_netns,
+    read_boot_id,
+    run_in_netns,
+    stat_identity,
+)
+
+__all__ = ["UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
+
+IFNAMSIZ = 16
+U32_MAX = 0xFFFFFFFF
+# parent_ns of a link whose lower device lives in a namespace this kernel has not
+# opened: device/inode 0 and the path "netnsid:<id>" (the id as seen from the link).
+UNKNOWN_NAMESPACE_INODE = 0
+_NSID_UNASSIGNED = (-1, U32_MAX)
+
+
+@dataclass(eq=False)
+class _Namespace:
+    """An opened network namespace: its verified fd, the paths naming it, its socket."""
+
+    key: Identity
+    fd: int
+    paths: list[str]
+    sock: w.RtnlSocket | None = None
+    nsids: dict[int, Identity] = field(default_factory=dict)  # nsid seen from here -> ns
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.sock is not None:
+                self.sock.close()
+            os.close(self.fd)
+
+
+def _new_rtnl_socket() -> socket.socket:
+    return socket.socket(
+        socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+    )
+
+
+class LinuxKernel:
+    """The ``Kernel`` protocol on the running Linux kernel (root or CAP_NET_ADMIN).
+
+    ``host_namespace`` is the approved host namespace mount, given by configuration
+    (a path such as ``/run/netns/host``, or a ``NamespaceHandle`` to verify); it is
+    never guessed.
+    """
+
+    def __init__(self, host_namespace: str | os.PathLike[str] | NamespaceHandle) -> None:
+        self._lock = threading.RLock()
+        self._spaces: dict[Identity, _Namespace] = {}
+        self._closed = False
+        with kernel_errors("LinuxKernel"):
+            self._boot_id = read_boot_id()
+            if isinstance(host_namespace, NamespaceHandle):
+                self._host = self.open_namespace(host_namespace)
+            else:
+                path = os.fspath(host_namespace)
+                space = self._register(path, None)
+                self._host = self._ref_of(space, path)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every namespace descriptor and netlink socket this kernel holds."""
+        with self._lock:
+            self._closed = True
+            spaces = list(self._spaces.values())
+            self._spaces.clear()
+        for space in spaces:
+            space.close()
+
+    def __enter__(self) -> LinuxKernel:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @translated
+    def release_namespace(self, ns: NsRef) -> None:
+        """Stop holding ``ns`` open (its socket and descriptor); reopened on next use."""
+        with self._lock:
+            space = self._spaces.pop((ns.device, ns.inode), None)
+            self._forget_nsids({(ns.device, ns.inode)})
+        if space is not None:
+            space.close()
+
+    def cached_namespaces(self) -> list[NsRef]:
+        """The namespaces currently held open (for diagnostics and tests)."""
+        with self._lock:
+            return [self._ref_of(s, s.paths[0]) for s in self._spaces.values()]
+
+    # -- Kernel: namespaces ----------------------------------------------------------------
+
+    def boot_id(self) -> str:
+        return self._boot_id
+
+    def host_namespace(self) -> NsRef:
+        return self._host
+
+    @translated
+    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
+        if handle.boot_id != self._boot_id:
+            raise netlink_error(errno.ESTALE, f"{handle.path} is a handle of boot {handle.boot_id}")
+        expect = (handle.device, handle.inode)
+        found = stat_identity(handle.path)  # ENOENT when the mount is gone
+        if found != expect:
+            raise netlink_error(
+                errno.ESTALE, f"{handle.path} now names namespace {found}, not {expect}"
+            )
+        self._sweep()
+        space = self._register(handle.path, expect)
+        return self._ref_of(space, handle.path)
+
+    # -- Kernel: links ---------------------------------------------------------------------
+
+    @translated
+    def list_links(self, ns: NsRef) -> list[Link]:
+        space = self._resolve(ns)
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
+        replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
+        links = [self._link(space, ns, decode_link_msg(r)) for r in replies]
+        return sorted(links, key=lambda lk: lk.ifindex)
+
+    @translated
+    def get_link(
+        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
+    ) -> Link | None:
+        if (name is None) == (ifindex is None):
+            raise netlink_error(errno.EINVAL, "get_link needs exactly one of name and ifindex")
+        space = self._resolve(ns)
+        msg = self._get_msg(space, name=name, ifindex=ifindex)
+        return None if msg is None else self._link(space, ns, msg)
+
+    @translated
+    def find_device(self, pci_address: str) -> Link | None:
+        """Scan the host namespace and every namespace opened here for the PCI function."""
+        pci = pci_address.strip().lower()
+        self._sweep()
+        with self._lock:
+            host = self._spaces.get((self._host.device, self._host.inode))
+            spaces = [host] if host is not None else []
+            spaces += [s for s in self._spaces.values() if s is not host]
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
+        for space in spaces:
+            try:
+                replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
+            except NetlinkError as exc:
+                if exc.code == errno.EBADF:
+                    continue  # dropped concurrently: its namespace is gone
+                raise
+            for reply in replies:
+                msg = decode_link_msg(reply)
+                if pci_address_of(msg) == pci:
+                    ref = self._host if space is host else self._ref_of(space, space.paths[0])
+                    return self._link(space, ref, msg)
+        return None
+
+    @translated
+    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
+        if "%" in spec.name:
+            # The kernel would pick a name we could not find again in another namespace.
+            raise netlink_error(errno.EINVAL, f"name patterns are not supported: {spec.name!r}")
+        target = self._resolve(ns)
+        via, extra = target, b""
+        if spec.kind in STACKED and spec.parent_ns is not None:
+            parent_space = self._resolve(spec.parent_ns)
+            if parent_space is not target:
+                # Sent in the parent's namespace, where IFLA_LINK is looked up; the child
+                # is registered directly in the target namespace.
+                via, extra = parent_space, w.nla_u32(w.IFLA_NET_NS_FD, target.fd)
+        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)]
+        if spec.mac is not None:
+            attrs.append(w.nla_mac(w.IFLA_ADDRESS, spec.mac))
+        if spec.mtu is not None:
+            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(spec.mtu, "mtu")))
+        if spec.kind in STACKED and spec.parent is not None:
+            attrs.append(w.nla_u32(w.IFLA_LINK, _u32(spec.parent, "parent")))
+        attrs.append(w.nest(w.IFLA_LINKINFO, self._linkinfo(target, spec)))
+        body = w.ifinfomsg() + b"".join(attrs) + extra
+        self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
+        created = self._get_msg(target, name=spec.name)
+        if created is None:
+            raise netlink_error(errno.ENODEV, f"{spec.name} vanished right after creation")
+        if spec.alias is not None:
+            # RTM_NEWLINK ignores IFLA_IFALIAS: the marker is a second message.
+            index = int(created["index"])
+            try:
+                self._setlink(target, index, [w.nla_raw_str(w.IFLA_IFALIAS, spec.alias)])
+            except BaseException:
+                self._delete_quietly(target, index)
+                raise
+            created = self._get_msg(target, ifindex=index)
+            if created is None:
+                raise netlink_error(errno.ENODEV, f"{spec.name} vanished right after creation")
+        return self._link(target, ns, created)
+
+    @translated
+    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
+        space = self._resolve(ns)
+        attrs: list[bytes] = []
+        if changes.mac is not None:
+            attrs.append(w.nla_mac(w.IFLA_ADDRESS, changes.mac))
+        if changes.mtu is not None:
+            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(changes.mtu, "mtu")))
+        if changes.name is not None:
+            attrs.append(w.nla_str(w.IFLA_IFNAME, changes.name))
+        if changes.alias is not None:
+            attrs.append(w.nla_raw_str(w.IFLA_IFALIAS, changes.alias))
+        if changes.master is not None:
+            attrs.append(w.nla_u32(w.IFLA_MASTER, _u32(changes.master, "master")))
+        flags = change = 0
+        if changes.up is not None:
+            change = w.IFF_UP
+            flags = w.IFF_UP if changes.up else 0
+        self._setlink(space, ifindex, attrs, flags=flags, change=change)
+        msg = self._get_msg(space, ifindex=ifindex)
+        if msg is None:
+            raise netlink_error(errno.ENODEV, f"link {ifindex} vanished after the change")
+        return self._link(space, ns, msg)
+
+    @translated
+    def move_link(
+        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+    ) -> Link:
+        src = self._resolve(ns)
+        dst = self._resolve(target)
+        name = new_name
+        if name is None:
+            current = self._get_msg(src, ifindex=ifindex)
+            if current is None:
+                raise netlink_error(errno.ENODEV, f"no link with ifindex {ifindex}")
+            name = str(current.get_attr("IFLA_IFNAME"))
+        attrs = [w.nla_u32(w.IFLA_NET_NS_FD, dst.fd)]
+        if new_name is not None:
+            attrs.append(w.nla_str(w.IFLA_IFNAME, new_name))
+        self._setlink(src, ifindex, attrs)
+        moved = self._get_msg(dst, name=name)
+        if moved is None:
+            raise netlink_error(errno.ENODEV, f"{name} is not in the target namespace")
+        return self._link(dst, target, moved)
+
+    @translated
+    def delete_link(self, ns: NsRef, ifindex: int) -> None:
+        space = self._resolve(ns)
+        self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(_s32(ifindex)))
+
+    # -- Kernel: VFs -----------------------------------------------------------------------
+
+    @translated
+    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
+        space = self._resolve(ns)
+        return self._vfs(space, pf_ifindex)
+
+    @translated
+    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
+        space = self._resolve(ns)
+        vf = _u32(vf_index, "vf index")
+        parts: list[bytes] = []
+        current: VFConfig | None = None
+
+        def now() -> VFConfig:
+            nonlocal current
+            if current is None:
+                found = [c for c in self._vfs(space, pf_ifindex) if c.vf_index == vf_index]
+                current = found[0] if found else VFConfig(vf_index=vf_index)
+            return current
+
+        if changes.mac is not None:
+            parts.append(w.nla(w.IFLA_VF_MAC, w.vf_mac(vf, changes.mac)))
+        if changes.vlan is not None or changes.qos is not None or changes.vlan_proto is not None:
+            proto_name = changes.vlan_proto or now().vlan_proto
+            proto = VLAN_PROTOCOLS.get(proto_name)
+            if proto is None:
+                raise netlink_error(errno.EPROTONOSUPPORT, f"VF vlan protocol {proto_name!r}")
+            vlan = now().vlan if changes.vlan is None else changes.vlan
+            qos = now().qos if changes.qos is None else changes.qos
+            info = w.vf_vlan_info(vf, _u32(vlan, "vlan"), _u32(qos, "qos"), proto)
+            parts.append(w.nest(w.IFLA_VF_VLAN_LIST, [w.nla(w.IFLA_VF_VLAN_INFO, info)]))
+        if changes.min_tx_rate is not None or changes.max_tx_rate is not None:
+            lo = changes.min_tx_rate if changes.min_tx_rate is not None else now().min_tx_rate
+            hi = changes.max_tx_rate if changes.max_tx_rate is not None else now().max_tx_rate
+            rates = w.vf_struct(vf, _u32(lo or 0, "min_tx_rate"), _u32(hi or 0, "max_tx_rate"))
+            parts.append(w.nla(w.IFLA_VF_RATE, rates))
+        if changes.spoofchk is not None:
+            parts.append(w.nla(w.IFLA_VF_SPOOFCHK, w.vf_struct(vf, int(changes.spoofchk))))
+        if changes.link_state is not None:
+            state = VF_LINK_STATES.get(changes.link_state)
+            if state is None:
+                raise netlink_error(errno.EINVAL, f"VF link state {changes.link_state!r}")
+            parts.append(w.nla(w.IFLA_VF_LINK_STATE, w.vf_struct(vf, state)))
+        if changes.trust is not None:
+            parts.append(w.nla(w.IFLA_VF_TRUST, w.vf_struct(vf, int(changes.trust))))
+        vfinfo = w.nest(w.IFLA_VFINFO_LIST, [w.nest(w.IFLA_VF_INFO, parts)])
+        self._setlink(space, pf_ifindex, [vfinfo])
+
+    # -- namespaces: registry, verification, sockets --------------------------------------
+
+    def _register(self, path: str, expect: Identity | None) -> _Namespace:
+        with self._lock:
+            if self._closed:
+                raise netlink_error(errno.EBADF, "this LinuxKernel is closed")
+            if expect is not None and expect in self._spaces:
+                space = self._spaces[expect]
+                if path not in space.paths:
+                    space.paths.append(path)
+                return space
+            fd, key = open_netns(path, expect)
+            if key in self._spaces:  # expect was None: the same namespace under a new path
+                os.close(fd)
+                space = self._spaces[key]
+                if path not in space.paths:
+                    space.paths.append(path)
+                return space
+            space = _Namespace(key=key, fd=fd, paths=[path])
+            self._spaces[key] = space
+            return space
+
+    def _resolve(self, ref: NsRef) -> _Namespace:
+        """The namespace ``ref`` names, after checking its path still names it."""
+        if ref.boot_id != self._boot_id:
+            raise netlink_error(errno.ESTALE, f"namespace {ref.path} is of boot {ref.boot_id}")
+        key = (ref.device, ref.inode)
+        self._sweep()
+        if ref.path:
+            try:
+                found = stat_identity(ref.path)
+            except FileNotFoundError as exc:
+                raise netlink_error(errno.ENOENT, f"namespace {ref.path} is gone") from exc
+            if found != key:
+                raise netlink_error(
+                    errno.ESTALE, f"{ref.path} now names namespace {found}, not {key}"
+                )
+            return self._register(ref.path, key)
+        with self._lock:
+            space = self._spaces.get(key)
+        if space is None:
+            raise netlink_error(errno.ENOENT, f"namespace {key} is not open")
+        return space
+
+    def _sweep(self) -> None:
+        """Drop namespaces none of whose known mount paths names them any more."""
+        with self._lock:
+            if self._closed:
+                raise netlink_error(errno.EBADF, "this LinuxKernel is closed")
+            spaces = list(self._spaces.values())
+        dead: list[_Namespace] = []
+        for space in spaces:
+            live = []
+            for path in space.paths:
+                try:
+                    if stat_identity(path) == space.key:
+                        live.append(path)
+                except OSError:
+                    pass
+            if not live:
+                dead.append(space)
+            elif live != space.paths:
+                with self._lock:
+                    space.paths[:] = live
+        if not dead:
+            return
+        with self._lock:
+            for space in dead:
+                if self._spaces.get(space.key) is space:
+                    del self._spaces[space.key]
+            self._forget_nsids({s.key for s in dead})
+        for space in dead:
+            space.close()
+
+    def _forget_nsids(self, keys: set[Identity]) -> None:
+        for space in self._spaces.values():
+            for nsid in [i for i, k in space.nsids.items() if k in keys]:
+                del space.nsids[nsid]
+
+    def _socket(self, space: _Namespace) -> w.RtnlSocket:
+        with space.lock:
+            if space.closed:
+                raise netlink_error(errno.EBADF, "namespace was released")
+            if space.sock is None or space.sock.closed:
+                if current_thread_identity() == space.key:
+                    raw = _new_rtnl_socket()
+                else:
+                    raw = run_in_netns(space.fd, _new_rtnl_socket, cleanup=socket.socket.close)
+                space.sock = w.RtnlSocket(raw)
+            return space.sock
+
+    def _request(self, space: _Namespace, msg_type: int, flags: int, body: bytes) -> list[bytes]:
+        return self._socket(space).request(msg_type, flags, body)
+
+    def _ref_of(self, space: _Namespace, path: str) -> NsRef:
+        return NsRef(device=space.key[0], inode=space.key[1], boot_id=self._boot_id, path=path)
+
+    def _resolve_nsid(self, space: _Namespace, nsid: int) -> NsRef:
+        """The namespace an IFLA_LINK_NETNSID seen from ``space`` names, if we hold it."""
+        with self._lock:
+            key = space.nsids.get(nsid)
+            others = [s for s in self._spaces.values() if s is not space]
+        if key is None:
+            for other in others:
+                body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other.fd)
+                try:
+                    replies = self._request(space, w.RTM_GETNSID, 0, body)
+                except NetlinkError as exc:
+                    if exc.code == errno.EBADF:
+                        continue
+                    raise
+                found = decode_nsid(replies[0]) if replies else None
+                if found is None or found in _NSID_UNASSIGNED:
+                    continue
+                with self._lock:
+                    space.nsids[found] = other.key
+                if found == nsid:
+                    key = other.key
+                    break
+        with self._lock:
+            other_space = self._spaces.get(key) if key is not None else None
+        if other_space is None:
+            return NsRef(
+                device=0,
+                inode=UNKNOWN_NAMESPACE_INODE,
+                boot_id=self._boot_id,
+                path=f"netnsid:{nsid}",
+            )
+        if key == (self._host.device, self._host.inode):
+            return self._host
+        return self._ref_of(other_space, other_space.paths[0])
+
+    # -- links: helpers --------------------------------------------------------------------
+
+    def _link(self, space: _Namespace, ref: NsRef, msg: Any) -> Link:
+        return to_link(msg, ref, lambda nsid: self._resolve_nsid(space, nsid))
+
+    def _get_msg(
+        self,
+        space: _Namespace,
+        *,
+        name: str | None = None,
+        ifindex: int | None = None,
+        ext_mask: int = w.RTEXT_FILTER_SKIP_STATS,
+    ) -> Any | None:
+        """RTM_GETLINK of one link; None when it does not exist."""
+        attrs = w.nla_u32(w.IFLA_EXT_MASK, ext_mask)
+        if name is not None:
+            if not name or len(name.encode()) >= IFNAMSIZ:
+                return None  # no link can have this name
+            attrs += w.nla_str(w.IFLA_IFNAME, name)
+        index = ifindex if ifindex is not None else 0
+        if not 0 < index <= 0x7FFFFFFF and name is None:
+            return None  # ifindexes are positive s32
+        try:
+            replies = self._request(space, w.RTM_GETLINK, 0, w.ifinfomsg(index) + attrs)
+        except NetlinkError as exc:
+            if exc.code == errno.ENODEV:
+                return None
+            raise
+        return decode_link_msg(replies[0]) if replies else None
+
+    def _setlink(
+        self,
+        space: _Namespace,
+        ifindex: int,
+        attrs: list[bytes],
+        *,
+        flags: int = 0,
+        change: int = 0,
+    ) -> None:
+        body = w.ifinfomsg(_s32(ifindex), flags, change) + b"".join(attrs)
+        self._request(space, w.RTM_SETLINK, 0, body)
+
+    def _delete_quietly(self, space: _Namespace, ifindex: int) -> None:
+        # The caller raises the error that made us clean up, not this one.
+        with contextlib.suppress(NetlinkError, OSError):
+            self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(ifindex))
+
+    def _linkinfo(self, target: _Namespace, spec: LinkSpec) -> list[bytes]:
+        info = [w.nla_str(w.IFLA_INFO_KIND, spec.kind)]
+        data: list[bytes] = []
+        if spec.kind == "veth":
+            peer = [w.ifinfomsg()]
+            if spec.peer_name is not None:
+                peer.append(w.nla_str(w.IFLA_IFNAME, spec.peer_name))
+            if spec.peer_ns is not None:
+                peer_space = self._resolve(spec.peer_ns)
+                if peer_space is not target:
+                    peer.append(w.nla_u32(w.IFLA_NET_NS_FD, peer_space.fd))
+            data.append(w.nla(w.VETH_INFO_PEER, b"".join(peer)))
+        elif spec.kind == "macvlan" and spec.mode is not None:
+            data.append(w.nla_u32(w.IFLA_MACVLAN_MODE, _mode(MACVLAN_MODES, spec)))
+        elif spec.kind == "ipvlan" and spec.mode is not None:
+            data.append(w.nla_u16(w.IFLA_IPVLAN_MODE, _mode(IPVLAN_MODES, spec)))
+        elif spec.kind == "vlan":
+            data.extend(_vlan_data(spec))
+        elif spec.kind == "bond" and spec.bond is not None:
+            data.extend(_bond_data(spec))
+        if data:
+            info.append(w.nest(w.IFLA_INFO_DATA, data))
+        return info
+
+    def _vfs(self, space: _Namespace, pf_ifindex: int) -> list[VFConfig]:
+        mask = w.RTEXT_FILTER_VF | w.RTEXT_FILTER_SKIP_STATS
+        msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask)
+        if msg is None:
+            raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
+        return to_vfs(msg)
+
+
+# -- encoding checks the kernel would make, for values that cannot even be encoded -------
+
+
+def _u32(value: int, what: str) -> int:
+    if not 0 <= value <= U32_MAX:
+        raise netlink_error(errno.EINVAL, f"{what} {value} is out of range")
+    return value
+
+
+def _s32(value: int) -> int:
+    if not -0x80000000 <= value <= 0x7FFFFFFF:
+        raise netlink_error(errno.EINVAL, f"ifindex {value} is out of range")
+    return value
+
+
+def _mode(table: dict[str, int], spec: LinkSpec) -> int:
+    mode = table.get(spec.mode or "")
+    if mode is None:
+        raise netlink_error(errno.EINVAL, f"{spec.kind} mode {spec.mode!r}")  # ops->validate
+    return mode
+
+
+def _vlan_data(spec: LinkSpec) -> list[bytes]:
+    proto = VLAN_PROTOCOLS.get(spec.vlan_protocol)
+    if proto is None:  # vlan_validate
+        raise netlink_error(errno.EPROTONOSUPPORT, f"vlan protocol {spec.vlan_protocol!r}")
+    data = [w.nla_be16(w.IFLA_VLAN_PROTOCOL, proto)]
+    if spec.vlan_id is not None:
+        if not 0 <= spec.vlan_id <= 0xFFFF:
+            raise netlink_error(errno.ERANGE, f"invalid vlan id {spec.vlan_id}")
+        data.insert(0, w.nla_u16(w.IFLA_VLAN_ID, spec.vlan_id))
+    return data
+
+
+def _bond_data(spec: LinkSpec) -> list[bytes]:
+    bond = spec.bond
+    assert bond is not None
+    if bond.mode not in BOND_MODES:
+        raise netlink_error(errno.EINVAL, f"bond mode {bond.mode!r}")
+    data = [
+        w.nla_u8(w.IFLA_BOND_MODE, BOND_MODES.index(bond.mode)),
+        w.nla_u32(w.IFLA_BOND_MIIMON, _u32(bond.miimon_ms, "miimon")),
+    ]
+    if bond.updelay_ms:
+        data.append(w.nla_u32(w.IFLA_BOND_UPDELAY, _u32(bond.updelay_ms, "updelay")))
+    if bond.downdelay_ms:
+        data.append(w.nla_u32(w.IFLA_BOND_DOWNDELAY, _u32(bond.downdelay_ms, "downdelay")))
+    return data
+
+
+def _is_a_kernel(kernel: LinuxKernel) -> Kernel:
+    return kernel  # mypy proves LinuxKernel satisfies the Kernel protocol
