@@ -105,8 +105,9 @@ class SelectorError(InvalidArgument):
         device: str | None = None,
     ) -> None:
         on = f" on device {device!r}" if device else ""
+        prefix = f"{owner}: " if owner else ""
         super().__init__(
-            f"{owner}: selector {expression!r}{on}: {reason}",
+            f"{prefix}selector {expression!r}{on}: {reason}",
             details={"step": step or "", "policy": policy or "", "device": device or ""},
         )
         self.owner = owner
@@ -197,7 +198,7 @@ def compile_selector(
     expression: str, *, step: str | None = None, policy: str | None = None
 ) -> CompiledSelector:
     """Parse ``expression`` once (cached); raise :class:`SelectorError` on a syntax error."""
-    owner = f"step {step!r}" if step else f"policy {policy!r}" if policy else "selector"
+    owner = f"step {step!r}" if step else f"policy {policy!r}" if policy else ""
     try:
         runner = _program(expression)
     except Exception as exc:  # CELParseError, and lark errors it does not wrap

@@ -73,11 +73,12 @@ class TopologyError(InvalidArgument):
 
 
 class TopologyErrors(InvalidArgument):
-    """Every problem of one topology, in a deterministic order (steps, then topology)."""
+    """Every problem of one topology: by step (manifest order), then topology-level ones."""
 
     def __init__(self, topology: str, errors: Sequence[TopologyError]) -> None:
         lines = "\n".join(f"  - {e}" for e in errors)
-        super().__init__(f"topology {topology!r} is invalid ({len(errors)} problems):\n{lines}")
+        count = f"{len(errors)} problem" + ("" if len(errors) == 1 else "s")
+        super().__init__(f"topology {topology!r} is invalid ({count}):\n{lines}")
         self.topology = topology
         self.errors = tuple(errors)
 
@@ -198,10 +199,13 @@ def validate_topology(
     plain: dict[str, Descriptor] = {}
     validators: dict[str, ConfigValidator] = {}
     for name, item in descriptors.items():
-        if isinstance(item, Registration):
-            plain[name], validators[name] = item.descriptor, item.validator
-        else:
-            plain[name], validators[name] = item, _validator(item)
+        descriptor = item.descriptor if isinstance(item, Registration) else item
+        if descriptor.name != name:
+            raise ValueError(f"descriptors[{name!r}] describes plugin {descriptor.name!r}")
+        plain[name] = descriptor
+        validators[name] = (
+            item.validator if isinstance(item, Registration) else _validator(descriptor)
+        )
     ctx = _Context(topology, plain, validators, policies)
     _check_step_names(ctx)
     compiled: dict[str, CompiledStep] = {}
@@ -215,7 +219,9 @@ def validate_topology(
     connect_order = _order(ctx)
     _check_exports(ctx)
     if ctx.errors:
-        raise TopologyErrors(topology.name, ctx.errors)
+        position = {name: i for i, name in enumerate(ctx.by_name)}
+        ranked = sorted(ctx.errors, key=lambda e: position.get(e.step or "", len(position)))
+        raise TopologyErrors(topology.name, ranked)
     prepare = tuple(s.name for s in topology.steps if s.kind is StepKind.ALLOCATION)
     return CompiledTopology(
         topology,
@@ -247,11 +253,9 @@ def _check_step(ctx: _Context, step: Step) -> CompiledStep | None:
     inputs = _check_inputs(ctx, step, descriptor)
     names = _check_interface_slot(ctx, step, descriptor)
     config = _check_config(ctx, step, descriptor)
-    deps: list[str] = []
-    for sources in step.inputs.values():
-        deps.extend(s.step for s in sources if s.step not in deps)
-    order = {s.name: i for i, s in enumerate(ctx.topology.steps)}
-    deps.sort(key=lambda name: order.get(name, len(order)))
+    order = list(ctx.by_name)
+    producers = {s.step for sources in step.inputs.values() for s in sources}
+    deps = [name for name in order if name in producers]
     return CompiledStep(step, descriptor, inputs, tuple(deps), names, config, requests, policies)
 
 
@@ -422,22 +426,18 @@ def _check_policy(
 # --- ports ---------------------------------------------------------------------------------
 
 
-def _output_of(
-    ctx: _Context, step: Step, path: str, source: PortSource
-) -> tuple[PortSpec | None, bool]:
-    """Resolve one source; report and return (None, ...) when it does not resolve.
-
-    The flag says whether the reference was reported, so callers do not pile on."""
+def _output_of(ctx: _Context, step: Step, path: str, source: PortSource) -> PortSpec | None:
+    """Resolve one source to the producer's connection output; report when it does not."""
     producer = ctx.by_name.get(source.step)
     if producer is None:
         ctx.error(step.name, f"{path}.from.step", f"no step named {source.step!r}")
-        return None, True
+        return None
     descriptor = ctx.descriptor_of(producer)
     if descriptor is None:
-        return None, True  # the producer's own pluginRef error says why
+        return None  # the producer's own pluginRef error says why
     port = descriptor.output_port(source.output)
     if port is not None:
-        return port, False
+        return port
     prepared = {p.name for p in descriptor.preparation.outputs}
     outputs = ", ".join(p.name for p in descriptor.outputs) or "none"
     if source.output in prepared:
@@ -448,7 +448,7 @@ def _output_of(
     else:
         message = f"plugin {descriptor.name!r} has no output {source.output!r} ({outputs})"
     ctx.error(step.name, f"{path}.from.output", message)
-    return None, True
+    return None
 
 
 def _check_references(ctx: _Context, step: Step, descriptor: Descriptor | None) -> None:
@@ -456,7 +456,7 @@ def _check_references(ctx: _Context, step: Step, descriptor: Descriptor | None) 
         spec = descriptor.input_port(port) if descriptor is not None else None
         for index, source in enumerate(sources):
             path = f"inputs.{port}[{index}]"
-            output, _ = _output_of(ctx, step, path, source)
+            output = _output_of(ctx, step, path, source)
             if output is not None and spec is not None and output.type != spec.type:
                 ctx.error(
                     step.name,

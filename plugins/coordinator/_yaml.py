@@ -249,12 +249,14 @@ class Fields:
     caller builds its result only when no problem was recorded.
     """
 
-    def __init__(self, problems: Problems, path: str, value: object) -> None:
+    def __init__(
+        self, problems: Problems, path: str, value: object, *, absent: bool = False
+    ) -> None:
         self.problems = problems
         self.path = path
-        self.valid = isinstance(value, dict)
+        self.valid = isinstance(value, dict) and not absent
         self.data: dict[str, Any] = value if isinstance(value, dict) else {}
-        if not self.valid:
+        if not isinstance(value, dict):
             problems.add(path or "$", f"must be a mapping, got {kind_of(value)}")
 
     def at(self, key: str | int) -> str:
@@ -270,7 +272,9 @@ class Fields:
                 self.problems.add(self.at(key), f"unknown field {key!r} (known: {known})")
 
     def _missing(self, key: str) -> None:
-        self.problems.add(self.at(key), "required field is missing")
+        # A missing or malformed mapping is one problem, not one per field it lacks.
+        if self.valid:
+            self.problems.add(self.at(key), "required field is missing")
 
     def string(
         self,
@@ -327,7 +331,7 @@ class Fields:
         if key not in self.data:
             if required:
                 self._missing(key)
-            return Fields(self.problems, self.at(key), {})
+            return Fields(self.problems, self.at(key), {}, absent=True)
         return Fields(self.problems, self.at(key), self.data[key])
 
     def items(self, key: str, *, required: bool = True, non_empty: bool = True) -> list[Any]:

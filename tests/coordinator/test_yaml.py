@@ -66,6 +66,6 @@ def test_untagged_dates_stay_strings() -> None:
     assert load_yaml_documents("d: 2026-09-16\n") == [{"d": "2026-09-16"}]
 
 
-def test_missing_file_is_a_load_error(tmp_path: object) -> None:
+def test_missing_file_is_a_load_error() -> None:
     with pytest.raises(YAMLLoadError, match="No such file"):
         load_yaml_file("/nonexistent/topology.yaml")

@@ -31,6 +31,7 @@ import errno
 import os
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -95,6 +96,26 @@ class _Namespace:
             if self.sock is not None:
                 self.sock.close()
             os.close(self.fd)
+
+
+_FdOf = Callable[[_Namespace], int]
+
+
+@contextlib.contextmanager
+def _borrow_fd(space: _Namespace) -> Iterator[int]:
+    """A private duplicate of a namespace's descriptor, for IFLA_NET_NS_FD/NETNSA_FD.
+
+    A concurrent release may close ``space.fd`` and the number be reused by another
+    open: the duplicate keeps naming the verified namespace until the request is done.
+    """
+    with space.lock:
+        if space.closed:
+            raise netlink_error(errno.ENOENT, f"namespace {space.key} was released")
+        fd = os.dup(space.fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _new_rtnl_socket() -> socket.socket:
@@ -216,8 +237,8 @@ class LinuxKernel:
             try:
                 replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
             except NetlinkError as exc:
-                if exc.code == errno.EBADF:
-                    continue  # dropped concurrently: its namespace is gone
+                if exc.code == errno.ENOENT and space.closed:
+                    continue  # dropped meanwhile: its mount is gone
                 raise
             for reply in replies:
                 msg = decode_link_msg(reply)
@@ -232,23 +253,8 @@ class LinuxKernel:
             # The kernel would pick a name we could not find again in another namespace.
             raise netlink_error(errno.EINVAL, f"name patterns are not supported: {spec.name!r}")
         target = self._resolve(ns)
-        via, extra = target, b""
-        if spec.kind in STACKED and spec.parent_ns is not None:
-            parent_space = self._resolve(spec.parent_ns)
-            if parent_space is not target:
-                # Sent in the parent's namespace, where IFLA_LINK is looked up; the child
-                # is registered directly in the target namespace.
-                via, extra = parent_space, w.nla_u32(w.IFLA_NET_NS_FD, target.fd)
-        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)]
-        if spec.mac is not None:
-            attrs.append(w.nla_mac(w.IFLA_ADDRESS, spec.mac))
-        if spec.mtu is not None:
-            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(spec.mtu, "mtu")))
-        if spec.kind in STACKED and spec.parent is not None:
-            attrs.append(w.nla_u32(w.IFLA_LINK, _u32(spec.parent, "parent")))
-        attrs.append(w.nest(w.IFLA_LINKINFO, self._linkinfo(target, spec)))
-        body = w.ifinfomsg() + b"".join(attrs) + extra
-        self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
+        with contextlib.ExitStack() as fds:
+            self._newlink(target, spec, lambda space: fds.enter_context(_borrow_fd(space)))
         created = self._get_msg(target, name=spec.name)
         if created is None:
             raise netlink_error(errno.ENODEV, f"{spec.name} vanished right after creation")
@@ -264,6 +270,26 @@ class LinuxKernel:
             if created is None:
                 raise netlink_error(errno.ENODEV, f"{spec.name} vanished right after creation")
         return self._link(target, ns, created)
+
+    def _newlink(self, target: _Namespace, spec: LinkSpec, fd_of: _FdOf) -> None:
+        """The one RTM_NEWLINK message that creates ``spec`` in ``target``."""
+        via, extra = target, b""
+        if spec.kind in STACKED and spec.parent_ns is not None:
+            parent_space = self._resolve(spec.parent_ns)
+            if parent_space is not target:
+                # Sent in the parent's namespace, where IFLA_LINK is looked up; the child
+                # is registered directly in the target namespace.
+                via, extra = parent_space, w.nla_u32(w.IFLA_NET_NS_FD, fd_of(target))
+        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)]
+        if spec.mac is not None:
+            attrs.append(w.nla_mac(w.IFLA_ADDRESS, spec.mac))
+        if spec.mtu is not None:
+            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(spec.mtu, "mtu")))
+        if spec.kind in STACKED and spec.parent is not None:
+            attrs.append(w.nla_u32(w.IFLA_LINK, _u32(spec.parent, "parent")))
+        attrs.append(w.nest(w.IFLA_LINKINFO, self._linkinfo(target, spec, fd_of)))
+        body = w.ifinfomsg() + b"".join(attrs) + extra
+        self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
 
     @translated
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
@@ -301,10 +327,11 @@ class LinuxKernel:
             if current is None:
                 raise netlink_error(errno.ENODEV, f"no link with ifindex {ifindex}")
             name = str(current.get_attr("IFLA_IFNAME"))
-        attrs = [w.nla_u32(w.IFLA_NET_NS_FD, dst.fd)]
-        if new_name is not None:
-            attrs.append(w.nla_str(w.IFLA_IFNAME, new_name))
-        self._setlink(src, ifindex, attrs)
+        with _borrow_fd(dst) as dst_fd:
+            attrs = [w.nla_u32(w.IFLA_NET_NS_FD, dst_fd)]
+            if new_name is not None:
+                attrs.append(w.nla_str(w.IFLA_IFNAME, new_name))
+            self._setlink(src, ifindex, attrs)
         moved = self._get_msg(dst, name=name)
         if moved is None:
             raise netlink_error(errno.ENODEV, f"{name} is not in the target namespace")
@@ -446,7 +473,7 @@ class LinuxKernel:
     def _socket(self, space: _Namespace) -> w.RtnlSocket:
         with space.lock:
             if space.closed:
-                raise netlink_error(errno.EBADF, "namespace was released")
+                raise netlink_error(errno.ENOENT, f"namespace {space.key} was released")
             if space.sock is None or space.sock.closed:
                 if current_thread_identity() == space.key:
                     raw = _new_rtnl_socket()
@@ -468,12 +495,13 @@ class LinuxKernel:
             others = [s for s in self._spaces.values() if s is not space]
         if key is None:
             for other in others:
-                body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other.fd)
                 try:
-                    replies = self._request(space, w.RTM_GETNSID, 0, body)
+                    with _borrow_fd(other) as other_fd:
+                        body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other_fd)
+                        replies = self._request(space, w.RTM_GETNSID, 0, body)
                 except NetlinkError as exc:
-                    if exc.code == errno.EBADF:
-                        continue
+                    if exc.code == errno.ENOENT and other.closed:
+                        continue  # dropped meanwhile: its mount is gone
                     raise
                 found = decode_nsid(replies[0]) if replies else None
                 if found is None or found in _NSID_UNASSIGNED:
@@ -543,7 +571,7 @@ class LinuxKernel:
         with contextlib.suppress(NetlinkError, OSError):
             self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(ifindex))
 
-    def _linkinfo(self, target: _Namespace, spec: LinkSpec) -> list[bytes]:
+    def _linkinfo(self, target: _Namespace, spec: LinkSpec, fd_of: _FdOf) -> list[bytes]:
         info = [w.nla_str(w.IFLA_INFO_KIND, spec.kind)]
         data: list[bytes] = []
         if spec.kind == "veth":
@@ -553,7 +581,7 @@ class LinuxKernel:
             if spec.peer_ns is not None:
                 peer_space = self._resolve(spec.peer_ns)
                 if peer_space is not target:
-                    peer.append(w.nla_u32(w.IFLA_NET_NS_FD, peer_space.fd))
+                    peer.append(w.nla_u32(w.IFLA_NET_NS_FD, fd_of(peer_space)))
             data.append(w.nla(w.VETH_INFO_PEER, b"".join(peer)))
         elif spec.kind == "macvlan" and spec.mode is not None:
             data.append(w.nla_u32(w.IFLA_MACVLAN_MODE, _mode(MACVLAN_MODES, spec)))

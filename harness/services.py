@@ -1,0 +1,102 @@
+"""Launch plugin services as real processes, each with its own config, token and state.
+
+A service is started with ``python -m <module> [args] --config FILE``; crash points
+can be armed through the environment (``NETWORKPLUGIN_CRASH_AT`` / ``_MODE``).
+Readiness is waited for over the real socket (GetInfo ready=true), with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from plugins.sdk.host import PluginClient
+from plugins.sdk.runner._crash import ENV_ARM, ENV_MODE, ENV_TRACE
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ServiceProcess:
+    """One service over a persistent state dir; start, crash and restart it at will."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        root: Path,
+        socket_dir: Path,
+        kernel_url: str,
+        sockets: Sequence[str],
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.socket_dir = socket_dir
+        self.sockets = list(sockets)
+        self.token = secrets.token_hex(16)
+        token_file = root / "token"
+        token_file.write_text(self.token)
+        token_file.chmod(0o600)
+        self.config = root / "service.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "socketDir": str(socket_dir),
+                    "stateDir": str(root / "state"),
+                    "tokenFile": str(token_file),
+                    "kernel": kernel_url,
+                    "shutdownGraceSeconds": 5,
+                }
+            )
+        )
+        self.log = root / "service.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, crash_at: str | None = None, trace: Path | None = None, timeout: float = 30) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in (ENV_ARM, ENV_MODE, ENV_TRACE)}
+        if crash_at:
+            env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
+        if trace:
+            env[ENV_TRACE] = str(trace)
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", *self.command, "--config", str(self.config), "--log-level", "WARNING"],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        for socket in self.sockets:
+            with self.client(socket) as client:
+                try:
+                    client.wait_ready(timeout)
+                except Exception as exc:
+                    raise RuntimeError(f"{self.name} did not become ready: see {self.log}") from exc
+
+    def client(self, socket: str, timeout: float = 60) -> PluginClient:
+        return PluginClient(self.socket_dir / socket, self.token, timeout=timeout)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)

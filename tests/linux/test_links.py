@@ -1,0 +1,209 @@
+"""Links on the real kernel: create across namespaces, set, move, delete, read back."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from plugins.kernel import KernelError, LinkChanges, LinkSpec, NsRef, VFChanges
+from plugins.kernel.linux import LinuxKernel
+
+from .helpers import LinkEvents
+
+pytestmark = pytest.mark.netns
+
+
+def same_ns(a: NsRef | None, b: NsRef) -> bool:
+    return a is not None and a.key == b.key
+
+
+def test_veth_peer_is_born_in_the_other_namespace(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    events_a = LinkEvents(ns_a.path)
+    try:
+        va = kernel.create_link(
+            ns_a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=ns_b)
+        )
+        seen_in_a = events_a.drain()
+    finally:
+        events_a.close()
+    vb = kernel.get_link(ns_b, name="vb")
+    assert vb is not None
+    assert (va.kind, vb.kind) == ("veth", "veth")
+    assert same_ns(va.ns, ns_a)
+    assert same_ns(vb.ns, ns_b)
+    assert va.peer == vb.ifindex
+    assert vb.peer == va.ifindex
+    assert va.parent is None
+    assert va.parent_ns is None
+    assert kernel.get_link(ns_a, name="vb") is None
+    assert ("new", "vb") not in seen_in_a  # never existed in ns_a, not even briefly
+
+
+def test_macvlan_is_born_in_the_target_namespace_with_a_foreign_parent(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    events_a = LinkEvents(ns_a.path)
+    try:
+        mv = kernel.create_link(
+            ns_b,
+            LinkSpec(kind="macvlan", name="mv0", parent=va.ifindex, parent_ns=ns_a, mode="bridge"),
+        )
+        seen_in_a = events_a.drain()
+    finally:
+        events_a.close()
+    assert mv.kind == "macvlan"
+    assert mv.mode == "bridge"
+    assert same_ns(mv.ns, ns_b)
+    assert mv.parent == va.ifindex
+    assert mv.parent_ns is not None
+    assert mv.parent_ns.key == ns_a.key
+    assert mv.parent_ns.path == ns_a.path
+    assert mv.mtu == va.mtu  # a child without IFLA_MTU inherits its lower's
+    assert mv.max_mtu == va.max_mtu
+    # One message: the child never appeared in the parent's namespace.
+    assert all(name != "mv0" for _, name in seen_in_a)
+    again = kernel.get_link(ns_b, ifindex=mv.ifindex)
+    assert again == mv
+
+
+def test_macvlan_default_mode_and_same_namespace_parent(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    mv = kernel.create_link(ns_a, LinkSpec(kind="macvlan", name="mv0", parent=va.ifindex))
+    assert mv.mode == "vepa"
+    assert mv.parent == va.ifindex
+    assert mv.parent_ns is None
+
+
+def test_move_with_rename_in_one_call(kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    moved = kernel.move_link(ns_a, va.ifindex, ns_b, new_name="eth7")
+    assert moved.name == "eth7"
+    assert same_ns(moved.ns, ns_b)
+    assert kernel.get_link(ns_a, name="va") is None
+    assert kernel.get_link(ns_a, ifindex=va.ifindex) is None
+    assert kernel.get_link(ns_b, name="eth7") == moved
+    assert moved.mac == va.mac
+    # and back without a rename
+    back = kernel.move_link(ns_b, moved.ifindex, ns_a)
+    assert back.name == "eth7"
+    assert same_ns(back.ns, ns_a)
+
+
+def test_move_keeps_the_name_when_none_is_given(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    moved = kernel.move_link(ns_a, va.ifindex, ns_b)
+    assert moved.name == "va"
+    peer = kernel.get_link(ns_a, name="va1")
+    assert peer is not None
+    assert peer.peer == moved.ifindex
+
+
+def test_set_mtu_mac_alias_and_up_in_one_call(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    assert not va.up
+    assert va.alias is None
+    changed = kernel.set_link(
+        ns_a,
+        va.ifindex,
+        LinkChanges(mtu=1400, mac="02:00:00:00:00:aa", alias="np:owner", up=True),
+    )
+    assert (changed.mtu, changed.mac, changed.alias, changed.up) == (
+        1400,
+        "02:00:00:00:00:aa",
+        "np:owner",
+        True,
+    )
+    renamed = kernel.set_link(ns_a, va.ifindex, LinkChanges(name="renamed", up=False))
+    assert (renamed.name, renamed.up) == ("renamed", False)
+    cleared = kernel.set_link(ns_a, va.ifindex, LinkChanges(alias=""))
+    assert cleared.alias is None
+
+
+def test_create_with_name_mac_mtu_and_alias(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    va = kernel.create_link(
+        ns_a,
+        LinkSpec(
+            kind="veth", name="va", peer_name="va1", mac="02:11:22:33:44:55", mtu=1300, alias="m"
+        ),
+    )
+    assert (va.name, va.mac, va.mtu, va.alias) == ("va", "02:11:22:33:44:55", 1300, "m")
+    peer = kernel.get_link(ns_a, name="va1")
+    assert peer is not None
+    # veth_newlink builds the peer from VETH_INFO_PEER's attributes alone: the peer keeps
+    # the default MTU, and it is registered first (the lower ifindex).
+    assert peer.mtu == 1500
+    assert peer.ifindex < va.ifindex
+
+
+def test_list_and_get(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    names = [lk.name for lk in kernel.list_links(ns_a)]
+    assert names == ["lo"]
+    lo = kernel.get_link(ns_a, name="lo")
+    assert lo is not None
+    assert (lo.ifindex, lo.kind, lo.pci_address) == (1, "device", None)
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    listed = kernel.list_links(ns_a)
+    assert [lk.ifindex for lk in listed] == sorted(lk.ifindex for lk in listed)
+    assert {lk.name for lk in listed} == {"lo", "va", "va1"}
+    assert va in listed
+    assert kernel.get_link(ns_a, name="nope") is None
+    assert kernel.get_link(ns_a, ifindex=4242) is None
+    assert kernel.get_link(ns_a, name="x" * 40) is None
+
+
+def test_get_link_needs_exactly_one_key(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    with pytest.raises(KernelError) as both:
+        kernel.get_link(ns_a, name="lo", ifindex=1)
+    with pytest.raises(KernelError) as neither:
+        kernel.get_link(ns_a)
+    assert both.value.code == neither.value.code == errno.EINVAL
+
+
+def test_delete_takes_the_peer_in_the_other_namespace(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=ns_b))
+    mv = kernel.create_link(ns_a, LinkSpec(kind="macvlan", name="mv0", parent=va.ifindex))
+    kernel.delete_link(ns_a, va.ifindex)
+    assert kernel.get_link(ns_b, name="vb") is None
+    assert kernel.get_link(ns_a, ifindex=mv.ifindex) is None  # children die with the lower
+
+
+def test_bridge_master_and_nomaster(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    br = kernel.create_link(ns_a, LinkSpec(kind="bridge", name="br0"))
+    assert br.kind == "bridge"
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    enslaved = kernel.set_link(ns_a, va.ifindex, LinkChanges(master=br.ifindex))
+    assert enslaved.master == br.ifindex
+    released = kernel.set_link(ns_a, va.ifindex, LinkChanges(master=0))
+    assert released.master is None
+
+
+def test_vf_calls_on_a_link_without_vfs(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    assert kernel.get_vfs(ns_a, va.ifindex) == []
+    with pytest.raises(KernelError) as exc:
+        kernel.set_vf(ns_a, va.ifindex, 0, VFChanges(trust=True))
+    assert exc.value.code == errno.EOPNOTSUPP  # no ndo_set_vf_*
+    with pytest.raises(KernelError) as gone:
+        kernel.get_vfs(ns_a, 4242)
+    assert gone.value.code == errno.ENODEV
+
+
+def test_find_device_in_the_host_namespace(kernel: LinuxKernel) -> None:
+    host = kernel.host_namespace()
+    devices = [lk for lk in kernel.list_links(host) if lk.pci_address]
+    if not devices:
+        pytest.skip("netns tier: this host has no PCI network device to look up")
+    device = devices[0]
+    assert device.kind == "device"
+    found = kernel.find_device(device.pci_address.upper() if device.pci_address else "")
+    assert found is not None
+    assert (found.ifindex, found.name, found.ns.key) == (device.ifindex, device.name, host.key)
+    assert kernel.find_device("ffff:ff:1f.7") is None

@@ -1,0 +1,177 @@
+"""Namespace handles, the namespace-switching policy, teardown and resource release."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from plugins.kernel import KernelError, LinkSpec, NsRef
+from plugins.kernel.linux import LinuxKernel
+from plugins.kernel.linux.netns import create_namespace, delete_namespace, namespace_handle
+
+from .conftest import HOST_NS, MakeNamespace
+from .helpers import LinkEvents, fd_count
+
+pytestmark = pytest.mark.netns
+
+
+def test_host_namespace_and_boot_id_come_from_configuration(kernel: LinuxKernel) -> None:
+    host = kernel.host_namespace()
+    st = os.stat(HOST_NS)
+    assert (host.device, host.inode, host.path) == (st.st_dev, st.st_ino, HOST_NS)
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        assert kernel.boot_id() == f.read().strip() == host.boot_id
+
+
+def test_host_namespace_given_as_a_handle_is_verified(netns_dir: Path) -> None:
+    good = namespace_handle(HOST_NS)
+    with LinuxKernel(good) as k:
+        assert k.host_namespace().key == (good.device, good.inode, good.boot_id)
+    stale = dataclasses.replace(good, inode=good.inode + 1)
+    with pytest.raises(KernelError) as exc:
+        LinuxKernel(stale)
+    assert exc.value.code == errno.ESTALE
+
+
+def test_open_namespace_verifies_the_handle(kernel: LinuxKernel, make_ns: MakeNamespace) -> None:
+    handle = make_ns()
+    ref = kernel.open_namespace(handle)
+    assert (ref.device, ref.inode, ref.boot_id, ref.path) == (
+        handle.device,
+        handle.inode,
+        handle.boot_id,
+        handle.path,
+    )
+    wrong_inode = dataclasses.replace(handle, inode=handle.inode + 1)
+    other_boot = dataclasses.replace(handle, boot_id="00000000-0000-0000-0000-000000000000")
+    codes = []
+    for bad in (wrong_inode, other_boot):
+        with pytest.raises(KernelError) as exc:
+            kernel.open_namespace(bad)
+        codes.append(exc.value.code)
+    assert codes == [errno.ESTALE, errno.ESTALE]
+
+
+def test_open_namespace_enoent_when_the_path_is_gone(
+    kernel: LinuxKernel, make_ns: MakeNamespace
+) -> None:
+    handle = make_ns()
+    delete_namespace(handle.path)
+    with pytest.raises(KernelError) as exc:
+        kernel.open_namespace(handle)
+    assert exc.value.code == errno.ENOENT
+
+
+def test_a_remounted_path_is_estale_for_the_old_handle(
+    kernel: LinuxKernel, netns_dir: Path, make_ns: MakeNamespace
+) -> None:
+    handle = make_ns()
+    ref = kernel.open_namespace(handle)
+    delete_namespace(handle.path)
+    name = os.path.basename(handle.path)
+    newer = create_namespace(netns_dir, name)  # same path, another namespace
+    try:
+        assert newer.inode != handle.inode
+        with pytest.raises(KernelError) as reopen:
+            kernel.open_namespace(handle)
+        with pytest.raises(KernelError) as use:
+            kernel.list_links(ref)
+        assert [reopen.value.code, use.value.code] == [errno.ESTALE, errno.ESTALE]
+        assert kernel.open_namespace(newer).inode == newer.inode
+    finally:
+        delete_namespace(newer.path)
+
+
+def test_a_path_that_is_not_a_namespace_is_refused(kernel: LinuxKernel, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    with pytest.raises(KernelError) as exc:
+        kernel.open_namespace(namespace_handle(plain))
+    assert exc.value.code == errno.EINVAL
+
+
+def test_deleting_a_namespace_destroys_its_virtual_links(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=ns_b))
+    mv = kernel.create_link(
+        ns_b, LinkSpec(kind="macvlan", name="mv", parent=va.ifindex, parent_ns=ns_a)
+    )
+    kernel.create_link(ns_b, LinkSpec(kind="bridge", name="br0"))
+    events = LinkEvents(ns_a.path)
+    try:
+        delete_namespace(ns_b.path)
+        # The next call drops our socket in ns_b (its mount is gone); then the kernel
+        # tears the namespace down: vb dies, and its peer va in ns_a with it.
+        events.wait_until(lambda: kernel.get_link(ns_a, name="va") is None)
+    finally:
+        events.close()
+    assert all(ref.key != ns_b.key for ref in kernel.cached_namespaces())
+    assert [lk.name for lk in kernel.list_links(ns_a)] == ["lo"]
+    with pytest.raises(KernelError) as exc:
+        kernel.get_link(ns_b, ifindex=mv.ifindex)
+    assert exc.value.code == errno.ENOENT
+
+
+def test_close_releases_every_descriptor(netns_dir: Path, make_ns: MakeNamespace) -> None:
+    handles = [make_ns(), make_ns()]
+    before = fd_count()
+    k = LinuxKernel(HOST_NS)
+    a, b = (k.open_namespace(h) for h in handles)
+    va = k.create_link(a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=b))
+    k.create_link(b, LinkSpec(kind="macvlan", name="mv", parent=va.ifindex, parent_ns=a))
+    k.list_links(k.host_namespace())
+    assert fd_count() > before
+    k.close()
+    assert fd_count() == before
+    with pytest.raises(KernelError) as exc:
+        k.list_links(a)
+    assert exc.value.code == errno.EBADF
+
+
+def test_release_namespace_and_reopen_on_use(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    before = fd_count()
+    kernel.release_namespace(ns_a)
+    assert fd_count() == before - 2  # the namespace fd and its netlink socket
+    assert all(ref.key != ns_a.key for ref in kernel.cached_namespaces())
+    assert kernel.get_link(ns_a, name="va") is not None  # reopened from its verified path
+
+
+def test_no_thread_of_ours_changes_namespace(kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef) -> None:
+    mine = os.stat("/proc/thread-self/ns/net")
+    threads = threading.active_count()
+    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=ns_b))
+    kernel.list_links(ns_b)
+    after = os.stat("/proc/thread-self/ns/net")
+    assert (after.st_dev, after.st_ino) == (mine.st_dev, mine.st_ino)
+    # the throwaway threads that entered ns_a/ns_b have ended
+    assert threading.active_count() == threads
+
+
+def test_concurrent_calls_share_one_socket_safely(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    errors: list[BaseException] = []
+    results: list[int] = []
+
+    def work() -> None:
+        try:
+            for _ in range(50):
+                results.append(len(kernel.list_links(ns_a)))
+                assert kernel.get_link(ns_a, name="va") is not None
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    assert not any(t.is_alive() for t in workers)
+    assert errors == []
+    assert results == [3] * 200
