@@ -59,7 +59,9 @@ class ServiceProcess:
         self.log = root / "service.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, crash_at: str | None = None, trace: Path | None = None, timeout: float = 30) -> None:
+    def start(
+        self, crash_at: str | None = None, trace: Path | None = None, timeout: float = 30
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if k not in (ENV_ARM, ENV_MODE, ENV_TRACE)}
         if crash_at:
             env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
@@ -67,7 +69,15 @@ class ServiceProcess:
             env[ENV_TRACE] = str(trace)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", *self.command, "--config", str(self.config), "--log-level", "WARNING"],
+                [
+                    sys.executable,
+                    "-m",
+                    *self.command,
+                    "--config",
+                    str(self.config),
+                    "--log-level",
+                    "WARNING",
+                ],
                 cwd=REPO,
                 env=env,
                 stdout=log,

@@ -34,7 +34,9 @@ def open_kernel(url: str) -> Kernel:
     parts = urlsplit(url)
     backend = BACKENDS.get(parts.scheme)
     if backend is None:
-        raise RegistrationError(f"kernel URL {url!r}: unknown scheme; expected one of {sorted(BACKENDS)}")
+        raise RegistrationError(
+            f"kernel URL {url!r}: unknown scheme; expected one of {sorted(BACKENDS)}"
+        )
     if parts.netloc or not parts.path.startswith("/"):
         raise RegistrationError(f"kernel URL {url!r}: expected {parts.scheme}:///absolute/path")
     return backend(parts.path)

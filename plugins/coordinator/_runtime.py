@@ -1,0 +1,298 @@
+"""The coordinator runtime: drives a compiled topology through the four hooks.
+
+Order (blueprint 10.1): NodePrepare every root; ConnectNetwork in topology order;
+commit the attachment Ready only after every step; RemoveNetwork in reverse, each
+dependent's CLEANED receipt before its ancestors (failed and uncertain steps
+included); NodeUnprepare after cleanup, then release the node-authority claims.
+Every call is journaled here before it is sent, under the operation id both sides
+share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugins.sdk import (
+    FailedPrecondition,
+    Grant,
+    Hook,
+    OperationEnvelope,
+    PreparedState,
+    ResourceHandle,
+    SandboxHandle,
+)
+from plugins.sdk._requests import (
+    CleanupRequest,
+    CleanupResponse,
+    CleanupStatus,
+    ConnectRequest,
+    PrepareRequest,
+)
+from plugins.sdk.host import PluginCallError, PluginClient
+from plugins.sdk.runner._semantic import to_json_value
+
+from ._authority import NodeAuthority, ResourceClaim
+from ._cel import AllocatedDevice
+from ._compile import CompiledTopology
+from ._journal import Call, CoordinatorJournal
+
+
+class StepFailed(FailedPrecondition):
+    def __init__(self, step: str, hook: str, cause: str) -> None:
+        super().__init__(
+            f"step {step}: {hook} failed: {cause}", details={"step": step, "hook": hook}
+        )
+        self.step = step
+
+
+@dataclass
+class Attachment:
+    attachment_id: str
+    ready: bool
+    outputs: dict[str, dict[str, tuple[ResourceHandle, ...]]] = field(default_factory=dict)
+
+
+def resource_claims(plugin: str, allocation: AllocatedDevice) -> list[ResourceClaim]:
+    """Physical identity of an allocation: the PCI function when known, else the netdev."""
+    pci = allocation.attributes.get("pciAddress")
+    key = (
+        f"pci:{pci}"
+        if isinstance(pci, str) and pci
+        else f"netdev:{allocation.attributes.get('ifName')}"
+    )
+    if allocation.sharing.value == "Shared":
+        return [ResourceClaim(key, "shared", plugin)]
+    return [ResourceClaim(key, "exclusive")]
+
+
+class Coordinator:
+    def __init__(
+        self, journal: CoordinatorJournal, clients: Mapping[str, PluginClient], *, epoch: int = 1
+    ) -> None:
+        self.journal = journal
+        self.authority = NodeAuthority(journal)
+        self.clients = dict(clients)
+        self.epoch = epoch
+
+    # -- preparation -----------------------------------------------------------------------
+
+    def prepare(
+        self, claim: str, compiled: CompiledTopology, allocations: Mapping[str, AllocatedDevice]
+    ) -> dict[str, PreparedState]:
+        self.journal.set_unit(claim, "preparation", compiled.topology.name, "preparing")
+        prepared: dict[str, PreparedState] = {}
+        for name in compiled.prepare_order:
+            step = compiled.steps[name]
+            allocation = allocations[name]
+            scope = prep_scope(claim, name)
+            claims = resource_claims(step.plugin, allocation)
+            self.authority.claim(scope, claims)  # refused before any plugin is asked
+            request = PrepareRequest(
+                self._envelope(Hook.NODE_PREPARE, scope, name),
+                allocation.binding(root_id(claim, name)),
+                step.config_json,
+            )
+            with self.authority.mutating([c.resource for c in claims]):
+                response = self._call(
+                    scope, name, step.plugin, request, lambda c, r=request: c.node_prepare(r)
+                )
+            prepared[name] = response.prepared_state
+        self.journal.set_unit(
+            claim,
+            "preparation",
+            compiled.topology.name,
+            "prepared",
+            {
+                "roots": list(compiled.prepare_order),
+                "plugins": {n: compiled.steps[n].plugin for n in compiled.prepare_order},
+            },
+        )
+        return prepared
+
+    # -- attachment ------------------------------------------------------------------------
+
+    def connect(
+        self,
+        attachment: str,
+        claim: str,
+        compiled: CompiledTopology,
+        allocations: Mapping[str, AllocatedDevice],
+        prepared: Mapping[str, PreparedState],
+        sandbox: SandboxHandle,
+    ) -> Attachment:
+        detail = {
+            "claim": claim,
+            "order": list(compiled.connect_order),
+            "plugins": {n: s.plugin for n, s in compiled.steps.items()},
+        }
+        self.journal.set_unit(
+            attachment, "attachment", compiled.topology.name, "connecting", detail
+        )
+        result = Attachment(attachment, ready=False)
+        for name in compiled.connect_order:
+            step = compiled.steps[name]
+            inputs = {
+                port: tuple(h for src in sources for h in result.outputs[src.step][src.output])
+                for port, sources in step.inputs.items()
+                if sources
+            }
+            allowed = step.descriptor.allowed_effects.get(Hook.CONNECT_NETWORK.value, ())
+            grants = tuple(
+                Grant(kind, h.id) for hs in inputs.values() for h in hs for kind in allowed
+            )
+            request = ConnectRequest(
+                self._envelope(Hook.CONNECT_NETWORK, attachment, name),
+                sandbox,
+                step.config_json,
+                inputs=inputs,
+                interface_names=dict(step.interface_names),
+                prepared=prepared.get(name),
+                allocation=allocations[name].binding(root_id(claim, name))
+                if step.is_root
+                else None,
+                grants=grants,
+            )
+            try:
+                response = self._call(
+                    attachment,
+                    name,
+                    step.plugin,
+                    request,
+                    lambda c, r=request: c.connect_network(r),
+                )
+            except StepFailed:
+                self.journal.set_unit(
+                    attachment, "attachment", compiled.topology.name, "failed", detail
+                )
+                raise
+            result.outputs[name] = dict(response.outputs)
+        self.journal.set_unit(attachment, "attachment", compiled.topology.name, "ready", detail)
+        result.ready = True
+        return result
+
+    def remove(self, attachment: str) -> dict[str, CleanupResponse]:
+        """Remove every requested step, dependents first; stop at the first unclean receipt."""
+        unit = self.journal.unit(attachment)
+        if unit is None:
+            return {}
+        _, detail = unit
+        requested = {
+            c.step for c in self.journal.calls(attachment) if c.hook == Hook.CONNECT_NETWORK.value
+        }
+        receipts: dict[str, CleanupResponse] = {}
+        self.journal.set_unit(attachment, "attachment", "", "removing", detail)
+        for name in reversed(detail["order"]):
+            if name not in requested:
+                continue
+            request = CleanupRequest(self._envelope(Hook.REMOVE_NETWORK, attachment, name))
+            plugin = detail["plugins"][name]
+            receipt = self._cleanup(attachment, name, plugin, request, remove=True)
+            receipts[name] = receipt
+            if receipt.status is not CleanupStatus.CLEANED:
+                return receipts  # ancestors wait for this dependent's receipt
+        self.journal.set_unit(attachment, "attachment", "", "removed", detail)
+        return receipts
+
+    def unprepare(self, claim: str) -> dict[str, CleanupResponse]:
+        unit = self.journal.unit(claim)
+        if unit is None:
+            return {}
+        _, detail = unit
+        receipts: dict[str, CleanupResponse] = {}
+        for name in reversed(detail.get("roots", [])):
+            scope = prep_scope(claim, name)
+            request = CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, scope, name))
+            receipt = self._cleanup(scope, name, detail["plugins"][name], request, remove=False)
+            receipts[name] = receipt
+            if receipt.status is not CleanupStatus.CLEANED:
+                return receipts
+            self.authority.release(scope)  # only a CLEANED receipt frees the resource
+        self.journal.set_unit(claim, "preparation", "", "unprepared", detail)
+        return receipts
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _envelope(self, hook: Hook, scope: str, step: str) -> OperationEnvelope:
+        return OperationEnvelope(operation_id(scope, step, hook), hook, scope, step, 1, self.epoch)
+
+    def _call(self, unit: str, step: str, plugin: str, request: Any, send: Any) -> Any:
+        env: OperationEnvelope = request.envelope
+        self.journal.record_call(
+            Call(
+                env.operation_id,
+                unit,
+                step,
+                plugin,
+                env.hook.value,
+                env.generation,
+                to_json_value(request),
+                "requested",
+                None,
+                None,
+            )
+        )
+        try:
+            response = send(self.clients[plugin])
+        except PluginCallError as exc:
+            self.journal.finish_call(env.operation_id, "failed", error=f"{exc.code}: {exc.message}")
+            raise StepFailed(step, env.hook.value, f"{exc.code}: {exc.message}") from exc
+        self.journal.finish_call(env.operation_id, "succeeded", to_json_value(response))
+        return response
+
+    def _cleanup(
+        self, unit: str, step: str, plugin: str, request: CleanupRequest, *, remove: bool
+    ) -> CleanupResponse:
+        client = self.clients[plugin]
+        send = client.remove_network if remove else client.node_unprepare
+        env = request.envelope
+        self.journal.record_call(
+            Call(
+                env.operation_id,
+                unit,
+                step,
+                plugin,
+                env.hook.value,
+                env.generation,
+                to_json_value(request),
+                "requested",
+                None,
+                None,
+            )
+        )
+        try:
+            receipt = send(request)
+        except PluginCallError as exc:
+            # Not proof of anything: the step stays pending until a receipt says CLEANED.
+            self.journal.finish_call(
+                env.operation_id, "pending", error=f"{exc.code}: {exc.message}"
+            )
+            return CleanupResponse(CleanupStatus.PENDING, f"{exc.code}: {exc.message}")
+        state = {"CLEANED": "cleaned", "PENDING": "pending", "QUARANTINED": "quarantined"}[
+            receipt.status.value
+        ]
+        self.journal.finish_call(env.operation_id, state, to_json_value(receipt))
+        return receipt
+
+
+def prep_scope(claim: str, step: str) -> str:
+    return f"{claim}.{step}"
+
+
+def root_id(claim: str, step: str) -> str:
+    """The allocation root's identity: one per (claim, step), like its preparation scope."""
+    return prep_scope(claim, step)
+
+
+def operation_id(scope: str, step: str, hook: Hook, generation: int = 1) -> str:
+    """Deterministic: a retry after a coordinator crash reuses the same identity."""
+    return f"{scope}:{step}:{hook.value}:g{generation}"
+
+
+def describe_outputs(att: Attachment) -> str:
+    return json.dumps(
+        {s: {p: [h.id for h in hs] for p, hs in ports.items()} for s, ports in att.outputs.items()},
+        sort_keys=True,
+    )
