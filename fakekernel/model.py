@@ -25,7 +25,7 @@ from plugins.kernel import (
 )
 from plugins.sdk import NamespaceHandle
 
-from . import _links, _vfs
+from . import _bonding, _links, _vfs
 from ._checks import claim_name, name_policy, parse_mac
 from ._snapshot import diff, snapshot
 from ._state import LinkState, Namespace, PfState, State, VfState, fail
@@ -213,6 +213,20 @@ class FakeKernelModel:
                 vf_of=(pci, index),
             )
         return pf
+
+    def remove_device(self, pci_address: str) -> None:
+        """A PCI netdev vanishing (driver unbind, fewer VFs): unregister_netdevice.
+
+        A bond releases it first; links stacked on it die with it.
+        """
+        link = next(
+            (lk for lk in self._s.links.values() if lk.pci_address == pci_address.lower()), None
+        )
+        if link is None:
+            raise fail(errno.ENODEV, f"no netdev for PCI function {pci_address}")
+        if link.master is not None:
+            _bonding.release(self._s, self._s.links[link.master], link)
+        _links.unregister(self._s, [link])
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state, normalized and JSON-serializable (see ``diff``)."""

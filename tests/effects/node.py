@@ -157,9 +157,54 @@ class FakeNode:
         (handle,) = self.endpoints["vlan"].connect_network(req).outputs["interface"]
         return handle
 
-    def remove(self, plugin: str, step: str, op: str | None = None) -> CleanupResponse:
-        req = CleanupRequest(envelope(Hook.REMOVE_NETWORK, op or f"remove-{step}", "att-1", step))
+    def remove(
+        self, plugin: str, step: str, op: str | None = None, attachment: str = "att-1"
+    ) -> CleanupResponse:
+        req = CleanupRequest(
+            envelope(Hook.REMOVE_NETWORK, op or f"remove-{attachment}-{step}", attachment, step)
+        )
         return self.endpoints[plugin].remove_network(req)
+
+    # -- shared parents (macvlan / ipvlan) --------------------------------------------------
+
+    def share(
+        self, kind: str, root: str, parent: str = "enp3s0f2", quantity: str = "1"
+    ) -> AllocationBinding:
+        capacity = {"macvlan": "dra.networking/macvlans", "ipvlan": "dra.networking/ipvlans"}[kind]
+        return AllocationBinding(
+            root,
+            "dra.networking",
+            "node",
+            f"{parent}-{kind}",
+            "pf",
+            Sharing.SHARED,
+            {"ifName": parent},
+            {capacity: quantity},
+        )
+
+    def prepare_share(self, kind: str, root: str, mtu: int = 1500, **share: str) -> PreparedState:
+        mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
+        req = PrepareRequest(
+            envelope(Hook.NODE_PREPARE, f"prep-{root}", f"claim-{root}", root),
+            self.share(kind, root, **share),
+            json.dumps({"mode": mode, "mtu": mtu}),
+        )
+        return self.endpoints[kind].node_prepare(req).prepared_state
+
+    def connect_share(
+        self, kind: str, root: str, prepared: PreparedState, name: str, attachment: str = "att-1"
+    ) -> ResourceHandle:
+        mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
+        req = ConnectRequest(
+            envelope(Hook.CONNECT_NETWORK, f"conn-{attachment}-{root}", attachment, root),
+            self.sandbox,
+            json.dumps({"mode": mode, "mtu": 1500}),
+            interface_names={"interface": name},
+            prepared=prepared,
+            allocation=self.share(kind, root),
+        )
+        (handle,) = self.endpoints[kind].connect_network(req).outputs["interface"]
+        return handle
 
     def unprepare_vf(self, root: str) -> CleanupResponse:
         req = CleanupRequest(envelope(Hook.NODE_UNPREPARE, f"unprep-{root}", f"claim-{root}", root))

@@ -337,6 +337,8 @@ class Runner:
                 # The single writer is the true serialization point: check the fence again.
                 _check_fence(current, env.scope)
                 _check_generation(current, env.generation, env.coordinator_epoch, env.scope)
+                if isinstance(request, ConnectRequest) and request.allocation is not None:
+                    _check_single_attachment(t, partition, request.allocation.root_id, env.scope)
                 t.put_scope(
                     _advance(current, partition, unit, env.generation, env.coordinator_epoch)
                 )
@@ -903,6 +905,20 @@ def _cleanup_plan(plan: CleanupPlan, expected: Hook) -> CleanupPlan:
     if not isinstance(plan, CleanupPlan) or plan.target_hook is not expected:
         raise PlanError([f"cleanup must undo the recorded {expected.value} plan"])
     return plan
+
+
+def _check_single_attachment(t: Reader, partition: str, root: str, attachment: str) -> None:
+    """SinglePod: one allocation root realizes at most one attachment at a time."""
+    active = set(OperationState) - {OperationState.CLEANED}
+    for op in t.operations(partition, hook=Hook.CONNECT_NETWORK, states=active):
+        if op.scope == attachment:
+            continue
+        other = (json.loads(op.request_json).get("allocation") or {}).get("root_id")
+        if other == root:
+            raise FailedPrecondition(
+                f"root {root} is still attached as {op.scope} ({op.state.value}); "
+                "remove that attachment before connecting it again"
+            )
 
 
 def _check_fence(scope: ScopeRecord | None, name: str) -> None:

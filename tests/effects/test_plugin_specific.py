@@ -1,0 +1,281 @@
+"""Blueprint 13.2, plugin by plugin, through the real runner on the fake kernel."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakekernel.model import diff
+from plugins.kernel import LinkChanges, LinkSpec
+from plugins.sdk import (
+    ConfigError,
+    FailedPrecondition,
+    Grant,
+    Hook,
+    PrerequisiteError,
+    ResourceHandle,
+)
+from plugins.sdk._requests import CleanupStatus, ConnectRequest, EffectState
+from plugins.sdk.runner import CrashPoints, SimulatedCrash
+
+from .node import BOND_CONFIG, VF0, VF1, FakeNode, envelope
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[FakeNode]:
+    n = FakeNode(tmp_path)
+    yield n
+    n.close()
+
+
+def journal_rows(node: FakeNode) -> int:
+    return sum(len(s.read(lambda r: r.nonterminal_operations())) for s in node.stores.values())
+
+
+# -- VF ----------------------------------------------------------------------------------------
+
+
+def test_vf_prepared_and_attached_snapshots_are_restored_in_turn(node: FakeNode) -> None:
+    original = node.model.snapshot()
+    prepared = node.prepare_vf("vf0", VF0)
+    after_prepare = node.model.snapshot()
+    assert diff(original, after_prepare) != []
+    node.connect_vf("vf0", VF0, prepared, "net1")
+    assert "net1" in node.sandbox_links()
+    assert node.remove("sriov", "vf0").status is CleanupStatus.CLEANED
+    assert diff(after_prepare, node.model.snapshot()) == []  # back to prepared, not to original
+    assert node.unprepare_vf("vf0").status is CleanupStatus.CLEANED
+    assert diff(original, node.model.snapshot()) == []
+
+
+def test_vf_changes_nothing_PF_global_or_on_other_vfs(node: FakeNode) -> None:
+    original = node.model.snapshot()
+    node.connect_vf("vf0", VF0, node.prepare_vf("vf0", VF0), "net1")
+    changes = diff(original, node.model.snapshot())
+    assert changes
+    for line in changes:
+        # Only the VF's own netdev (now net1 in the sandbox) and its own VF-table entry.
+        assert "enp3s0f0v0" in line or "'net1'" in line or "#0:" in line, line
+        assert "enp3s0f0'" not in line, line
+        assert "enp3s0f1" not in line, line
+
+
+def test_vf_unexpected_disappearance_is_quarantined_not_guessed(node: FakeNode) -> None:
+    prepared = node.prepare_vf("vf0", VF0)
+    node.connect_vf("vf0", VF0, prepared, "net1")
+    node.model.remove_device(VF0["pciAddress"])  # an administrator lowered sriov_numvfs
+    receipt = node.remove("sriov", "vf0")
+    assert receipt.status is CleanupStatus.QUARANTINED
+    quarantined = [e for e in receipt.effects if e.state is EffectState.QUARANTINED]
+    assert quarantined
+    assert any("disappeared" in e.detail or "no netdev" in e.detail for e in quarantined)
+
+
+def test_vf_partial_namespace_move_is_recovered(tmp_path: Path) -> None:
+    point = "ConnectNetwork/conn-vf0/move-vf.move/kernel#1.move_link.after"
+    node = FakeNode(tmp_path, crash=CrashPoints(armed=point))
+    original = node.model.snapshot()
+    prepared = node.prepare_vf("vf0", VF0)
+    after_prepare = node.model.snapshot()
+    with pytest.raises(SimulatedCrash):
+        node.connect_vf("vf0", VF0, prepared, "net1")
+    node.crash()  # the VF sits in the sandbox under its temporary name; the service is gone
+    assert node.remove("sriov", "vf0").status is CleanupStatus.CLEANED
+    assert diff(after_prepare, node.model.snapshot()) == []
+    assert node.unprepare_vf("vf0").status is CleanupStatus.CLEANED
+    assert diff(original, node.model.snapshot()) == []
+    node.close()
+
+
+# -- bond --------------------------------------------------------------------------------------
+
+
+def two_vfs(node: FakeNode) -> tuple[ResourceHandle, ResourceHandle]:
+    h0 = node.connect_vf("vf0", VF0, node.prepare_vf("vf0", VF0), "net1")
+    h1 = node.connect_vf("vf1", VF1, node.prepare_vf("vf1", VF1), "net2")
+    return h0, h1
+
+
+def bond_request(node: FakeNode, members: tuple[ResourceHandle, ...]) -> ConnectRequest:
+    return ConnectRequest(
+        envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
+        node.sandbox,
+        json.dumps(BOND_CONFIG),
+        inputs={"members": members},
+        interface_names={"interface": "bond0"},
+        grants=tuple(Grant("linux/attach-member/v1", m.id) for m in members),
+    )
+
+
+@pytest.mark.parametrize("duplicate", ["same-handle", "same-physical-member"])
+def test_bond_refuses_duplicate_members_and_changes_nothing(node: FakeNode, duplicate: str) -> None:
+    h0, _ = two_vfs(node)
+    twin = (
+        h0
+        if duplicate == "same-handle"
+        else ResourceHandle(
+            "rh-twin",
+            h0.type,
+            h0.owner_scope,
+            "other",
+            h0.attachment_id,
+            h0.boot_id,
+            "x",
+            h0.description_json,
+        )
+    )
+    before, rows = node.model.snapshot(), journal_rows(node)
+    with pytest.raises(PrerequisiteError, match="distinct-resources"):
+        node.endpoints["bond"].connect_network(bond_request(node, (h0, twin)))
+    assert diff(before, node.model.snapshot()) == []
+    assert journal_rows(node) == rows
+
+
+def test_bond_refuses_a_member_with_a_foreign_master(node: FakeNode) -> None:
+    h0, h1 = two_vfs(node)
+    ns = node.sandbox_ns
+    foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
+    net2 = node.sandbox_links()["net2"]
+    node.model.set_link(ns, net2.ifindex, LinkChanges(up=False))
+    node.model.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
+    with pytest.raises(FailedPrecondition, match="already has a master"):
+        node.connect_bond((h0, h1))
+    assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
+    links = node.sandbox_links()
+    assert links["net2"].master == foreign.ifindex  # never detached by force
+    assert "bond0" not in links
+    assert links["net1"].master is None
+
+
+def test_bond_failure_on_the_second_member_is_undone_completely(node: FakeNode) -> None:
+    h0, h1 = two_vfs(node)
+    ns = node.sandbox_ns
+    # The second member is refused at its own capture: it is suddenly someone else's port.
+    foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
+    net2 = node.sandbox_links()["net2"]
+    node.model.set_link(ns, net2.ifindex, LinkChanges(up=False))
+    node.model.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
+    enslaved_elsewhere = node.model.snapshot()
+    with pytest.raises(FailedPrecondition, match="net2 already has a master"):
+        node.connect_bond((h0, h1))
+    inspected = node.endpoints["bond"].inspect("conn-bond0", "")
+    states = {e.effect_id: e.state for e in inspected.effects}
+    assert states["create-bond"] is EffectState.APPLIED
+    assert states["attach-member-0"] is EffectState.APPLIED
+    assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
+    assert diff(enslaved_elsewhere, node.model.snapshot()) == []  # member 0 restored, bond gone
+
+
+def test_bond_removal_restores_only_membership_owned_changes(node: FakeNode) -> None:
+    h0, h1 = two_vfs(node)
+    attached = node.model.snapshot()
+    node.connect_bond((h0, h1))
+    assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
+    assert diff(attached, node.model.snapshot()) == []
+
+
+# -- links -------------------------------------------------------------------------------------
+
+
+def vlan_request(
+    node: FakeNode, parent: ResourceHandle, config: dict[str, object], name: str = "data0"
+) -> ConnectRequest:
+    return ConnectRequest(
+        envelope(Hook.CONNECT_NETWORK, "conn-vlan", "att-1", "data-vlan"),
+        node.sandbox,
+        json.dumps(config),
+        inputs={"parent": (parent,)},
+        interface_names={"interface": name},
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "path", "rule"),
+    [
+        ({"vlanId": 5000, "mtu": 1500}, "$.vlanId", "range"),
+        ({"vlanId": 10, "mode": "bridge", "mtu": 1500}, "$.mode", "cross-field:vlan-forbids-mode"),
+    ],
+)
+def test_links_invalid_id_or_mode_changes_nothing(
+    node: FakeNode, config: dict[str, object], path: str, rule: str
+) -> None:
+    h0, _ = two_vfs(node)
+    before, rows = node.model.snapshot(), journal_rows(node)
+    with pytest.raises(ConfigError) as info:
+        node.endpoints["vlan"].connect_network(vlan_request(node, h0, config))
+    assert (info.value.path, info.value.rule) == (path, rule)
+    assert diff(before, node.model.snapshot()) == []
+    assert journal_rows(node) == rows
+
+
+def test_links_parent_in_the_wrong_namespace_is_refused(node: FakeNode) -> None:
+    h0, _ = two_vfs(node)
+    desc = h0.description()
+    host = node.model.host_namespace()
+    desc["netns"] = {"device": host.device, "inode": host.inode}
+    elsewhere = ResourceHandle(
+        h0.id,
+        h0.type,
+        h0.owner_scope,
+        h0.owner_step,
+        h0.attachment_id,
+        h0.boot_id,
+        h0.root_provenance,
+        json.dumps(desc),
+    )
+    with pytest.raises(PrerequisiteError, match="not in sandbox"):
+        node.endpoints["vlan"].connect_network(
+            vlan_request(node, elsewhere, {"vlanId": 10, "mtu": 1500})
+        )
+
+
+def test_links_foreign_child_with_the_same_name_is_never_touched(node: FakeNode) -> None:
+    h0, _ = two_vfs(node)
+    node.model.create_link(node.sandbox_ns, LinkSpec(kind="dummy", name="data0", alias="someone"))
+    with pytest.raises(
+        FailedPrecondition, match="data0 already exists in the sandbox and is not ours"
+    ):
+        node.endpoints["vlan"].connect_network(vlan_request(node, h0, {"vlanId": 10, "mtu": 1500}))
+    assert node.remove("vlan", "data-vlan").status is CleanupStatus.CLEANED
+    assert node.sandbox_links()["data0"].alias == "someone"
+
+
+def test_links_one_unit_entitlement(node: FakeNode) -> None:
+    with pytest.raises(PrerequisiteError, match="not exactly 1"):
+        node.prepare_share("macvlan", "mv0", quantity="2")
+    prepared = node.prepare_share("macvlan", "mv0")
+    node.connect_share("macvlan", "mv0", prepared, "sec0", attachment="att-1")
+    with pytest.raises(FailedPrecondition, match="still attached as att-1"):
+        node.connect_share("macvlan", "mv0", prepared, "sec1", attachment="att-2")
+    assert "sec1" not in node.sandbox_links()
+
+
+def test_links_shared_parent_mtu_mismatch_is_refused(node: FakeNode) -> None:
+    with pytest.raises(FailedPrecondition, match="MTU 9000, below the requested 9500"):
+        node.prepare_share("macvlan", "mv0", mtu=9500)
+
+
+def test_links_macvlan_and_ipvlan_cannot_share_a_parent(node: FakeNode) -> None:
+    mac = node.prepare_share("macvlan", "mv0")
+    node.connect_share("macvlan", "mv0", mac, "sec0")
+    ip = node.prepare_share("ipvlan", "iv0")
+    with pytest.raises(FailedPrecondition, match="EBUSY"):
+        node.connect_share("ipvlan", "iv0", ip, "sec1", attachment="att-2")
+    assert node.remove("ipvlan", "iv0", attachment="att-2").status is CleanupStatus.CLEANED
+    assert "sec0" in node.sandbox_links()
+
+
+def test_links_deleting_one_child_keeps_the_parent_and_its_siblings(node: FakeNode) -> None:
+    a = node.prepare_share("macvlan", "mv0")
+    b = node.prepare_share("macvlan", "mv1")
+    node.connect_share("macvlan", "mv0", a, "sec0", attachment="att-1")
+    node.connect_share("macvlan", "mv1", b, "sec1", attachment="att-2")
+    parent_before = node.model.get_link(node.model.host_namespace(), name="enp3s0f2")
+    assert node.remove("macvlan", "mv0", attachment="att-1").status is CleanupStatus.CLEANED
+    links = node.sandbox_links()
+    assert "sec0" not in links
+    assert "sec1" in links
+    assert node.model.get_link(node.model.host_namespace(), name="enp3s0f2") == parent_before
