@@ -1,0 +1,470 @@
+"""Benchmark: one macvlan ADD+DEL, ours against Debian's CNI plugin and a raw-netlink floor.
+
+Runs in namespaces it creates (never on the machine's own links), as root:
+
+* ``bench-host``: the service's approved host namespace, holding the veth pair
+  ``benchparent``/``benchpeer`` (up, MTU 1500); ``benchparent`` is the macvlan parent.
+* ``bench-pod``: the sandbox every child is created in, always as ``net1``.
+
+Per iteration, in rotating order so drift hits all three alike:
+
+* ours:  ConnectNetwork + RemoveNetwork over the real socket of a real
+  ``networkplugin-links`` service (``linux://`` kernel URL naming ``bench-host``),
+  a new attachment each time on one macvlan share prepared once;
+* CNI:   ``/usr/lib/cni/macvlan`` exec'd with ADD then DEL (no IPAM), from a thread
+  that sits in ``bench-host`` so the plugin resolves ``master`` there;
+* floor: the kernel operations our executors perform, as bare pyroute2 requests:
+  create the child on ``benchparent`` straight into ``bench-pod`` (IFLA_NET_NS_FD)
+  under a temporary name, look up its ifindex, set its alias, rename it, set it up,
+  delete it.
+
+Prints medians (and p90/min) in ms and the ratios ours/CNI and ours/floor (medians).
+Not a test: nothing here asserts a timing.
+
+    sudo uv run python scripts/bench_macvlan.py [--iterations 50] [--warmup 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.services import ServiceProcess
+from plugins.coordinator._policy import DRIVER_DOMAIN
+from plugins.coordinator._runtime import operation_id, root_id
+from plugins.kernel.linux._nsfs import CLONE_NEWNET, THREAD_NETNS, check_call, libc
+from plugins.kernel.linux.netns import create_namespace, delete_namespace
+from plugins.sdk import (
+    AllocationBinding,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
+    PreparedState,
+    SandboxHandle,
+    Sharing,
+)
+from plugins.sdk._requests import (
+    CleanupRequest,
+    CleanupStatus,
+    ConnectRequest,
+    PrepareRequest,
+)
+from plugins.sdk.host import PluginClient
+
+CNI_DIR = Path("/usr/lib/cni")
+CNI_MACVLAN = CNI_DIR / "macvlan"
+INSTALL_HINT = (
+    f"bench_macvlan: {CNI_MACVLAN} is missing or not executable; "
+    "install Debian's CNI plugins with: sudo apt-get install -y containernetworking-plugins"
+)
+PARENT, PEER, IFNAME, MTU = "benchparent", "benchpeer", "net1", 1500
+CLAIM, STEP = "bench-claim", "secondary"
+CAPACITY = "dra.networking/macvlans"
+PLUGIN_CONFIG = json.dumps({"mode": "bridge", "mtu": MTU})
+CNI_CONFIG = json.dumps(
+    {
+        "cniVersion": "1.0.0",
+        "name": "bench",
+        "type": "macvlan",
+        "master": PARENT,
+        "mode": "bridge",
+        "mtu": MTU,
+    }
+).encode()
+IFF_UP = 0x1
+
+
+# -- namespaces -------------------------------------------------------------------------
+
+
+def in_namespace_thread(path: str) -> ThreadPoolExecutor:
+    """One dedicated worker thread that enters ``path``'s namespace and never leaves it.
+
+    A child forked by that thread starts in that namespace (the namespace is per
+    thread), so the CNI plugin runs in ``bench-host`` without nsenter's extra exec,
+    and no other thread of this process ever changes namespace.
+    """
+
+    def enter() -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            check_call(libc().setns(fd, CLONE_NEWNET), f"setns {path}")
+        finally:
+            os.close(fd)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-host", initializer=enter)
+    want = os.stat(path)
+    got = pool.submit(os.stat, THREAD_NETNS).result()
+    if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino):
+        pool.shutdown()
+        raise RuntimeError(f"the worker thread did not enter {path}")
+    return pool
+
+
+def attr(msg: Any, name: str) -> Any:
+    return msg.get_attr(name)
+
+
+def kind_of(msg: Any) -> str | None:
+    info = msg.get_attr("IFLA_LINKINFO")
+    return None if info is None else info.get_attr("IFLA_INFO_KIND")
+
+
+# -- the three contenders -----------------------------------------------------------------
+
+
+@dataclass
+class Lab:
+    host: NamespaceHandle
+    pod: NamespaceHandle
+    host_ipr: Any  # pyroute2.IPRoute bound to bench-host
+    pod_ipr: Any  # pyroute2.IPRoute bound to bench-pod
+    pod_fd: int
+    parent_index: int
+    host_thread: ThreadPoolExecutor
+
+
+class Ours:
+    name = "ours"
+    what = "ConnectNetwork+RemoveNetwork, real service"
+
+    def __init__(self, lab: Lab, client: PluginClient) -> None:
+        self.client = client
+        self.sandbox = SandboxHandle("bench-pod", lab.pod)
+        rid = root_id(CLAIM, STEP)
+        self.binding = AllocationBinding(
+            rid,
+            DRIVER_DOMAIN,
+            "bench-node",
+            f"{PARENT}-macvlan",
+            "pf",
+            Sharing.SHARED,
+            {"ifName": PARENT},
+            {CAPACITY: "1"},
+        )
+        self.prepare_scope = f"{CLAIM}.{STEP}"
+        self.prepared: PreparedState | None = None
+
+    def _envelope(self, hook: Hook, scope: str) -> OperationEnvelope:
+        return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
+
+    def prepare(self) -> None:
+        request = PrepareRequest(
+            self._envelope(Hook.NODE_PREPARE, self.prepare_scope), self.binding, PLUGIN_CONFIG
+        )
+        self.prepared = self.client.node_prepare(request).prepared_state
+
+    def unprepare(self) -> None:
+        if self.prepared is not None:
+            self.client.node_unprepare(
+                CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, self.prepare_scope))
+            )
+
+    def add(self, label: str) -> None:
+        self.client.connect_network(
+            ConnectRequest(
+                self._envelope(Hook.CONNECT_NETWORK, f"bench-att-{label}"),
+                self.sandbox,
+                PLUGIN_CONFIG,
+                interface_names={"interface": IFNAME},
+                prepared=self.prepared,
+                allocation=self.binding,
+            )
+        )
+
+    def delete(self, label: str) -> None:
+        receipt = self.client.remove_network(
+            CleanupRequest(self._envelope(Hook.REMOVE_NETWORK, f"bench-att-{label}"))
+        )
+        if receipt.status is not CleanupStatus.CLEANED:
+            raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
+
+    def run(self, label: str) -> float:
+        start = time.perf_counter()
+        self.add(label)
+        self.delete(label)
+        return time.perf_counter() - start
+
+
+class CNI:
+    name = "CNI"
+    what = f"{CNI_MACVLAN} ADD+DEL, exec'd"
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.base_env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_NETNS": lab.pod.path,
+            "CNI_IFNAME": IFNAME,
+            "CNI_PATH": str(CNI_DIR),
+        }
+
+    def _exec(self, command: str, label: str) -> None:
+        env = dict(self.base_env, CNI_COMMAND=command, CNI_CONTAINERID=f"bench-{label}")
+        done = subprocess.run(
+            [str(CNI_MACVLAN)], input=CNI_CONFIG, env=env, capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"CNI {command} {label} exited {done.returncode}: "
+                f"{done.stdout.decode(errors='replace').strip()} "
+                f"{done.stderr.decode(errors='replace').strip()}"
+            )
+
+    def _on_host(self, fn: Callable[[], float | None]) -> float | None:
+        return self.lab.host_thread.submit(fn).result()
+
+    def add(self, label: str) -> None:
+        self._on_host(lambda: self._exec("ADD", label))
+
+    def delete(self, label: str) -> None:
+        self._on_host(lambda: self._exec("DEL", label))
+
+    def run(self, label: str) -> float:
+        def timed() -> float:  # timed on the worker thread: no thread hand-off inside
+            start = time.perf_counter()
+            self._exec("ADD", label)
+            self._exec("DEL", label)
+            return time.perf_counter() - start
+
+        elapsed = self._on_host(timed)
+        assert elapsed is not None
+        return elapsed
+
+
+class Floor:
+    name = "floor"
+    what = "pyroute2: newlink(netns)+get+alias+rename+up, del"
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.index = 0
+
+    @staticmethod
+    def _names(label: str) -> tuple[str, str]:
+        digest = hashlib.sha256(label.encode()).hexdigest()
+        return "np" + digest[:13], "dranp:" + digest[13:29]
+
+    def add(self, label: str) -> None:
+        temp, alias = self._names(label)
+        lab = self.lab
+        lab.host_ipr.link(
+            "add",
+            ifname=temp,
+            kind="macvlan",
+            link=lab.parent_index,
+            macvlan_mode="bridge",
+            mtu=MTU,
+            net_ns_fd=lab.pod_fd,
+        )
+        (msg,) = lab.pod_ipr.link("get", ifname=temp)
+        self.index = int(msg["index"])
+        lab.pod_ipr.link("set", index=self.index, ifalias=alias)
+        lab.pod_ipr.link("set", index=self.index, ifname=IFNAME)
+        lab.pod_ipr.link("set", index=self.index, state="up")
+
+    def delete(self, label: str) -> None:
+        self.lab.pod_ipr.link("del", index=self.index)
+
+    def run(self, label: str) -> float:
+        start = time.perf_counter()
+        self.add(label)
+        self.delete(label)
+        return time.perf_counter() - start
+
+
+Contender = Ours | CNI | Floor
+
+
+def pod_links(lab: Lab) -> dict[str, Any]:
+    return {attr(m, "IFLA_IFNAME"): m for m in lab.pod_ipr.link("dump")}
+
+
+def check(lab: Lab, contender: Contender, label: str) -> None:
+    """Untimed: after ADD the pod has an up macvlan net1 (MTU 1500); after DEL only lo."""
+    contender.add(label)
+    try:
+        links = pod_links(lab)
+        child = links.get(IFNAME)
+        if child is None:
+            raise RuntimeError(f"{contender.name}: no {IFNAME} in bench-pod after ADD")
+        problems = []
+        if kind_of(child) != "macvlan":
+            problems.append(f"kind {kind_of(child)}")
+        if not child["flags"] & IFF_UP:
+            problems.append("down")
+        if attr(child, "IFLA_MTU") != MTU:
+            problems.append(f"MTU {attr(child, 'IFLA_MTU')}")
+        if problems:
+            raise RuntimeError(f"{contender.name}: {IFNAME} after ADD: {', '.join(problems)}")
+    finally:
+        contender.delete(label)
+    left = sorted(pod_links(lab))
+    if left != ["lo"]:
+        raise RuntimeError(f"{contender.name}: bench-pod holds {left} after DEL")
+
+
+# -- setup, measurement, report -----------------------------------------------------------
+
+
+def preflight() -> str | None:
+    if not (CNI_MACVLAN.is_file() and os.access(CNI_MACVLAN, os.X_OK)):
+        return INSTALL_HINT
+    if os.geteuid() != 0:
+        return "bench_macvlan: needs root (namespaces, veth, macvlan): sudo uv run python ..."
+    return None
+
+
+def cni_version() -> str:
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def build_lab(stack: contextlib.ExitStack, base: Path) -> Lab:
+    from pyroute2 import IPRoute
+
+    netns_dir = base / "netns"
+    host = create_namespace(netns_dir, "bench-host")
+    stack.callback(delete_namespace, host.path, missing_ok=True)
+    pod = create_namespace(netns_dir, "bench-pod")
+    stack.callback(delete_namespace, pod.path, missing_ok=True)
+    # pyroute2 makes these sockets in a short-lived child process; done before any
+    # gRPC thread exists in this process.
+    host_ipr = stack.enter_context(IPRoute(netns=host.path, flags=0))
+    pod_ipr = stack.enter_context(IPRoute(netns=pod.path, flags=0))
+    pod_fd = os.open(pod.path, os.O_RDONLY | os.O_CLOEXEC)
+    stack.callback(os.close, pod_fd)
+    host_ipr.link("add", ifname=PARENT, kind="veth", peer=PEER)
+    for name in (PARENT, PEER):
+        (msg,) = host_ipr.link("get", ifname=name)
+        host_ipr.link("set", index=msg["index"], mtu=MTU, state="up")
+    (parent,) = host_ipr.link("get", ifname=PARENT)
+    host_thread = in_namespace_thread(host.path)
+    stack.callback(host_thread.shutdown)
+    return Lab(host, pod, host_ipr, pod_ipr, pod_fd, int(parent["index"]), host_thread)
+
+
+def start_service(stack: contextlib.ExitStack, base: Path, lab: Lab) -> ServiceProcess:
+    service = ServiceProcess(
+        "networkplugin-links",
+        ["plugins.services", "networkplugin-links"],
+        base / "service",
+        base / "sock.d",
+        f"linux://{lab.host.path}",
+        ["macvlan.sock"],
+    )
+
+    def stop() -> None:
+        if service.proc is None:
+            return
+        try:
+            code = service.stop(timeout=10)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            code = -signal.SIGKILL
+        if code != 0:
+            print(f"note: the service exited with {code}; see {service.log}", file=sys.stderr)
+
+    stack.callback(stop)
+    service.start()
+    return service
+
+
+def summarize(samples: list[float]) -> tuple[float, float, float]:
+    ms = [s * 1000 for s in samples]
+    return statistics.median(ms), statistics.quantiles(ms, n=10)[-1], min(ms)
+
+
+def report(
+    args: argparse.Namespace, results: dict[str, list[float]], rows: list[Contender]
+) -> None:
+    print(
+        f"macvlan ADD+DEL on Linux {platform.release()} ({os.cpu_count()} CPUs), "
+        f"containernetworking-plugins {cni_version()}: {args.iterations} iterations "
+        f"after {args.warmup} warm-ups, interleaved"
+    )
+    print(f"{'':6} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}  measures")
+    medians: dict[str, float] = {}
+    for c in rows:
+        median, p90, low = summarize(results[c.name])
+        medians[c.name] = median
+        print(f"{c.name:6} {median:10.2f} {p90:8.2f} {low:8.2f}  {c.what}")
+    print(f"ours/CNI   = {medians['ours'] / medians['CNI']:.2f}  (medians)")
+    print(f"ours/floor = {medians['ours'] / medians['floor']:.2f}  (medians)")
+
+
+def run(args: argparse.Namespace) -> int:
+    base = Path(tempfile.mkdtemp(prefix="bench-mv-", dir="/tmp"))  # short socket paths
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, base, ignore_errors=True)
+        lab = build_lab(stack, base)
+        service = start_service(stack, base, lab)
+        client = stack.enter_context(service.client("macvlan.sock"))
+        ours = Ours(lab, client)
+        stack.callback(ours.unprepare)  # unwound first: before the client and the service
+        ours.prepare()
+        contenders: list[Contender] = [ours, CNI(lab), Floor(lab)]
+        for c in contenders:
+            check(lab, c, f"check-{c.name}")
+        for w in range(args.warmup):
+            for c in contenders:
+                c.run(f"warm-{w}")
+        results: dict[str, list[float]] = {c.name: [] for c in contenders}
+        for i in range(args.iterations):
+            shift = i % len(contenders)
+            for c in contenders[shift:] + contenders[:shift]:
+                results[c.name].append(c.run(str(i)))
+        for c in contenders:
+            check(lab, c, f"final-{c.name}")
+        report(args, results, contenders)
+    return 0
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the cleanup
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    if args.iterations < 2 or args.warmup < 0:
+        parser.error("--iterations must be at least 2 and --warmup not negative")
+    problem = preflight()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
