@@ -44,7 +44,7 @@ def test_vf_service_and_link_service_on_one_physical_interface(node: Node) -> No
     vfs = compiled("vf-bond-vlan")
     node.coordinator.prepare("claim-vf", vfs, node.allocator.allocate(vfs))
     macvlan = compiled("macvlan")
-    with pytest.raises(Aborted, match="pci:0000:03:10.0 is held by claim-vf.vf0"):
+    with pytest.raises(Aborted, match=r"pci:0000:03:10\.0 is held by claim-vf\.vf0"):
         node.coordinator.prepare("claim-mv", macvlan, macvlan_on("enp3s0f0v0", "0000:03:10.0"))
     # The link service was never asked to act on it.
     assert not node.coordinator.clients["macvlan"].inspect("", "claim-mv.secondary").found
@@ -104,7 +104,7 @@ def test_ipvlan_waits_until_macvlan_shares_are_released_and_cleaned(node: Node) 
         )
     }
     with pytest.raises(
-        Aborted, match="shared by claim-mv.secondary as macvlan; ipvlan cannot coexist"
+        Aborted, match=r"shared by claim-mv\.secondary as macvlan; ipvlan cannot coexist"
     ):
         node.coordinator.prepare("claim-ip", ipvlan, ip_alloc)
     receipts = node.coordinator.unprepare("claim-mv")
