@@ -7,7 +7,8 @@ import errno
 
 from plugins.kernel import KernelError
 
-from ._dev import dev_close, dev_open, dev_set_mac, dev_set_mtu, set_mac_raw
+from ._checks import valid_ether_addr
+from ._dev import br_ports_changed, dev_close, dev_open, dev_set_mac, dev_set_mtu, set_mac_raw
 from ._state import LinkState, SlaveSave, State, fail
 
 BOND_MODES = (
@@ -55,6 +56,7 @@ def release(state: State, master: LinkState, slave: LinkState) -> None:
         _bond_release(state, master, slave, restore=True)
     else:
         slave.master = None  # br_del_if
+        br_ports_changed(state, master)
 
 
 def _is_upper_of(state: State, upper: LinkState, dev: LinkState) -> bool:
@@ -141,10 +143,15 @@ def detach_dying(state: State, slave: LinkState) -> None:
     if master.kind == "bond":
         _bond_release(state, master, slave, restore=False)
     else:
-        slave.master = None
+        slave.master = None  # br_del_if
+        br_ports_changed(state, master)
 
 
 def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
+    if not valid_ether_addr(port.mac):
+        # br_add_if refuses a port without a valid Ethernet address before anything else,
+        # e.g. a bridge whose last port left (its address is then all zeros).
+        raise fail(errno.EINVAL, f"{port.name} has no valid Ethernet address")
     if port.kind == "bridge":
         raise fail(errno.ELOOP, "a bridge cannot be a port of a bridge")  # br_add_if
     if rx_handler_busy(state, port):
@@ -152,3 +159,4 @@ def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
     if _is_upper_of(state, port, bridge):
         raise fail(errno.EBUSY, "enslaving would make a loop")
     port.master = bridge.id
+    br_ports_changed(state, bridge)

@@ -12,7 +12,7 @@ import errno
 
 from plugins.kernel import KernelError
 
-from ._checks import alias_policy, claim_name, require_valid_ether_addr
+from ._checks import ZERO_MAC, alias_policy, claim_name, require_valid_ether_addr
 from ._state import LinkState, State, fail
 
 
@@ -39,6 +39,8 @@ def dev_set_mtu(state: State, link: LinkState, mtu: int) -> None:
         raise fail(errno.EINVAL, f"macvlan mtu {mtu} above its lower's")  # macvlan_change_mtu
     if link.kind == "bond":
         _bond_change_mtu(state, link, mtu)
+    if link.kind == "bridge":
+        link.br_mtu_set_by_user = True  # br_change_mtu: no more auto-adjusting
     link.mtu = mtu
     _mtu_changed(state, link)
 
@@ -61,7 +63,10 @@ def _bond_change_mtu(state: State, bond: LinkState, mtu: int) -> None:
 
 
 def _mtu_changed(state: State, link: LinkState) -> None:
-    """NETDEV_CHANGEMTU on a lower device."""
+    """NETDEV_CHANGEMTU on a lower device (or a bridge port)."""
+    bridge = _bridge_of(state, link)
+    if bridge is not None:
+        br_mtu_auto_adjust(state, bridge)  # br_device_event
     for child in state.children(link):
         if child.kind == "ipvlan":
             child.mtu = link.mtu  # ipvlan_adjust_mtu: follows, up or down
@@ -119,7 +124,10 @@ def set_mac_raw(state: State, link: LinkState, mac: str, assign: str) -> None:
 
 
 def mac_changed(state: State, link: LinkState) -> None:
-    """NETDEV_CHANGEADDR on a lower device."""
+    """NETDEV_CHANGEADDR on a lower device (or a bridge port)."""
+    bridge = _bridge_of(state, link)
+    if bridge is not None:
+        br_recalculate_bridge_id(state, bridge)  # br_device_event
     for child in state.children(link):
         if child.kind == "ipvlan":
             set_mac_raw(state, child, link.mac, "stolen")  # ipvlan_device_event
@@ -187,3 +195,39 @@ def dev_change_name(state: State, link: LinkState, name: str) -> None:
 def dev_set_alias(link: LinkState, alias: str) -> None:
     alias_policy(alias)
     link.alias = alias or None  # an empty IFLA_IFALIAS clears it
+
+
+# -- bridge: what a port change does to its bridge -------------------------------------
+
+ETH_DATA_LEN = 1500
+
+
+def _bridge_of(state: State, port: LinkState) -> LinkState | None:
+    master = state.links.get(port.master) if port.master is not None else None
+    return master if master is not None and master.kind == "bridge" else None
+
+
+def br_ports_changed(state: State, bridge: LinkState) -> None:
+    """br_add_if / br_del_if: the bridge's address and MTU follow its ports."""
+    br_recalculate_bridge_id(state, bridge)
+    br_mtu_auto_adjust(state, bridge)
+
+
+def br_recalculate_bridge_id(state: State, bridge: LinkState) -> None:
+    """br_stp_recalculate_bridge_id: unless the user set the bridge's address, it takes the
+    lowest port address; with no ports left it is 00:00:00:00:00:00 (observed, Linux 6.18)."""
+    if bridge.mac_assign == "set":
+        return
+    ports = [lk.mac for lk in state.links.values() if lk.master == bridge.id]
+    set_mac_raw(state, bridge, min(ports, default=ZERO_MAC), bridge.mac_assign)
+
+
+def br_mtu_auto_adjust(state: State, bridge: LinkState) -> None:
+    """br_mtu_auto_adjust: unless the user set the bridge's MTU, it is its ports' minimum
+    (br_mtu_min: ETH_DATA_LEN without ports); an MTU given at creation does not count."""
+    if bridge.br_mtu_set_by_user:
+        return
+    ports = [lk.mtu for lk in state.links.values() if lk.master == bridge.id]
+    with contextlib.suppress(KernelError):
+        dev_set_mtu(state, bridge, min(ports, default=ETH_DATA_LEN))
+    bridge.br_mtu_set_by_user = False

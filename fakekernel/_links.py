@@ -30,6 +30,7 @@ from ._dev import (
 from ._state import BondState, LinkState, Namespace, State, fail
 
 ETH_MAX_MTU = 65535
+ETH_DATA_LEN = 1500
 # (min_mtu, max_mtu) each kind's setup() gives before newlink refines it; 0 max: unbounded.
 SETUP_MTU_BOUNDS = {
     "veth": (68, ETH_MAX_MTU),
@@ -201,7 +202,10 @@ def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> N
         ns=peer_ns.ref.inode,
         mac=state.random_mac(),
         mac_assign="random",
-        mtu=link.mtu,
+        # veth_newlink builds the peer from VETH_INFO_PEER's attributes alone
+        # (rtnl_create_link(..., tbp)); the backend sends no IFLA_MTU there, so the
+        # peer keeps ether_setup's 1500 whatever the first end's MTU (Linux 6.18).
+        mtu=ETH_DATA_LEN,
         min_mtu=link.min_mtu,
         max_mtu=link.max_mtu,
         peer=link.id,
@@ -280,6 +284,11 @@ def unregister(state: State, roots: list[LinkState]) -> None:
     for link in dying.values():
         if link.kind == "bond":
             release_all(state, link, set(dying))
+        elif link.kind == "bridge":
+            # br_dev_delete: del_nbp for every port; the ports that live on are released.
+            for port in state.links.values():
+                if port.master == link.id and port.id not in dying:
+                    release(state, link, port)
     for link in dying.values():
         detach_dying(state, link)
     lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan"}

@@ -77,6 +77,7 @@ class LinkState:
     mode: str | None = None  # macvlan mode (ipvlan's mode lives on its parent's port)
     ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
     peer: int | None = None  # link id
+    br_mtu_set_by_user: bool = False  # bridges: BROPT_MTU_SET_BY_USER (no MTU auto-adjust)
 
 
 @dataclass
@@ -163,6 +164,10 @@ class State:
             raise fail(errno.ESTALE, f"namespace {ref.path or ref.inode} is from another boot")
         ns = self.namespaces.get(ref.inode)
         if ns is None or ref.device != NSFS_DEVICE:
+            if ref.path and any(n.ref.path == ref.path for n in self.namespaces.values()):
+                # As on Linux, where every call stats the path again (LinuxKernel._resolve):
+                # a path that now names another namespace is ESTALE, a path that is gone ENOENT.
+                raise fail(errno.ESTALE, f"{ref.path} now names a different namespace")
             raise fail(errno.ENOENT, f"namespace {ref.path or ref.inode} is gone")
         return ns
 

@@ -34,6 +34,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.services import ServiceProcess
 from plugins.coordinator._policy import DRIVER_DOMAIN
 from plugins.coordinator._runtime import operation_id, root_id
-from plugins.kernel.linux._nsfs import CLONE_NEWNET, THREAD_NETNS, check_call, libc
+from plugins.kernel.linux._nsfs import (
+    CLONE_NEWNET,
+    THREAD_NETNS,
+    check_call,
+    libc,
+    run_in_netns,
+)
 from plugins.kernel.linux.netns import create_namespace, delete_namespace
 from plugins.sdk import (
     AllocationBinding,
@@ -68,7 +75,7 @@ from plugins.sdk._requests import (
     ConnectRequest,
     PrepareRequest,
 )
-from plugins.sdk.host import PluginClient
+from plugins.sdk.host import PluginCallError, PluginClient
 
 CNI_DIR = Path("/usr/lib/cni")
 CNI_MACVLAN = CNI_DIR / "macvlan"
@@ -120,6 +127,27 @@ def in_namespace_thread(path: str) -> ThreadPoolExecutor:
     return pool
 
 
+def netlink_socket_in(stack: contextlib.ExitStack, path: str) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside ``path``'s namespace, on a throwaway thread.
+
+    Not pyroute2's ``netns=``: that forks a Python child, which a signal can make
+    unwind this process's cleanup (and delete the namespaces) in the child.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        sock = run_in_netns(
+            fd,
+            lambda: socket.socket(
+                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+            ),
+            cleanup=lambda s: s.close(),
+        )
+    finally:
+        os.close(fd)
+    stack.callback(sock.close)
+    return sock
+
+
 def attr(msg: Any, name: str) -> Any:
     return msg.get_attr(name)
 
@@ -163,6 +191,7 @@ class Ours:
         )
         self.prepare_scope = f"{CLAIM}.{STEP}"
         self.prepared: PreparedState | None = None
+        self.live: str | None = None  # an attachment that may exist (for cleanup)
 
     def _envelope(self, hook: Hook, scope: str) -> OperationEnvelope:
         return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
@@ -173,13 +202,23 @@ class Ours:
         )
         self.prepared = self.client.node_prepare(request).prepared_state
 
-    def unprepare(self) -> None:
-        if self.prepared is not None:
-            self.client.node_unprepare(
-                CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, self.prepare_scope))
-            )
+    def release(self) -> None:
+        """Cleanup after any exit: remove a half-done attachment, then the share."""
+        try:
+            if self.live is not None:
+                self.delete(self.live)
+            if self.prepared is not None:
+                receipt = self.client.node_unprepare(
+                    CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, self.prepare_scope))
+                )
+                if receipt.status is not CleanupStatus.CLEANED:
+                    raise RuntimeError(f"{receipt.status} {receipt.detail}")
+        except (PluginCallError, RuntimeError) as exc:
+            # The namespaces and the service's state are deleted next anyway.
+            print(f"note: releasing the macvlan share failed: {exc}", file=sys.stderr)
 
     def add(self, label: str) -> None:
+        self.live = label
         self.client.connect_network(
             ConnectRequest(
                 self._envelope(Hook.CONNECT_NETWORK, f"bench-att-{label}"),
@@ -197,6 +236,7 @@ class Ours:
         )
         if receipt.status is not CleanupStatus.CLEANED:
             raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
+        self.live = None
 
     def run(self, label: str) -> float:
         start = time.perf_counter()
@@ -355,12 +395,10 @@ def build_lab(stack: contextlib.ExitStack, base: Path) -> Lab:
     stack.callback(delete_namespace, host.path, missing_ok=True)
     pod = create_namespace(netns_dir, "bench-pod")
     stack.callback(delete_namespace, pod.path, missing_ok=True)
-    # pyroute2 makes these sockets in a short-lived child process; done before any
-    # gRPC thread exists in this process.
-    host_ipr = stack.enter_context(IPRoute(netns=host.path, flags=0))
-    pod_ipr = stack.enter_context(IPRoute(netns=pod.path, flags=0))
     pod_fd = os.open(pod.path, os.O_RDONLY | os.O_CLOEXEC)
     stack.callback(os.close, pod_fd)
+    host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, host.path)))
+    pod_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, pod.path)))
     host_ipr.link("add", ifname=PARENT, kind="veth", peer=PEER)
     for name in (PARENT, PEER):
         (msg,) = host_ipr.link("get", ifname=name)
@@ -428,7 +466,7 @@ def run(args: argparse.Namespace) -> int:
         service = start_service(stack, base, lab)
         client = stack.enter_context(service.client("macvlan.sock"))
         ours = Ours(lab, client)
-        stack.callback(ours.unprepare)  # unwound first: before the client and the service
+        stack.callback(ours.release)  # unwound first: before the client and the service
         ours.prepare()
         contenders: list[Contender] = [ours, CNI(lab), Floor(lab)]
         for c in contenders:
@@ -447,7 +485,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+MAIN_PID = os.getpid()
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != MAIN_PID:  # a forked child must never run this process's cleanup
+        os._exit(128 + signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)  # unwinds through the cleanup
 
 
@@ -462,7 +507,8 @@ def main() -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _terminate)
     return run(args)
 
 

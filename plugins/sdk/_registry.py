@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._config import ConfigValidator
 from ._contracts import Bundle, BundleStore
@@ -36,6 +36,7 @@ class Registration:
     endpoint: Endpoint
     descriptor: Descriptor
     validator: ConfigValidator
+    bundle: Bundle | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -126,7 +127,7 @@ def _validate_endpoint(
             f"{who}: descriptor does not match bundle {ref.config_schema_id}: {mismatch}"
         )
         return None
-    return Registration(ep, bundle.descriptor, bundle.validator)
+    return Registration(ep, bundle.descriptor, bundle.validator, bundle)
 
 
 def _mismatch(ref: DescriptorRef, bundle: Bundle) -> str:

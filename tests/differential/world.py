@@ -72,6 +72,7 @@ class World:
     def __init__(self) -> None:
         self.log: list[dict[str, Any]] = []
         self._refs: dict[str, NsRef] = {}  # live namespaces by label, creation order
+        self._dead: list[tuple[str, NsRef]] = []  # killed namespaces, for labels in the log
 
     # -- namespaces ------------------------------------------------------------------------
 
@@ -91,7 +92,9 @@ class World:
         """Delete the namespace's mount and let it die; returns once it is gone."""
         if label == HOST or label not in self._refs:
             raise ValueError(f"cannot kill namespace {label!r}")
-        self._kill(label, self._refs.pop(label))
+        ref = self._refs.pop(label)
+        self._dead.append((label, ref))
+        self._kill(label, ref)
 
     def handle(self, label: str) -> NamespaceHandle:
         """The NamespaceHandle a coordinator would pass for this namespace."""
@@ -119,6 +122,10 @@ class World:
         self.log.append({"call": what or f"#{len(self.log)}", "ok": self._summary(result)})
         return ("ok", result)
 
+    def checkpoint(self, what: str) -> None:
+        """Record the whole normalized picture in the log, to compare a state mid-scenario."""
+        self.log.append({"call": f"observe: {what}", "ok": self.observe()})
+
     def ifindex(self, ns: NsRef, name: str) -> int:
         """The ifindex of ``name`` in ``ns`` (not logged); an unused number if absent."""
         try:
@@ -133,14 +140,15 @@ class World:
             lambda: self.kernel.create_link(ns, spec), f"create {spec.kind} {where}:{spec.name}"
         )
 
-    def set(self, ns: NsRef, name: str, **changes: Any) -> Outcome:
-        index = self.ifindex(ns, name)
+    def set(self, ns: NsRef, link: str, /, **changes: Any) -> Outcome:
+        """set_link on the link named ``link``; ``master`` may be given by name."""
+        index = self.ifindex(ns, link)
         what = ", ".join(f"{k}={v!r}" for k, v in changes.items())
         if "master" in changes and isinstance(changes["master"], str):
             changes["master"] = self.ifindex(ns, changes["master"])
         return self.attempt(
             lambda: self.kernel.set_link(ns, index, LinkChanges(**changes)),
-            f"set {self.label_of(ns)}:{name} {what}",
+            f"set {self.label_of(ns)}:{link} {what}",
         )
 
     def move(self, ns: NsRef, name: str, target: NsRef, new_name: str | None = None) -> Outcome:
@@ -165,6 +173,9 @@ class World:
         for label, known in self._refs.items():
             if (known.device, known.inode) == (ref.device, ref.inode):
                 return label
+        for label, known in self._dead:
+            if (known.device, known.inode) == (ref.device, ref.inode):
+                return f"{label} (dead)"
         return "?"
 
     def _summary(self, result: Any) -> Any:
@@ -183,7 +194,9 @@ class World:
         if isinstance(result, NsRef):
             return self.label_of(result)
         if isinstance(result, list):
-            return [self._summary(r) for r in result if not _is_loopback(r)]
+            # list_links is in ifindex order, and ifindexes are not compared
+            rows = [self._summary(r) for r in result if not _is_loopback(r)]
+            return sorted(rows, key=lambda r: r["name"] if isinstance(r, dict) else str(r))
         return result
 
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:

@@ -1,0 +1,249 @@
+"""What the conformance suite needs to know about a plugin: a ``Target``.
+
+A plugin author describes how to register the plugin, which executors it runs, how
+to build one valid request per hook on a fresh fake host, and where a foreign object
+would collide with it. The suite does the rest (see ``conformance.checks``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakekernel.lab import load_lab
+from fakekernel.model import FakeKernelModel
+from plugins.kernel import Kernel, LinkChanges, LinkSpec
+from plugins.sdk import (
+    AllocationBinding,
+    Grant,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
+    PreparedState,
+    Registry,
+    ResourceHandle,
+    SandboxHandle,
+    Sharing,
+)
+from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
+from plugins.sdk.runner import EffectRegistry
+
+DEFAULT_LAB = Path(__file__).resolve().parent.parent / "fakekernel" / "labs" / "default.yaml"
+
+
+@dataclass
+class Host:
+    """A fresh fake host for one check: the kernel model and the sandbox namespace."""
+
+    model: FakeKernelModel
+    sandbox: SandboxHandle
+
+    @classmethod
+    def create(cls, lab: Path = DEFAULT_LAB) -> Host:
+        model = load_lab(lab)
+        ns = model.add_namespace("pod-a")
+        return cls(model, SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id)))
+
+    @property
+    def sandbox_ns(self) -> Any:
+        return self.model.open_namespace(self.sandbox.namespace)
+
+
+def envelope(hook: Hook, op: str, scope: str, step: str, generation: int = 1) -> OperationEnvelope:
+    return OperationEnvelope(op, hook, scope, step, generation, 1)
+
+
+@dataclass
+class Target:
+    """One logical plugin under test.
+
+    ``prepare`` returns None for Operation-only plugins. ``connect`` receives the
+    prepared state (or None). ``interface`` is the name the connect assigns, where a
+    foreign link will be planted for the foreign-object check.
+    """
+
+    name: str
+    socket: str
+    registry: Callable[[], Registry]
+    effects: Callable[[Kernel], EffectRegistry]
+    connect: Callable[[Host, PreparedState | None, str], ConnectRequest]
+    prepare: Callable[[Host, str], PrepareRequest] | None = None
+    interface: str = "net9"
+    setup: Callable[[Host], None] = field(default=lambda host: None)
+
+    @property
+    def operation_only(self) -> bool:
+        return self.prepare is None
+
+    def remove(self, op: str = "remove-1", attachment: str = "att-1") -> CleanupRequest:
+        return CleanupRequest(envelope(Hook.REMOVE_NETWORK, op, attachment, "step-1"))
+
+    def unprepare(self, op: str = "unprepare-1") -> CleanupRequest:
+        return CleanupRequest(envelope(Hook.NODE_UNPREPARE, op, "prep-1", "step-1"))
+
+
+# -- the five logical plugins of this project ---------------------------------------------------
+
+
+def _registry(register: Callable[[Registry], None]) -> Callable[[], Registry]:
+    def make() -> Registry:
+        registry = Registry()
+        register(registry)
+        return registry
+
+    return make
+
+
+def _only(registry: Callable[[], Registry], name: str) -> Callable[[], Registry]:
+    """One endpoint of a service (the link service registers three)."""
+
+    def make() -> Registry:
+        full = registry()
+        picked = Registry()
+        for ep in full.endpoints:
+            if ep.socket_name == f"{name}.sock":
+                picked.register(ep)
+        return picked
+
+    return make
+
+
+def _linux_effects(kernel: Kernel) -> EffectRegistry:
+    from plugins.effects.linux import linux_effects
+
+    return linux_effects(kernel)
+
+
+def _connect(
+    host: Host,
+    config: dict[str, Any],
+    *,
+    op: str,
+    name: str,
+    prepared: PreparedState | None = None,
+    allocation: AllocationBinding | None = None,
+    inputs: dict[str, tuple[ResourceHandle, ...]] | None = None,
+    grants: tuple[Grant, ...] = (),
+) -> ConnectRequest:
+    return ConnectRequest(
+        envelope(Hook.CONNECT_NETWORK, op, "att-1", "step-1"),
+        host.sandbox,
+        json.dumps(config),
+        inputs=inputs or {},
+        interface_names={"interface": name},
+        prepared=prepared,
+        allocation=allocation,
+        grants=grants,
+    )
+
+
+VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
+VF_BINDING = AllocationBinding("root-1", "dra.networking", "node", "enp3s0f0v0", "vf", Sharing.EXCLUSIVE, VF0)
+
+
+def _share(kind: str) -> AllocationBinding:
+    capacity = {"macvlan": "dra.networking/macvlans", "ipvlan": "dra.networking/ipvlans"}[kind]
+    return AllocationBinding(
+        "root-1", "dra.networking", "node", f"enp3s0f2-{kind}", "pf", Sharing.SHARED, {"ifName": "enp3s0f2"}, {capacity: "1"}
+    )
+
+
+def _sandbox_vf(host: Host, pci: str, name: str) -> ResourceHandle:
+    """A VF already realized in the sandbox by this attachment (what the sriov step would output)."""
+    link = host.model.find_device(pci)
+    assert link is not None
+    link = host.model.move_link(link.ns, link.ifindex, host.sandbox_ns, new_name=name)
+    link = host.model.set_link(host.sandbox_ns, link.ifindex, LinkChanges(up=True))
+    ns = host.sandbox.namespace
+    description = {
+        "ifName": link.name, "ifIndex": link.ifindex, "kind": "device", "mac": link.mac, "mtu": link.mtu,
+        "netns": {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id},
+        "physical": f"pci:{pci}", "pciAddress": pci,
+    }
+    return ResourceHandle(f"rh-{name}", "KernelInterface/v1", "att-1", "vf", "att-1", ns.boot_id, f"root-{name}", json.dumps(description))
+
+
+def _bond_setup(host: Host) -> None:
+    _sandbox_vf(host, "0000:03:10.0", "net1")
+    _sandbox_vf(host, "0000:03:10.1", "net2")
+
+
+def _member(host: Host, pci: str, name: str) -> ResourceHandle:
+    link = host.model.find_device(pci)
+    assert link is not None
+    ns = host.sandbox.namespace
+    description = {
+        "ifName": link.name, "ifIndex": link.ifindex, "kind": "device", "mac": link.mac, "mtu": link.mtu,
+        "netns": {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id},
+        "physical": f"pci:{pci}", "pciAddress": pci,
+    }
+    return ResourceHandle(f"rh-{name}", "KernelInterface/v1", "att-1", "vf", "att-1", ns.boot_id, f"root-{name}", json.dumps(description))
+
+
+def _bond_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
+    members = (_member(host, "0000:03:10.0", "net1"), _member(host, "0000:03:10.1", "net2"))
+    config = {"mode": "active-backup", "monitorIntervalMs": 100, "mtu": 1500}
+    grants = tuple(Grant("linux/attach-member/v1", m.id) for m in members)
+    return _connect(host, config, op=op, name="net9", inputs={"members": members}, grants=grants)
+
+
+def _vlan_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
+    parent = _member(host, "0000:03:10.0", "net1")
+    return _connect(host, {"vlanId": 100, "mtu": 1500}, op=op, name="net9", inputs={"parent": (parent,)})
+
+
+def _vf_prepare(host: Host, op: str) -> PrepareRequest:
+    config = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+    return PrepareRequest(envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), VF_BINDING, json.dumps(config))
+
+
+def _vf_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
+    config = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+    return _connect(host, config, op=op, name="net9", prepared=prepared, allocation=VF_BINDING)
+
+
+def _share_prepare(kind: str) -> Callable[[Host, str], PrepareRequest]:
+    mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
+
+    def prepare(host: Host, op: str) -> PrepareRequest:
+        return PrepareRequest(
+            envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), _share(kind), json.dumps({"mode": mode, "mtu": 1500})
+        )
+
+    return prepare
+
+
+def _share_connect(kind: str) -> Callable[[Host, PreparedState | None, str], ConnectRequest]:
+    mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
+
+    def connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
+        return _connect(host, {"mode": mode, "mtu": 1500}, op=op, name="net9", prepared=prepared, allocation=_share(kind))
+
+    return connect
+
+
+def project_targets() -> list[Target]:
+    """The five logical plugins, as their services register them."""
+    from plugins import bond, links, vf
+
+    link_registry = _registry(links.register)
+    return [
+        Target("sriov", "sriov.sock", _registry(vf.register), _linux_effects,
+               _vf_connect, prepare=_vf_prepare),
+        Target("bond", "bond.sock", _registry(bond.register), _linux_effects,
+               _bond_connect, setup=_bond_setup),
+        Target("vlan", "vlan.sock", _only(link_registry, "vlan"), _linux_effects,
+               _vlan_connect, setup=lambda host: _bond_setup(host)),
+        Target("macvlan", "macvlan.sock", _only(link_registry, "macvlan"), _linux_effects,
+               _share_connect("macvlan"), prepare=_share_prepare("macvlan")),
+        Target("ipvlan", "ipvlan.sock", _only(link_registry, "ipvlan"), _linux_effects,
+               _share_connect("ipvlan"), prepare=_share_prepare("ipvlan")),
+    ]
+
+
+def plant_foreign(host: Host, name: str) -> None:
+    """An administrator's link with exactly the name our plugin is about to use."""
+    host.model.create_link(host.sandbox_ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin"))
