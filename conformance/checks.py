@@ -37,7 +37,7 @@ class ConformanceError(AssertionError):
     pass
 
 
-class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
+class NotApplicable(Exception):
     """The check does not apply to this kind of plugin (e.g. wrong step kind on a root)."""
 
 
@@ -53,16 +53,24 @@ def _prepare(node: TargetNode, op: str = "prepare-1") -> PreparedState | None:
     return node.endpoint.node_prepare(t.prepare(node.host, op)).prepared_state
 
 
-def _connect(node: TargetNode, prepared: PreparedState | None, op: str = "connect-1") -> ConnectResponse:
+def _connect(
+    node: TargetNode, prepared: PreparedState | None, op: str = "connect-1"
+) -> ConnectResponse:
     return node.endpoint.connect_network(node.connect_request(prepared, op))
 
 
 def _teardown(node: TargetNode) -> None:
     receipt = node.endpoint.remove_network(node.target.remove())
-    expect(receipt.status is CleanupStatus.CLEANED, f"RemoveNetwork was {receipt.status}: {receipt.detail}")
+    expect(
+        receipt.status is CleanupStatus.CLEANED,
+        f"RemoveNetwork was {receipt.status}: {receipt.detail}",
+    )
     if not node.target.operation_only:
         receipt = node.endpoint.node_unprepare(node.target.unprepare())
-        expect(receipt.status is CleanupStatus.CLEANED, f"NodeUnprepare was {receipt.status}: {receipt.detail}")
+        expect(
+            receipt.status is CleanupStatus.CLEANED,
+            f"NodeUnprepare was {receipt.status}: {receipt.detail}",
+        )
 
 
 def _lifecycle(node: TargetNode) -> None:
@@ -86,10 +94,19 @@ def check_getinfo_identity(target: Target, work: Path) -> None:
         with PluginClient(host.socket_paths[target.socket], "conformance-token") as client:
             info = client.get_info()
         reg = node.endpoint.registration
-        expect(info.plugin_name == target.name, f"GetInfo names {info.plugin_name!r}, not {target.name!r}")
-        expect(info.contract_digest == reg.contract_digest, "GetInfo's contract digest is not the pinned one")
+        expect(
+            info.plugin_name == target.name,
+            f"GetInfo names {info.plugin_name!r}, not {target.name!r}",
+        )
+        expect(
+            info.contract_digest == reg.contract_digest,
+            "GetInfo's contract digest is not the pinned one",
+        )
         expect(info.ready, "GetInfo says not ready after recovery")
-        expect(json.loads(info.descriptor_json)["name"] == target.name, "GetInfo descriptor names another plugin")
+        expect(
+            json.loads(info.descriptor_json)["name"] == target.name,
+            "GetInfo descriptor names another plugin",
+        )
     finally:
         host.stop(5)
         node.close()
@@ -105,7 +122,10 @@ def check_authentication(target: Target, work: Path) -> None:
             try:
                 client.connect_network(target.connect(node.host, None, "connect-1"))
             except PluginCallError as exc:
-                expect(exc.code == "UNAUTHENTICATED", f"a wrong token got {exc.code}, not UNAUTHENTICATED")
+                expect(
+                    exc.code == "UNAUTHENTICATED",
+                    f"a wrong token got {exc.code}, not UNAUTHENTICATED",
+                )
             else:
                 raise ConformanceError("a call with a wrong token was served")
         expect(node.journal_rows() == 0, "an unauthenticated call wrote a journal row")
@@ -124,12 +144,17 @@ def check_wrong_step_kind(target: Target, work: Path) -> None:
         from plugins.sdk._requests import PrepareRequest
 
         request = PrepareRequest(envelope(Hook.NODE_PREPARE, "p", "prep-1", "step-1"), None, "{}")
-        for call in (lambda: node.endpoint.node_prepare(request), lambda: node.endpoint.node_unprepare(target.unprepare())):
+        for call in (
+            lambda: node.endpoint.node_prepare(request),
+            lambda: node.endpoint.node_unprepare(target.unprepare()),
+        ):
             try:
                 call()
             except WrongStepKind:
                 continue
-            raise ConformanceError("a root hook on an Operation plugin did not fail with WrongStepKind")
+            raise ConformanceError(
+                "a root hook on an Operation plugin did not fail with WrongStepKind"
+            )
         expect(node.journal_rows() == 0, "a wrong-step-kind call wrote a journal row")
     finally:
         node.close()
@@ -151,7 +176,10 @@ def check_config_rejections(target: Target, work: Path) -> None:
         baseline = node.host.model.snapshot()
         bundle = node.endpoint.registration.bundle
         examples = bundle.invalid_examples if bundle is not None else []
-        cases = [*GENERIC_BAD_CONFIGS, *((json.dumps(c["config"]), c["path"], c["rule"]) for c in examples)]
+        cases = [
+            *GENERIC_BAD_CONFIGS,
+            *((json.dumps(c["config"]), c["path"], c["rule"]) for c in examples),
+        ]
         for raw, path, rule in cases:
             request = _with_config(target.connect(node.host, None, "connect-bad"), raw)
             try:
@@ -217,7 +245,10 @@ def check_fencing(target: Target, work: Path) -> None:
         prepared = _prepare(node)
         after_prepare = node.host.model.snapshot()
         receipt = node.endpoint.remove_network(target.remove())
-        expect(receipt.status is CleanupStatus.CLEANED, "removal of a never-connected attachment was not CLEANED")
+        expect(
+            receipt.status is CleanupStatus.CLEANED,
+            "removal of a never-connected attachment was not CLEANED",
+        )
         try:
             _connect(node, prepared)
         except Aborted:
@@ -240,6 +271,19 @@ def _reference_points(target: Target, work: Path) -> list[str]:
         node.close()
 
 
+def _lifecycle_steps(node: TargetNode) -> list[Callable[[], Any]]:
+    """prepare, connect, remove, unprepare (as applicable), sharing one prepared state."""
+    target, state = node.target, dict[str, Any]()
+    steps: list[Callable[[], Any]] = [
+        lambda: state.__setitem__("prepared", _prepare(node)),
+        lambda: _connect(node, state.get("prepared")),
+        lambda: node.endpoint.remove_network(target.remove()),
+    ]
+    if not target.operation_only:
+        steps.append(lambda: node.endpoint.node_unprepare(target.unprepare()))
+    return steps
+
+
 def check_crash_at_every_boundary(target: Target, work: Path) -> int:
     """Crash at every point of a full lifecycle, restart, finish: the host ends as it began."""
     points = _reference_points(target, work)
@@ -248,15 +292,8 @@ def check_crash_at_every_boundary(target: Target, work: Path) -> int:
         node = TargetNode(target, work / f"crash-{i}", crash=CrashPoints(armed=point))
         baseline = node.host.model.snapshot()
         try:
-            steps: list[Callable[[], Any]] = []
-            state: dict[str, Any] = {}
-            steps.append(lambda: state.__setitem__("prepared", _prepare(node)))
-            steps.append(lambda: _connect(node, state.get("prepared")))
-            steps.append(lambda: node.endpoint.remove_network(target.remove()))
-            if not target.operation_only:
-                steps.append(lambda: node.endpoint.node_unprepare(target.unprepare()))
             crashed = False
-            for step in steps:
+            for step in _lifecycle_steps(node):
                 try:
                     step()
                 except SimulatedCrash:
@@ -272,7 +309,7 @@ def check_crash_at_every_boundary(target: Target, work: Path) -> int:
 
 
 def check_cleanup_without_response(target: Target, work: Path) -> None:
-    point = f"ConnectNetwork/connect-1/-/response.before-commit"
+    point = "ConnectNetwork/connect-1/-/response.before-commit"
     node = TargetNode(target, work / "node", crash=CrashPoints(armed=point))
     try:
         baseline = node.host.model.snapshot()
@@ -296,9 +333,15 @@ def check_repeated_cleanup(target: Target, work: Path) -> None:
         baseline = node.host.model.snapshot()
         _connect(node, _prepare(node))
         first = node.endpoint.remove_network(target.remove())
-        expect(node.endpoint.remove_network(target.remove()) == first, "a repeated cleanup was not replayed")
+        expect(
+            node.endpoint.remove_network(target.remove()) == first,
+            "a repeated cleanup was not replayed",
+        )
         other = node.endpoint.remove_network(target.remove(op="remove-2"))
-        expect(other.status is CleanupStatus.CLEANED, "a second cleanup of a clean scope was not CLEANED")
+        expect(
+            other.status is CleanupStatus.CLEANED,
+            "a second cleanup of a clean scope was not CLEANED",
+        )
         if not target.operation_only:
             node.endpoint.node_unprepare(target.unprepare())
             again = node.endpoint.node_unprepare(target.unprepare(op="unprepare-2"))
@@ -321,7 +364,10 @@ def check_foreign_object(target: Target, work: Path) -> None:
         else:
             raise ConformanceError(f"a foreign link named {target.interface} was adopted")
         receipt = node.endpoint.remove_network(target.remove())
-        expect(receipt.status is CleanupStatus.CLEANED, f"cleanup after refusing a foreign object: {receipt}")
+        expect(
+            receipt.status is CleanupStatus.CLEANED,
+            f"cleanup after refusing a foreign object: {receipt}",
+        )
         _restored(node, with_foreign, "the foreign object or our own state")
         if not target.operation_only:
             node.endpoint.node_unprepare(target.unprepare())
@@ -349,8 +395,10 @@ def check_damaged_journal(target: Target, work: Path) -> None:
         else:
             raise ConformanceError("a cleanup was answered from a corrupt journal")
         _restored(node, attached, "a corrupt journal")
-        expect((node.root / "state" / "journal.db").read_bytes().startswith(b"definitely not sqlite"),
-               "the corrupt journal was recreated")
+        expect(
+            (node.root / "state" / "journal.db").read_bytes().startswith(b"definitely not sqlite"),
+            "the corrupt journal was recreated",
+        )
     finally:
         node.close()
 
@@ -377,7 +425,10 @@ def check_concurrent_duplicates(target: Target, work: Path) -> None:
         for t in threads:
             t.join(60)
         expect(not errors, f"concurrent duplicates failed: {errors}")
-        expect(len(results) == 4 and all(r == results[0] for r in results), "duplicates got different responses")
+        expect(
+            len(results) == 4 and all(r == results[0] for r in results),
+            "duplicates got different responses",
+        )
         _teardown(node)
     finally:
         node.close()

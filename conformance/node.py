@@ -14,7 +14,9 @@ from .target import Host, Target
 
 
 class TargetNode:
-    def __init__(self, target: Target, root: Path, host: Host | None = None, crash: CrashPoints | None = None) -> None:
+    def __init__(
+        self, target: Target, root: Path, host: Host | None = None, crash: CrashPoints | None = None
+    ) -> None:
         self.target = target
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -52,7 +54,9 @@ class TargetNode:
         if self.store is not None:
             self.store.close()
 
-    def connect_request(self, prepared: PreparedState | None, op: str = "connect-1") -> ConnectRequest:
+    def connect_request(
+        self, prepared: PreparedState | None, op: str = "connect-1"
+    ) -> ConnectRequest:
         """Built once per operation id: a retry must send the very same request."""
         if op not in self._requests:
             self._requests[op] = self.target.connect(self.host, prepared, op)
@@ -61,4 +65,8 @@ class TargetNode:
     def journal_rows(self) -> int:
         if self.store is None:
             return 0
-        return len(self.store.read(lambda r: r.operations(self.endpoint.registration.endpoint.state_namespace)))
+        return len(
+            self.store.read(
+                lambda r: r.operations(self.endpoint.registration.endpoint.state_namespace)
+            )
+        )

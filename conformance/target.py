@@ -45,7 +45,9 @@ class Host:
     def create(cls, lab: Path = DEFAULT_LAB) -> Host:
         model = load_lab(lab)
         ns = model.add_namespace("pod-a")
-        return cls(model, SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id)))
+        return cls(
+            model, SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+        )
 
     @property
     def sandbox_ns(self) -> Any:
@@ -141,13 +143,22 @@ def _connect(
 
 
 VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
-VF_BINDING = AllocationBinding("root-1", "dra.networking", "node", "enp3s0f0v0", "vf", Sharing.EXCLUSIVE, VF0)
+VF_BINDING = AllocationBinding(
+    "root-1", "dra.networking", "node", "enp3s0f0v0", "vf", Sharing.EXCLUSIVE, VF0
+)
 
 
 def _share(kind: str) -> AllocationBinding:
     capacity = {"macvlan": "dra.networking/macvlans", "ipvlan": "dra.networking/ipvlans"}[kind]
     return AllocationBinding(
-        "root-1", "dra.networking", "node", f"enp3s0f2-{kind}", "pf", Sharing.SHARED, {"ifName": "enp3s0f2"}, {capacity: "1"}
+        "root-1",
+        "dra.networking",
+        "node",
+        f"enp3s0f2-{kind}",
+        "pf",
+        Sharing.SHARED,
+        {"ifName": "enp3s0f2"},
+        {capacity: "1"},
     )
 
 
@@ -159,11 +170,25 @@ def _sandbox_vf(host: Host, pci: str, name: str) -> ResourceHandle:
     link = host.model.set_link(host.sandbox_ns, link.ifindex, LinkChanges(up=True))
     ns = host.sandbox.namespace
     description = {
-        "ifName": link.name, "ifIndex": link.ifindex, "kind": "device", "mac": link.mac, "mtu": link.mtu,
+        "ifName": link.name,
+        "ifIndex": link.ifindex,
+        "kind": "device",
+        "mac": link.mac,
+        "mtu": link.mtu,
         "netns": {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id},
-        "physical": f"pci:{pci}", "pciAddress": pci,
+        "physical": f"pci:{pci}",
+        "pciAddress": pci,
     }
-    return ResourceHandle(f"rh-{name}", "KernelInterface/v1", "att-1", "vf", "att-1", ns.boot_id, f"root-{name}", json.dumps(description))
+    return ResourceHandle(
+        f"rh-{name}",
+        "KernelInterface/v1",
+        "att-1",
+        "vf",
+        "att-1",
+        ns.boot_id,
+        f"root-{name}",
+        json.dumps(description),
+    )
 
 
 def _bond_setup(host: Host) -> None:
@@ -176,11 +201,25 @@ def _member(host: Host, pci: str, name: str) -> ResourceHandle:
     assert link is not None
     ns = host.sandbox.namespace
     description = {
-        "ifName": link.name, "ifIndex": link.ifindex, "kind": "device", "mac": link.mac, "mtu": link.mtu,
+        "ifName": link.name,
+        "ifIndex": link.ifindex,
+        "kind": "device",
+        "mac": link.mac,
+        "mtu": link.mtu,
         "netns": {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id},
-        "physical": f"pci:{pci}", "pciAddress": pci,
+        "physical": f"pci:{pci}",
+        "pciAddress": pci,
     }
-    return ResourceHandle(f"rh-{name}", "KernelInterface/v1", "att-1", "vf", "att-1", ns.boot_id, f"root-{name}", json.dumps(description))
+    return ResourceHandle(
+        f"rh-{name}",
+        "KernelInterface/v1",
+        "att-1",
+        "vf",
+        "att-1",
+        ns.boot_id,
+        f"root-{name}",
+        json.dumps(description),
+    )
 
 
 def _bond_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
@@ -192,16 +231,28 @@ def _bond_connect(host: Host, prepared: PreparedState | None, op: str) -> Connec
 
 def _vlan_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
     parent = _member(host, "0000:03:10.0", "net1")
-    return _connect(host, {"vlanId": 100, "mtu": 1500}, op=op, name="net9", inputs={"parent": (parent,)})
+    return _connect(
+        host, {"vlanId": 100, "mtu": 1500}, op=op, name="net9", inputs={"parent": (parent,)}
+    )
 
 
 def _vf_prepare(host: Host, op: str) -> PrepareRequest:
-    config = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
-    return PrepareRequest(envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), VF_BINDING, json.dumps(config))
+    config = {
+        "mtu": 1500,
+        "vf": {"vlan": 0, "spoofCheck": False, "trust": True},
+        "rdmaAccess": False,
+    }
+    return PrepareRequest(
+        envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), VF_BINDING, json.dumps(config)
+    )
 
 
 def _vf_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
-    config = {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
+    config = {
+        "mtu": 1500,
+        "vf": {"vlan": 0, "spoofCheck": False, "trust": True},
+        "rdmaAccess": False,
+    }
     return _connect(host, config, op=op, name="net9", prepared=prepared, allocation=VF_BINDING)
 
 
@@ -210,7 +261,9 @@ def _share_prepare(kind: str) -> Callable[[Host, str], PrepareRequest]:
 
     def prepare(host: Host, op: str) -> PrepareRequest:
         return PrepareRequest(
-            envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), _share(kind), json.dumps({"mode": mode, "mtu": 1500})
+            envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"),
+            _share(kind),
+            json.dumps({"mode": mode, "mtu": 1500}),
         )
 
     return prepare
@@ -220,7 +273,14 @@ def _share_connect(kind: str) -> Callable[[Host, PreparedState | None, str], Con
     mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
 
     def connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
-        return _connect(host, {"mode": mode, "mtu": 1500}, op=op, name="net9", prepared=prepared, allocation=_share(kind))
+        return _connect(
+            host,
+            {"mode": mode, "mtu": 1500},
+            op=op,
+            name="net9",
+            prepared=prepared,
+            allocation=_share(kind),
+        )
 
     return connect
 
@@ -231,19 +291,62 @@ def project_targets() -> list[Target]:
 
     link_registry = _registry(links.register)
     return [
-        Target("sriov", "sriov.sock", _registry(vf.register), _linux_effects,
-               _vf_connect, prepare=_vf_prepare),
-        Target("bond", "bond.sock", _registry(bond.register), _linux_effects,
-               _bond_connect, setup=_bond_setup),
-        Target("vlan", "vlan.sock", _only(link_registry, "vlan"), _linux_effects,
-               _vlan_connect, setup=lambda host: _bond_setup(host)),
-        Target("macvlan", "macvlan.sock", _only(link_registry, "macvlan"), _linux_effects,
-               _share_connect("macvlan"), prepare=_share_prepare("macvlan")),
-        Target("ipvlan", "ipvlan.sock", _only(link_registry, "ipvlan"), _linux_effects,
-               _share_connect("ipvlan"), prepare=_share_prepare("ipvlan")),
+        Target(
+            "sriov",
+            "sriov.sock",
+            _registry(vf.register),
+            _linux_effects,
+            _vf_connect,
+            prepare=_vf_prepare,
+        ),
+        Target(
+            "bond",
+            "bond.sock",
+            _registry(bond.register),
+            _linux_effects,
+            _bond_connect,
+            setup=_bond_setup,
+        ),
+        Target(
+            "vlan",
+            "vlan.sock",
+            _only(link_registry, "vlan"),
+            _linux_effects,
+            _vlan_connect,
+            setup=_bond_setup,
+        ),
+        Target(
+            "macvlan",
+            "macvlan.sock",
+            _only(link_registry, "macvlan"),
+            _linux_effects,
+            _share_connect("macvlan"),
+            prepare=_share_prepare("macvlan"),
+        ),
+        Target(
+            "ipvlan",
+            "ipvlan.sock",
+            _only(link_registry, "ipvlan"),
+            _linux_effects,
+            _share_connect("ipvlan"),
+            prepare=_share_prepare("ipvlan"),
+        ),
     ]
 
 
 def plant_foreign(host: Host, name: str) -> None:
     """An administrator's link with exactly the name our plugin is about to use."""
-    host.model.create_link(host.sandbox_ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin"))
+    host.model.create_link(
+        host.sandbox_ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin")
+    )
+
+
+def example_target() -> Target:
+    """The third-party example plugin in examples/, written only with the public SDK."""
+    from examples.dummy_plugin import registry
+    from examples.dummy_plugin.effects import dummy_effects
+
+    def connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
+        return _connect(host, {"mtu": 1500}, op=op, name="net9")
+
+    return Target("dummy", "dummy.sock", registry, dummy_effects, connect)

@@ -62,6 +62,10 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     # ops->validate; ipvlan has no IFLA_ADDRESS check and overwrites it with its lower's
     mac = require_valid_ether_addr(spec.mac) if spec.mac and spec.kind != "ipvlan" else None
     _validate(spec)
+    if spec.kind == "veth" and spec.peer_ns is not None:
+        # veth_newlink gets the peer's namespace (rtnl_link_get_net) before it creates
+        # either end: a dead one fails the call with nothing created.
+        state.namespace(spec.peer_ns)
     target = ns.ref.inode
     if "%" not in spec.name and state.by_name(target, spec.name) is not None:
         raise fail(errno.EEXIST, f"interface {spec.name!r} already exists")  # NLM_F_EXCL

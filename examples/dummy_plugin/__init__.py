@@ -1,7 +1,8 @@
 """A third-party Operation plugin written only with the public SDK.
 
 It plans one dummy link in the sandbox and brings it up. Its contract bundle
-lives beside it and is pinned by its own pins.json.
+lives beside it and is pinned by its own pins.json; its one new effect kind,
+``linux/create-dummy/v1``, has its executor in ``effects.py``.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class DummyPlugin(OperationOnly):
     def connect_network(self, call: ConnectCall) -> Plan:
         cfg = call.config(Config)
         name = call.interface_name("interface")
-        sandbox = call.require_sandbox()
+        ns = call.require_sandbox().namespace
+        namespace = {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id}
         plan = new_plan()
         link = plan.add(
             "create-dummy",
             effect(
                 "linux/create-dummy/v1",
-                {"name": name, "mtu": cfg.mtu, "mac": cfg.mac, "sandbox": sandbox.sandbox_id},
+                {"name": name, "mtu": cfg.mtu, "mac": cfg.mac, "namespace": namespace},
                 outputs=["interface"],
             ),
         )

@@ -1,4 +1,4 @@
-"""The conformance suite over all five registrations of this project."""
+"""The conformance suite over all five registrations and the third-party example."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from conformance import CHECKS, NotApplicable, Target, project_targets
+from conformance.target import example_target
 
-TARGETS = {t.name: t for t in project_targets()}
+TARGETS = {t.name: t for t in [*project_targets(), example_target()]}
 
 
 @pytest.mark.parametrize("check", list(CHECKS))

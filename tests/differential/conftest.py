@@ -116,7 +116,9 @@ def stats(request: pytest.FixtureRequest) -> Stats:
     return config.stash[STATS]
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     if STATS not in config.stash:
         return
     s = config.stash[STATS]

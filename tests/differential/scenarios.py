@@ -40,7 +40,9 @@ def scenario(*kinds: LinkKind) -> Callable[[Run], Run]:
     return register
 
 
-def veth(name: str, peer: str | None = None, peer_ns: NsRef | None = None, **kw: object) -> LinkSpec:
+def veth(
+    name: str, peer: str | None = None, peer_ns: NsRef | None = None, **kw: object
+) -> LinkSpec:
     return LinkSpec(kind="veth", name=name, peer_name=peer, peer_ns=peer_ns, **kw)  # type: ignore[arg-type]
 
 
@@ -298,6 +300,62 @@ def deleting_the_parent_deletes_its_children(w: World) -> None:
     w.delete(a, "n1")  # deleting a child leaves the parent
 
 
+@scenario("veth", "macvlan")
+def macvlan_addresses(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp", mac="02:00:00:00:01:01"))
+    macvlan(w, a, "m1", "pv", mode="bridge", mac="02:00:00:00:01:02")
+    macvlan(w, a, "m2", "pv", mode="bridge", mac="02:00:00:00:01:02")  # the same, both down
+    w.set(a, "m1", up=True)
+    w.set(a, "m2", up=True)  # EADDRINUSE: m1 has it, up
+    w.set(a, "m2", mac="02:00:00:00:01:01")  # the parent's address
+    w.set(a, "m2", mac="02:00:00:00:01:03")
+    w.set(a, "m2", up=True)
+    w.set(a, "m1", mac="02:00:00:00:01:03")  # in use by m2, up
+    w.set(a, "m1", mac="02:00:00:00:01:04")
+
+
+@scenario("veth", "macvlan")
+def moving_a_macvlan_parent_keeps_its_children(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("pv", "pp"))
+    w.set(a, "pv", up=True)
+    macvlan(w, a, "mv", "pv")
+    w.set(a, "mv", up=True)
+    w.move(a, "pv", b)  # the lower moves (and goes down); its child stays, up
+    w.checkpoint("parent moved")
+    w.set(a, "mv", mtu=1400)
+    w.delete(b, "pv")  # the child still dies with it
+
+
+@scenario("veth", "macvlan")
+def dead_namespace_refs(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("pv", "pp"))
+    w.create(b, veth("qv", "qp"))
+    w.kill_ns("b")
+    w.create(a, veth("va", "vb", peer_ns=b))  # the peer's namespace is gone
+    macvlan(w, b, "mv", "pv", parent_ns=a)
+    w.move(a, "pv", b)
+    w.set(b, "qv", up=True)
+    w.attempt(lambda: w.kernel.get_link(b, name="qv"), "get b:qv")
+
+
+@scenario("veth", "bridge")
+def setlink_is_not_atomic(w: World) -> None:
+    """do_setlink applies address, MTU, name, alias, master, flags in order; an error
+    keeps what was already applied."""
+    a = w.ns("a")
+    w.create(a, veth("va", "vb"))
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.set(a, "va", mtu=9000, name="vb")  # EEXIST at the rename: the MTU stays
+    w.set(a, "va", alias="kept", mac="01:00:00:00:00:01")  # EADDRNOTAVAIL first: no alias
+    w.set(a, "va", name="v1", alias="x" * 256)  # ERANGE: checked before anything is done
+    w.set(a, "va", name="v2", up=True, master="br0")
+    w.set(a, "v2", mtu=1400, master=MISSING_IFINDEX)  # EINVAL at the master: MTU kept
+    w.set(a, "v2", up=False, master=0)
+
+
 # -- namespace death -------------------------------------------------------------------
 
 
@@ -420,6 +478,10 @@ def bridge_with_user_set_mtu_and_address(w: World) -> None:
     w.set(a, "va", master="br0")
     w.checkpoint("enslaved")
     w.set(a, "va", master=0)
+    w.create(a, LinkSpec(kind="bridge", name="br1", mtu=9000))  # not a user-set MTU
+    w.set(a, "va", master="br1")
+    w.checkpoint("br1 follows its port")
+    w.set(a, "br1", up=True)
 
 
 @scenario("veth", "bridge")
@@ -487,9 +549,13 @@ def bond_induced_changes_and_their_restoration(w: World) -> None:
     w.create(a, veth("va", "vb", mac="02:00:00:00:00:0a", mtu=1500))
     w.create(a, veth("wa", "wb", mac="02:00:00:00:00:0b", mtu=1400))
     w.set(a, "va", master="bond0")  # va: bond's MTU, opened; bond takes va's address
+    w.checkpoint("one slave")
     w.set(a, "wa", master="bond0")  # wa takes the bond's address
+    w.checkpoint("two slaves")
     w.set(a, "bond0", mtu=4000)  # every slave follows
+    w.checkpoint("bond MTU changed")
     w.set(a, "wa", master=0)  # wa: its own MTU and address back
+    w.checkpoint("wa released")
     w.set(a, "va", master=0)  # the bond gets a new random address
 
 

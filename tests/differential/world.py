@@ -429,8 +429,7 @@ class LinuxWorld(World):
                     if nsid is not None:
                         names[(label, nsid)] = other
             return {
-                key: (names.get((key[0], nsid), "?"), peer)
-                for key, (nsid, peer) in remote.items()
+                key: (names.get((key[0], nsid), "?"), peer) for key, (nsid, peer) in remote.items()
             }
         finally:
             for fd, sock in opened.values():
