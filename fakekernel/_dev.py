@@ -87,7 +87,11 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     if link.kind == "macvlan" and mac != link.mac:
         lower = parent_of(state, link)
         if link.mode == "passthru":
+            saved = lower.passthru_perm_mac
             dev_set_mac(state, lower, mac)  # macvlan_set_mac_address: passthru sets the lower's
+            # macvlan_set_addr_change: a change made through the macvlan keeps perm_addr,
+            # which the lower gets back when the port goes (macvlan_port_destroy)
+            lower.passthru_perm_mac = saved
             return
         if _macvlan_addr_busy(state, lower, mac, exclude=link, up_only=True):
             raise fail(errno.EADDRINUSE, f"{mac} is in use on {lower.name}")
@@ -135,6 +139,7 @@ def mac_changed(state: State, link: LinkState) -> None:
             set_mac_raw(state, child, link.mac, "stolen")  # vlan_sync_address, up vlans only
         elif child.kind == "macvlan" and child.mode == "passthru":
             set_mac_raw(state, child, link.mac, child.mac_assign)  # macvlan_sync_address
+            link.passthru_perm_mac = link.mac  # ... which saves the lower's new address
 
 
 def _macvlan_addr_busy(

@@ -6,6 +6,7 @@ the first error, keeping what it already changed (do_setlink is not atomic).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 
 from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkSpec
@@ -174,6 +175,7 @@ def _macvlan_check(state: State, lower: LinkState, spec: LinkSpec, link: LinkSta
     link.mode = mode
     if mode == "passthru":
         link.mac, link.mac_assign = lower.mac, "stolen"  # eth_hw_addr_inherit
+        lower.passthru_perm_mac = lower.mac  # macvlan_port_create: port->perm_addr
     return lower
 
 
@@ -296,8 +298,20 @@ def unregister(state: State, roots: list[LinkState]) -> None:
     for link in dying.values():
         detach_dying(state, link)
     lowers = {lk.parent for lk in dying.values() if lk.kind == "ipvlan"}
+    passthru = {
+        lk.parent for lk in dying.values() if lk.kind == "macvlan" and lk.mode == "passthru"
+    }
     for link_id in dying:
         del state.links[link_id]
+    for lower_id in passthru:
+        lower = state.links.get(lower_id or 0)
+        if lower is not None and lower.passthru_perm_mac is not None:
+            # macvlan_port_destroy: a lower whose address the passthru macvlan changed
+            # gets its perm_addr back
+            perm, lower.passthru_perm_mac = lower.passthru_perm_mac, None
+            if perm != lower.mac:
+                with contextlib.suppress(KernelError):
+                    dev_set_mac(state, lower, perm)
     for lower_id in lowers:
         lower = state.links.get(lower_id or 0)
         if lower is not None and not state.children(lower, "ipvlan"):

@@ -78,6 +78,8 @@ class LinkState:
     ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
     peer: int | None = None  # link id
     br_mtu_set_by_user: bool = False  # bridges: BROPT_MTU_SET_BY_USER (no MTU auto-adjust)
+    # the perm_addr of the macvlan port on this lower, kept while a passthru macvlan is on it
+    passthru_perm_mac: str | None = None
 
 
 @dataclass

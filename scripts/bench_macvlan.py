@@ -427,8 +427,11 @@ def start_service(stack: contextlib.ExitStack, base: Path, lab: Lab) -> ServiceP
         except subprocess.TimeoutExpired:
             service.kill()
             code = -signal.SIGKILL
-        if code != 0:
-            print(f"note: the service exited with {code}; see {service.log}", file=sys.stderr)
+        if code != 0:  # its log is deleted with the temp dir: show its end now
+            tail = service.log.read_text(errors="replace").splitlines()[-5:]
+            print(f"note: the service exited with {code}; its log ends:", file=sys.stderr)
+            for line in tail:
+                print(f"  {line}", file=sys.stderr)
 
     stack.callback(stop)
     service.start()

@@ -8,6 +8,7 @@ from what the artifact was approved with.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -209,15 +210,21 @@ class BundleStore:
             raise RegistrationError(
                 f"contract bundle {schema_id!r}: digest {file_digest(raw)} does not match pin {pin}"
             )
-        data = _parse_bundle(schema_id, raw)
-        if data["schemaId"] != schema_id:
-            raise RegistrationError(
-                f"contract bundle {schema_id!r}: file declares schemaId {data['schemaId']!r}"
-            )
-        try:
-            return Bundle(raw, data)
-        except ValueError as exc:
-            raise RegistrationError(f"contract bundle {schema_id!r}: {exc}") from exc
+        return _build_bundle(schema_id, raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _build_bundle(schema_id: str, raw: bytes) -> Bundle:
+    """Parse and check a pinned bundle; the same bytes always give the same immutable Bundle."""
+    data = _parse_bundle(schema_id, raw)
+    if data["schemaId"] != schema_id:
+        raise RegistrationError(
+            f"contract bundle {schema_id!r}: file declares schemaId {data['schemaId']!r}"
+        )
+    try:
+        return Bundle(raw, data)
+    except ValueError as exc:
+        raise RegistrationError(f"contract bundle {schema_id!r}: {exc}") from exc
 
 
 def _parse_bundle(schema_id: str, raw: bytes) -> dict[str, Any]:

@@ -285,6 +285,23 @@ def macvlan_passthru_takes_the_parent_address(w: World) -> None:
     macvlan(w, a, "pt", "pv", mode="passthru")
     macvlan(w, a, "pt2", "pv", mode="passthru")  # only one passthru
     macvlan(w, a, "m1", "pv", mode="bridge")
+    w.checkpoint("passthru made")
+    w.set(a, "pt", mac="02:00:00:00:01:0f")  # a passthru macvlan sets its lower's address
+    w.checkpoint("passthru address set")
+    w.set(a, "pv", mac="02:00:00:00:01:0e")  # and follows the lower's
+    w.checkpoint("lower address set")
+    w.delete(a, "pt")  # the lower gets back the address it had when the port was made
+
+
+@scenario("veth", "macvlan")
+def macvlan_passthru_gives_the_address_back(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp", mac="02:00:00:00:01:01"))
+    macvlan(w, a, "pt", "pv", mode="passthru")
+    w.checkpoint("passthru made")
+    w.set(a, "pt", mac="02:00:00:00:01:0f")
+    w.checkpoint("passthru address set")
+    w.delete(a, "pt")
 
 
 @scenario("veth", "macvlan")
@@ -375,7 +392,9 @@ def namespace_death_takes_a_macvlan_child(w: World) -> None:
     w.create(a, veth("pv", "pp"))
     macvlan(w, b, "mvb", "pv", parent_ns=a)
     macvlan(w, a, "mva", "pv")
-    w.kill_ns("b")  # the child dies, its parent in a stays
+    w.create(w.host, veth("hv", "hp"))
+    macvlan(w, b, "mvh", "hv", parent_ns=w.host)
+    w.kill_ns("b")  # the children die, their parents stay
 
 
 @scenario("veth", "macvlan")
@@ -464,6 +483,8 @@ def bridge_address_and_mtu_follow_its_ports(w: World) -> None:
     w.checkpoint("two ports")
     w.set(a, "wa", mtu=2000)
     w.checkpoint("a port's MTU lowered")
+    w.set(a, "va", mac="02:00:00:00:00:0c")  # the bridge takes the lowest port address
+    w.checkpoint("a port's address changed")
     w.set(a, "wa", master=0)
     w.checkpoint("one port left")
     w.set(a, "va", master=0)

@@ -14,8 +14,9 @@ Normalization (see docs/fake-kernel-fidelity.md for why each is needed):
 * ifindexes are left out; relations (master, parent, veth peer, bond active slave)
   are given by name, with the namespace label where it may differ;
 * MAC addresses are replaced by tokens ("mac1", "mac2", ...) given in order of first
-  appearance, so only equality between addresses is compared (random addresses
-  differ from run to run, and between the fake and Linux);
+  appearance over the whole run (checkpoints included), so only equality between
+  addresses, also at different times, is compared (random addresses differ from
+  run to run, and between the fake and Linux);
 * ``lo`` is left out (the fake does not model loopback).
 """
 
@@ -73,6 +74,9 @@ class World:
         self.log: list[dict[str, Any]] = []
         self._refs: dict[str, NsRef] = {}  # live namespaces by label, creation order
         self._dead: list[tuple[str, NsRef]] = []  # killed namespaces, for labels in the log
+        # MAC tokens for the whole run, so that an address that comes back (a released
+        # bond slave's, a passthru lower's) gets the token it had before
+        self._macs: dict[str, str] = {}
 
     # -- namespaces ------------------------------------------------------------------------
 
@@ -209,7 +213,7 @@ class World:
             label: {lk.ifindex: lk for lk in self.kernel.list_links(ref)}
             for label, ref in self._refs.items()
         }
-        macs: dict[str, str] = {}
+        macs = self._macs
 
         def mac_token(mac: str) -> str:
             return macs.setdefault(mac, f"mac{len(macs) + 1}")

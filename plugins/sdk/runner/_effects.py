@@ -8,6 +8,8 @@ The runner only sequences them and makes each boundary durable.
 from __future__ import annotations
 
 import enum
+import functools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,7 +17,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from .._errors import RegistrationError
-from .._plan import digest
+from .._plan import canonical_json, digest, thaw_json
 
 JSON = Any
 
@@ -87,6 +89,14 @@ class EffectExecutor(Protocol):
         ...
 
 
+@functools.lru_cache(maxsize=256)
+def _payload_validator(schema_json: str) -> jsonschema.Draft202012Validator:
+    """Checking a schema against the metaschema is costly; a schema's text decides it."""
+    schema = json.loads(schema_json)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
 class EffectRegistry:
     """The executors a service is approved to run, by versioned kind."""
 
@@ -97,13 +107,14 @@ class EffectRegistry:
             if ex.kind in self._executors:
                 raise RegistrationError(f"effect kind {ex.kind!r} registered twice")
             try:
-                jsonschema.Draft202012Validator.check_schema(dict(ex.payload_schema))
+                self._validators[ex.kind] = _payload_validator(
+                    canonical_json(thaw_json(ex.payload_schema))
+                )
             except jsonschema.SchemaError as exc:
                 raise RegistrationError(
                     f"effect kind {ex.kind!r}: invalid payload schema: {exc.message}"
                 ) from exc
             self._executors[ex.kind] = ex
-            self._validators[ex.kind] = jsonschema.Draft202012Validator(dict(ex.payload_schema))
 
     @property
     def kinds(self) -> frozenset[str]:

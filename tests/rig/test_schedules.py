@@ -1,0 +1,465 @@
+"""Random schedules: lifecycle steps, crashes, restarts and an administrator, interleaved.
+
+A ``RuleBasedStateMachine`` drives one FakeNode (the three services' runners over the
+fake kernel) through random interleavings of
+
+- two attachments, each in incarnations with fresh ids: (A) blueprint 10.1's chain
+  (prepare vf0/vf1, connect vf0, vf1, bond0, the VLAN; remove in reverse; unprepare)
+  and (B) a macvlan child of enp3s0f2 named sec0; as whole phases (attach, detach)
+  or single steps, abandoning a half-done attach, replaying a finished create and
+  retrying a removed (fenced) one;
+- crashes armed by point-name pattern and occurrence: the next operation that reaches
+  it dies with ``SimulatedCrash`` and the node restarts from its journals (the fake
+  kernel keeps its state); plain restarts between operations;
+- an administrator creating foreign dummies with names we want (net1, net2, bond0,
+  data0, sec0), deleting them again, or changing foreign links (never ours).
+
+Invariants hold after every step; teardown removes and unprepares everything,
+retrying after crashes, requires every receipt to be CLEANED, and then requires the
+kernel to equal the initial one plus exactly the foreign links still there.
+
+Reproduce a run with ``RIG_SEED=<n>`` (printed on failure), or one schedule with the
+``@reproduce_failure`` blob Hypothesis prints.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, note, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from fakekernel.model import diff
+from plugins.kernel import LinkChanges, LinkSpec
+from plugins.sdk import Aborted, FailedPrecondition
+from plugins.sdk._requests import CleanupStatus
+from plugins.sdk.runner import SimulatedCrash
+
+from .schedules import VFS, Attachment, RigNode, Step, chain, share
+
+SCHEDULES = 200
+SCHEDULES_RUN = 0  # machines built (schedules run, including Hypothesis' shrinking)
+SCHEDULES_FINISHED = 0  # schedules whose teardown proved the node clean
+STATS: Counter[str] = Counter()
+_RAN = False
+
+RIG_SEED = int(os.environ["RIG_SEED"]) if os.environ.get("RIG_SEED") else None
+SEED = RIG_SEED if RIG_SEED is not None else random.SystemRandom().randrange(2**32)
+
+CRASH_PATTERNS = (
+    "*/intent.after-commit",
+    "*/captured.after-commit",
+    "*/applying.after-commit",
+    "*/applied.before-commit",
+    "*/kernel#1.*.before",
+    "*/kernel#1.*.after",
+    "*/kernel#2.*.after",
+    "*/kernel#3.*.before",
+    "*/response.before-commit",
+    "*/response.after-commit",
+    "*/fence.after-commit",
+    "*/pending:*.after-commit",
+    "*/target:*.before-commit",
+    "*/undoing.after-commit",
+    "*/undone.before-commit",
+    "*/cleanup.before-commit",
+    "*/cleanup.after-commit",
+    "*",
+)
+FOREIGN_NAMES = ("net1", "net2", "bond0", "data0", "sec0")
+CLEAN_FAILURES = (FailedPrecondition, Aborted)
+MAX_TEARDOWN_CRASHES = 3
+
+
+class Schedules(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        global SCHEDULES_RUN
+        SCHEDULES_RUN += 1
+        self.dir = Path(tempfile.mkdtemp(prefix="rig-schedule-"))
+        self.node = RigNode(self.dir / "node")
+        self.initial = self.node.model.snapshot()
+        self.attachments: dict[str, Attachment] = {
+            "A": chain(self.node, 1),
+            "B": share(self.node, 1),
+        }
+        self.retired: list[Attachment] = []  # fully removed incarnations: fenced forever
+        host = self.node.model.host_namespace()
+        self.vf_home: dict[str, str] = {}
+        for v in VFS:
+            link = self.node.model.find_device(v.attributes["pciAddress"])
+            assert link is not None
+            assert link.ns.key == host.key
+            self.vf_home[v.attributes["pciAddress"]] = link.name
+        self.host_ids = {lk["id"] for lk in self.initial["links"] if lk["ns"] == host.path}
+        # What every foreign link must look like: the lab's own and the administrator's.
+        self.foreign: dict[int, dict[str, Any]] = {
+            lk["id"]: lk for lk in self.initial["links"] if lk["name"] == "foreign0"
+        }
+        self.admin_made: dict[int, str] = {}  # id -> name of links the administrator created
+        self.admin_serial = 0
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _links(self) -> dict[int, dict[str, Any]]:
+        return {lk["id"]: lk for lk in self.node.model.snapshot()["links"]}
+
+    def _restart(self, why: str) -> None:
+        note(f"    restart ({why})")
+        self.node.crash()
+
+    def _run(self, a: Attachment, step: Step) -> str:
+        """Run one step of ``a``; "ok", "failed" (cleanly refused) or "crashed"."""
+        if step.create:
+            a.attempted.add(step.name)
+        else:
+            a.cleanup_attempted.add(step.undoes)
+        label = f"{a.label}{a.gen} {step.name}"
+        try:
+            result = step.call()
+        except SimulatedCrash as crash:
+            STATS["crashes fired"] += 1
+            note(f"  {label}: crashed at {crash}")
+            self._restart("after the crash")
+            return "crashed"
+        except CLEAN_FAILURES as exc:
+            if not step.create:
+                raise AssertionError(f"{label}: cleanup refused: {exc!r}") from exc
+            STATS[f"clean refusals ({type(exc).__name__})"] += 1
+            note(f"  {label}: refused cleanly: {type(exc).__name__}: {exc}")
+            return "failed"
+        if step.create:
+            a.results[step.name] = result
+            a.succeeded.add(step.name)
+            STATS["creates succeeded"] += 1
+        else:
+            assert result.status is CleanupStatus.CLEANED, (label, result)
+            a.cleaned.add(step.undoes)
+            STATS["cleanups CLEANED"] += 1
+        note(f"  {label}: ok")
+        a.pos += 1
+        if a.done:
+            STATS["incarnations fully removed"] += 1
+            self.retired.append(a)
+            make = chain if a.label == "A" else share
+            self.attachments[a.label] = make(self.node, a.gen + 1)
+        return "ok"
+
+    def _drive(self, a: Attachment, until_forward_ends: bool) -> None:
+        """Run steps until the phase ends, or a step is refused or crashes."""
+        while not a.done and (a.forward or not until_forward_ends):
+            if self._run(a, a.steps[a.pos]) != "ok":
+                return
+
+    def _choose(self, data: st.DataObject, options: list[str], what: str) -> str:
+        return data.draw(st.sampled_from(sorted(options)), label=what)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _can_attach(self) -> list[str]:
+        return [k for k, a in self.attachments.items() if a.forward]
+
+    def _can_detach(self) -> list[str]:
+        return [k for k, a in self.attachments.items() if a.started]
+
+    @precondition(lambda self: bool(self._can_attach()))
+    @rule(data=st.data())
+    def attach(self, data: st.DataObject) -> None:
+        a = self.attachments[self._choose(data, self._can_attach(), "attach")]
+        note(f"attach {a.label}{a.gen}")
+        self._drive(a, until_forward_ends=True)
+
+    @precondition(lambda self: bool(self._can_detach()))
+    @rule(data=st.data())
+    def detach(self, data: st.DataObject) -> None:
+        a = self.attachments[self._choose(data, self._can_detach(), "detach")]
+        note(f"detach {a.label}{a.gen}")
+        a.pos = max(a.pos, a.creates)
+        self._drive(a, until_forward_ends=False)
+
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        a = self.attachments[self._choose(data, list(self.attachments), "step")]
+        note(f"step {a.label}{a.gen}: {a.steps[a.pos].name}")
+        self._run(a, a.steps[a.pos])
+
+    @precondition(lambda self: any(a.forward and a.started for a in self.attachments.values()))
+    @rule(data=st.data())
+    def abandon(self, data: st.DataObject) -> None:
+        """Give up a half-done attach: the next steps of this incarnation are its removal."""
+        options = [k for k, a in self.attachments.items() if a.forward and a.started]
+        a = self.attachments[self._choose(data, options, "abandon")]
+        note(f"abandon {a.label}{a.gen} at {a.steps[a.pos].name}")
+        a.pos = a.creates
+
+    def _replayable(self) -> list[str]:
+        return [
+            f"{k}:{name}"
+            for k, a in self.attachments.items()
+            for name in a.succeeded
+            if name not in a.cleanup_attempted
+        ]
+
+    @precondition(lambda self: bool(self._replayable()))
+    @rule(data=st.data())
+    def replay(self, data: st.DataObject) -> None:
+        """A finished create, asked again: the stored response, and no kernel change."""
+        key, name = self._choose(data, self._replayable(), "replay").split(":")
+        a = self.attachments[key]
+        note(f"replay {a.label}{a.gen} {name}")
+        before = self.node.model.snapshot()
+        try:
+            result = a.step_named(name).call()
+        except SimulatedCrash as crash:  # a replay commits nothing; a crash here is a bug
+            raise AssertionError(f"replay of {name} reached crash point {crash}") from crash
+        assert result == a.results[name], (name, result, a.results[name])
+        assert diff(before, self.node.model.snapshot()) == [], name
+        STATS["replays"] += 1
+
+    def _fenced(self) -> list[tuple[Attachment, str]]:
+        out = []
+        for a in [*self.retired[-2:], *self.attachments.values()]:
+            for name in sorted(a.cleaned):
+                if a.step_named(name).ready():
+                    out.append((a, name))
+        return out
+
+    @precondition(lambda self: bool(self._fenced()))
+    @rule(data=st.data())
+    def stale_create(self, data: st.DataObject) -> None:
+        """A create of a removed unit (a late retry or replay) is refused and changes nothing."""
+        a, name = data.draw(st.sampled_from(self._fenced()), label="stale_create")
+        note(f"stale create {a.label}{a.gen} {name}")
+        before = self.node.model.snapshot()
+        with pytest.raises(Aborted, match="was removed by"):
+            a.step_named(name).call()
+        assert diff(before, self.node.model.snapshot()) == [], name
+        STATS["stale creates refused"] += 1
+
+    # -- crashes and restarts ------------------------------------------------------------------
+
+    @precondition(lambda self: self.node.crash_points.pattern is None)
+    @rule(pattern=st.sampled_from(CRASH_PATTERNS), occurrence=st.integers(1, 4))
+    def arm_crash(self, pattern: str, occurrence: int) -> None:
+        note(f"arm crash at {pattern} #{occurrence}")
+        self.node.crash_points.arm(pattern, occurrence)
+        STATS["crashes armed"] += 1
+
+    @rule()
+    def restart(self) -> None:
+        self._restart("between operations")
+        STATS["restarts"] += 1
+
+    # -- the administrator ---------------------------------------------------------------------
+
+    def _free_names(self) -> list[str]:
+        taken = set(self.node.sandbox_links())
+        return [n for n in FOREIGN_NAMES if n not in taken]
+
+    def _record_foreign(self, link_id: int) -> None:
+        self.foreign[link_id] = self._links()[link_id]
+
+    @precondition(lambda self: bool(self._free_names()))
+    @rule(data=st.data())
+    def foreign_create(self, data: st.DataObject) -> None:
+        name = self._choose(data, self._free_names(), "foreign_create")
+        self.admin_serial += 1
+        spec = LinkSpec(kind="dummy", name=name, alias=f"admin:{self.admin_serial}")
+        self.node.model.create_link(self.node.sandbox_ns, spec)
+        (link_id,) = (
+            i for i, lk in self._links().items() if lk["alias"] == f"admin:{self.admin_serial}"
+        )
+        note(f"admin: create dummy {name} in the sandbox (id {link_id})")
+        self.admin_made[link_id] = name
+        self._record_foreign(link_id)
+        STATS["foreign creates"] += 1
+
+    def _find(self, link_id: int) -> tuple[Any, int]:
+        entry = self._links()[link_id]
+        ns = next(n for n in self.node.model.namespaces() if n.path == entry["ns"])
+        return ns, entry["ifindex"]
+
+    @precondition(lambda self: bool(self.admin_made))
+    @rule(data=st.data())
+    def foreign_delete(self, data: st.DataObject) -> None:
+        link_id = data.draw(st.sampled_from(sorted(self.admin_made)), label="foreign_delete")
+        note(f"admin: delete {self.admin_made[link_id]} (id {link_id})")
+        ns, ifindex = self._find(link_id)
+        self.node.model.delete_link(ns, ifindex)
+        del self.admin_made[link_id], self.foreign[link_id]
+        STATS["foreign deletes"] += 1
+
+    @rule(data=st.data(), change=st.sampled_from(["mtu", "up", "alias"]))
+    def foreign_change(self, data: st.DataObject, change: str) -> None:
+        link_id = data.draw(st.sampled_from(sorted(self.foreign)), label="foreign_change")
+        ns, ifindex = self._find(link_id)
+        current = self.foreign[link_id]
+        self.admin_serial += 1
+        changes = {
+            "mtu": LinkChanges(mtu=1400 + self.admin_serial),
+            "up": LinkChanges(up=not current["up"]),
+            "alias": LinkChanges(alias=f"admin:changed-{self.admin_serial}"),
+        }[change]
+        note(f"admin: change {change} of {current['name']} (id {link_id})")
+        self.node.model.set_link(ns, ifindex, changes)
+        self._record_foreign(link_id)
+        STATS["foreign changes"] += 1
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def _everyone(self) -> list[Attachment]:
+        return list(self.attachments.values())
+
+    @invariant()
+    def vfs_leave_home_only_while_connected(self) -> None:
+        host = self.node.model.host_namespace()
+        a = self.attachments["A"]
+        for pci, home in self.vf_home.items():
+            link = self.node.model.find_device(pci)
+            assert link is not None, f"VF {pci} disappeared"
+            if link.ns.key == host.key:
+                assert link.name == home, f"VF {pci} is home as {link.name}, not {home}"
+                continue
+            assert link.ns.key == self.node.sandbox_ns.key, f"VF {pci} in {link.ns.path}"
+            assert a.live(a.vfs[pci]), (
+                f"VF {pci} is in the sandbox as {link.name} but {a.vfs[pci]} of "
+                f"A{a.gen} is not (being) connected"
+            )
+
+    @invariant()
+    def our_links_belong_to_live_attachments(self) -> None:
+        sandbox = self.node.sandbox_ns.path
+        vf_ids = {
+            lk["id"]
+            for lk in self.initial["links"]
+            if lk["pci_address"] in self.vf_home  # VFs are judged above
+        }
+        for link_id, lk in self._links().items():
+            alias = lk["alias"] or ""
+            owner = next(
+                (
+                    (a, a.owned[key])
+                    for a in self._everyone()
+                    for key in (alias, lk["name"])
+                    if key in a.owned and (key == alias or not alias)
+                ),
+                None,
+            )
+            if alias.startswith("dranp:"):
+                assert owner is not None, f"{lk['name']} carries unknown marker {alias}"
+            if owner is not None:
+                a, step = owner
+                assert lk["ns"] == sandbox, f"our {lk['name']} is in {lk['ns']}"
+                assert a.live(step), (
+                    f"{lk['name']} ({alias or 'no alias'}) of {step} in {a.label}{a.gen} "
+                    "is still there, but that step is not (being) connected"
+                )
+            elif link_id in vf_ids or link_id in self.foreign:
+                continue
+            elif lk["ns"] == sandbox:
+                raise AssertionError(f"unexplained link in the sandbox: {lk}")
+            else:
+                assert link_id in self.host_ids, f"unexplained link on the host: {lk}"
+        present = self._links()
+        missing = sorted(self.host_ids - present.keys())
+        assert not missing, f"host links vanished: {missing}"
+
+    @invariant()
+    def foreign_links_untouched(self) -> None:
+        links = self._links()
+        for link_id, expected in self.foreign.items():
+            assert link_id in links, f"foreign {expected['name']} (id {link_id}) was deleted"
+            assert links[link_id] == expected, (
+                f"foreign {expected['name']} was changed: "
+                f"{diff({'links': [expected]}, {'links': [links[link_id]]})}"
+            )
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        try:
+            self._remove_everything()
+            self._assert_clean()
+            global SCHEDULES_FINISHED
+            SCHEDULES_FINISHED += 1
+        finally:
+            self.node.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _remove_everything(self) -> None:
+        note("teardown: remove and unprepare everything")
+        for key in sorted(self.attachments):
+            a = self.attachments[key]
+            if not a.started:
+                continue
+            a.pos = max(a.pos, a.creates)
+            crashes = 0
+            while self.attachments[key] is a:
+                outcome = self._run(a, a.steps[a.pos])
+                if outcome == "crashed":
+                    crashes += 1
+                    assert crashes <= MAX_TEARDOWN_CRASHES, "cleanup keeps crashing"
+
+    def _assert_clean(self) -> None:
+        self.vfs_leave_home_only_while_connected()
+        self.our_links_belong_to_live_attachments()
+        self.foreign_links_untouched()
+        for service, store in sorted(self.node.stores.items()):
+            pending = store.read(lambda r: r.nonterminal_operations())
+            assert not pending, f"{service}: operations left non-terminal: {pending}"
+        now = self.node.model.snapshot()
+        expected_links = {lk["id"]: lk for lk in self.initial["links"]}
+        expected_links.update(self.foreign)
+        expected = dict(self.initial, links=[expected_links[i] for i in sorted(expected_links)])
+        assert diff(expected, now) == [], diff(expected, now)
+
+
+SETTINGS = settings(
+    max_examples=SCHEDULES,
+    stateful_step_count=12,
+    deadline=None,
+    derandomize=False,
+    print_blob=True,
+    database=None,  # the seed (printed on failure) reproduces the whole run
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@pytest.mark.timeout(600)
+def test_random_schedules_keep_the_node_clean() -> None:
+    global _RAN
+    _RAN = True
+    started = time.monotonic()
+    try:
+        run_state_machine_as_test(seed(SEED)(Schedules), settings=SETTINGS)
+    except BaseException as exc:
+        exc.add_note(f"rig: reproduce this run with RIG_SEED={SEED}")
+        raise
+    finally:
+        summary = ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items()))
+        print(
+            f"\nrig schedules: seed {SEED}, {SCHEDULES_RUN} run, {SCHEDULES_FINISHED} clean, "
+            f"{time.monotonic() - started:.1f}s; {summary}"
+        )
+
+
+def test_enough_schedules_ran() -> None:
+    if not _RAN:
+        pytest.skip("the schedule test was not selected")
+    assert SCHEDULES_RUN >= SCHEDULES
+    assert SCHEDULES_FINISHED >= SCHEDULES
