@@ -1,17 +1,68 @@
-"""The rig's pytest plugin: lab-tier markers and their selection rules.
+"""The rig's pytest plugin: lab-tier markers, their selection rules, and run statistics.
 
-A test without a lab marker needs neither root nor a lab, so it is marked
-``fake`` and ``pytest -m fake`` is the whole fast suite.
+A test without a lab marker needs neither root nor a lab, so it is marked ``fake`` and
+``pytest -m fake`` is the whole fast suite. A lab tier that cannot run here skips with
+one line saying what is missing, unless it was asked for explicitly (``-m vm``), in
+which case its absence fails the run.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import pytest
 
 LAB_MARKERS = ("netns", "vm", "sriov")
+STATS_KEY = pytest.StashKey["RigStats"]()
+
+
+@dataclass
+class RigStats:
+    """Counters the rig's tests add to; written to reports/summary.json by the rig."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] += n
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STATS_KEY] = RigStats()
+
+
+@pytest.fixture(scope="session")
+def rig_stats(request: pytest.FixtureRequest) -> RigStats:
+    return request.config.stash[STATS_KEY]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not any(item.get_closest_marker(m) for m in LAB_MARKERS):
             item.add_marker(pytest.mark.fake)
+
+
+def explicitly_requested(config: pytest.Config, tier: str) -> bool:
+    """True when the run's -m expression names this tier (then a missing lab is a failure)."""
+    expression = config.getoption("markexpr", "") or ""
+    return tier in expression.replace("(", " ").replace(")", " ").split()
+
+
+def require_lab(config: pytest.Config, tier: str, missing: str | None) -> None:
+    """Skip (one line) or fail when the lab of ``tier`` cannot run here."""
+    if missing is None:
+        return
+    if explicitly_requested(config, tier):
+        pytest.fail(f"{tier} tier was requested but cannot run: {missing}", pytrace=False)
+    pytest.skip(f"{tier} tier: {missing}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get("RIG_STATS_FILE")
+    if target:
+        stats = session.config.stash[STATS_KEY]
+        Path(target).write_text(json.dumps({"counts": dict(stats.counts), "notes": stats.notes}, indent=2))

@@ -82,7 +82,12 @@ class Coordinator:
     def prepare(
         self, claim: str, compiled: CompiledTopology, allocations: Mapping[str, AllocatedDevice]
     ) -> dict[str, PreparedState]:
-        self.journal.set_unit(claim, "preparation", compiled.topology.name, "preparing")
+        detail = {
+            "roots": list(compiled.prepare_order),
+            "plugins": {n: compiled.steps[n].plugin for n in compiled.prepare_order},
+        }
+        # The roots are recorded before the first call, so an interrupted prepare can be undone.
+        self.journal.set_unit(claim, "preparation", compiled.topology.name, "preparing", detail)
         prepared: dict[str, PreparedState] = {}
         for name in compiled.prepare_order:
             step = compiled.steps[name]
@@ -105,10 +110,7 @@ class Coordinator:
             "preparation",
             compiled.topology.name,
             "prepared",
-            {
-                "roots": list(compiled.prepare_order),
-                "plugins": {n: compiled.steps[n].plugin for n in compiled.prepare_order},
-            },
+            detail,
         )
         return prepared
 

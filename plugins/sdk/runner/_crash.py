@@ -14,7 +14,7 @@ import enum
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ENV_ARM = "NETWORKPLUGIN_CRASH_AT"
@@ -39,8 +39,11 @@ class CrashPoints:
         armed: str | None = None,
         mode: CrashMode = CrashMode.IN_PROCESS,
         trace: Path | None = None,
+        *,
+        armed_when: Callable[[str], bool] | None = None,
     ) -> None:
         self.armed = armed
+        self.armed_when = armed_when  # crash at the first point this accepts (once)
         self.mode = mode
         self._trace = trace
         self._lock = threading.Lock()
@@ -78,6 +81,9 @@ class CrashPoints:
                     f.flush()
                     os.fsync(f.fileno())
         if name == self.armed:
+            self._crash(name)
+        if self.armed_when is not None and self.armed_when(name):
+            self.armed_when = None
             self._crash(name)
 
     def kernel_call(self, method: str) -> str:

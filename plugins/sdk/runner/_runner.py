@@ -175,7 +175,8 @@ class Runner:
                 seen_text = f"probe at recovery: {seen.value}"
             notes.append(f"{op.operation_id}/{rec.effect_id}: {seen_text}")
             updated = dataclasses.replace(rec, detail=seen_text)
-            self._store.write(lambda t, u=updated: t.update_effect(u))  # type: ignore[misc]
+            with self._crash.scope("Recovery", op.operation_id, rec.effect_id):
+                self._commit("probe", lambda t, u=updated: t.update_effect(u))  # type: ignore[misc]
         if op.state is OperationState.RUNNING:
             failed = dataclasses.replace(
                 op,
@@ -184,7 +185,8 @@ class Runner:
                     {"message": "interrupted by a restart; retry resumes, cleanup undoes"}
                 ),
             )
-            self._store.write(lambda t: t.update_operation(failed))
+            with self._crash.scope("Recovery", op.operation_id):
+                self._commit("interrupted", lambda t: t.update_operation(failed))
             notes.append(f"{op.operation_id}: interrupted, marked Failed")
         return notes
 
@@ -232,7 +234,10 @@ class Runner:
             running.done.set()
 
     def _commit(self, phase: str, fn: Callable[[Txn], T]) -> T:
-        store = self._require_store()
+        # Recovery commits too, before the runner is ready: only the journal must exist.
+        store = self._store
+        if store is None:
+            raise Unavailable(f"journal unavailable: {self._unavailable}")
         self._crash.hit(f"{phase}.before-commit")
         result = store.write(fn)
         self._crash.hit(f"{phase}.after-commit")

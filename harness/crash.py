@@ -1,0 +1,126 @@
+"""The crash enumerator: list the points a scenario reaches, then crash at each.
+
+For every point: run the lifecycle until the armed point crashes the services,
+restart them from their journals (the kernel keeps what happened), then either
+retry the interrupted phase and finish (``retry``), or abandon the attachment and
+clean up (``cleanup``). Compound runs crash a second time during the recovery or
+during the undo that follows. Every run ends with the invariants checked.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plugins.sdk.runner import CrashPoints, SimulatedCrash
+
+from .inprocess import InProcessLab
+from .invariants import violations
+from .scenarios import PHASES, Lifecycle
+
+UNDO_PHASES = ("undoing.", "undone.", "quarantined.", "pending:", "target:", "cleanup.")
+
+
+def is_undo_boundary(point: str) -> bool:
+    hook, _, _, phase = point.split("/", 3)
+    return hook in ("RemoveNetwork", "NodeUnprepare") and phase.startswith(UNDO_PHASES)
+
+
+def is_recovery_boundary(point: str) -> bool:
+    return point.startswith("Recovery/")
+
+
+@dataclass
+class Reference:
+    points: list[str]
+    results: dict[str, Any]
+
+
+@dataclass
+class RunResult:
+    point: str
+    path: str
+    crashes: int
+    crashed_phase: str
+    violations: list[str] = field(default_factory=list)
+    replay_mismatch: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.replay_mismatch
+
+
+def reference(topology: str, root: Path | None = None) -> Reference:
+    root = root or Path(tempfile.mkdtemp(prefix="rig-ref-"))
+    lab = InProcessLab(root)
+    try:
+        life = Lifecycle(topology, lab)
+        life.run()
+        return Reference(list(lab.crash_points.reached), dict(life.results))
+    finally:
+        lab.close()
+
+
+def _run_until_crash(life: Lifecycle, start: int = 0) -> int | None:
+    for index in range(start, len(PHASES)):
+        try:
+            life.results[PHASES[index]] = life.phase(PHASES[index])()
+        except SimulatedCrash:
+            return index
+    return None
+
+
+def _restart(lab: InProcessLab, crash: CrashPoints | None = None) -> bool:
+    """Restart the services; True if a crash armed for recovery fired during it."""
+    try:
+        lab.crash_services(crash)
+    except SimulatedCrash:
+        return True
+    return False
+
+
+def crash_run(
+    topology: str,
+    point: str,
+    path: str,
+    root: Path,
+    *,
+    second: Callable[[str], bool] | None = None,
+    ref: Reference | None = None,
+) -> RunResult:
+    """One crash (two with ``second``) at ``point``, then retry or cleanup, then invariants."""
+    lab = InProcessLab(root, crash=CrashPoints(armed=point))
+    before = lab.model.snapshot()
+    try:
+        life = Lifecycle(topology, lab)
+        crashed = _run_until_crash(life)
+        if crashed is None:
+            return RunResult(point, path, 0, "-", [f"{point} was not reached"])
+        crashes = 1
+        start = crashed if path == "retry" else max(crashed, PHASES.index("remove"))
+        if second is not None and second is is_recovery_boundary:
+            if _restart(lab, CrashPoints(armed_when=second)):
+                crashes += 1
+            _restart(lab)
+        elif second is not None:
+            _restart(lab, CrashPoints(armed_when=second))
+            again = _run_until_crash(life, start)
+            if again is not None:
+                crashes += 1
+                start = again
+            _restart(lab)
+        else:
+            _restart(lab)
+        life.run(start)
+        mismatch = ""
+        if path == "retry" and ref is not None:
+            for phase in ("prepare", "connect"):
+                if phase in life.results and life.results[phase] != ref.results[phase]:
+                    mismatch = f"{phase} result after the crash differs from the uncrashed run"
+        found = violations(before, lab.model, lab.journal, dict(lab.coordinator.clients))
+        return RunResult(point, path, crashes, PHASES[crashed], found, mismatch)
+    finally:
+        lab.close()

@@ -1,0 +1,74 @@
+"""The rig's invariants, checked after every crash run.
+
+- nothing of ours leaked: no link carries our ownership marker, no VF is outside the
+  host namespace, and once the sandbox is gone the kernel equals its first snapshot
+  (which also proves before-images were restored and nothing foreign was touched);
+- no double ownership: the node authority holds no claim after cleanup;
+- the journals agree: every operation the coordinator recorded is, in the plugin's
+  journal, in the state the coordinator believes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fakekernel.model import FakeKernelModel, diff
+from plugins.coordinator._journal import CoordinatorJournal
+from plugins.sdk._requests import OperationState
+from plugins.sdk.host import PluginCallError
+
+MARKER = "dranp:"
+
+
+def leaks(model: FakeKernelModel) -> list[str]:
+    found = []
+    host = model.host_namespace().key
+    for ns in model.namespaces():
+        for link in model.list_links(ns):
+            if link.alias and link.alias.startswith(MARKER):
+                found.append(f"{link.name} in {ns.path} still carries our marker")
+            if link.vf_of is not None and ns.key != host:
+                found.append(f"VF {link.pci_address} is still in {ns.path} as {link.name}")
+    return found
+
+
+def journal_disagreements(journal: CoordinatorJournal, clients: dict[str, Any]) -> list[str]:
+    problems = []
+    for call in journal.calls():
+        try:
+            seen = clients[call.plugin].inspect(call.operation_id, "")
+        except PluginCallError as exc:
+            problems.append(f"{call.operation_id}: plugin journal unreadable: {exc}")
+            continue
+        if not seen.found:
+            if call.state not in ("failed", "requested"):
+                problems.append(
+                    f"{call.operation_id}: coordinator says {call.state}, plugin has no record"
+                )
+            continue
+        if seen.state is not OperationState.CLEANED:
+            problems.append(
+                f"{call.operation_id}: coordinator says {call.state}, plugin says {seen.state}"
+            )
+        elif call.hook in ("RemoveNetwork", "NodeUnprepare") and call.state != "cleaned":
+            problems.append(
+                f"{call.operation_id}: plugin cleaned it, coordinator says {call.state}"
+            )
+    return problems
+
+
+def violations(
+    before: dict[str, Any],
+    model: FakeKernelModel,
+    journal: CoordinatorJournal,
+    clients: dict[str, Any],
+    sandbox: str = "pod-a",
+) -> list[str]:
+    """Everything wrong with the node after a run that ended with full cleanup."""
+    found = leaks(model)
+    found += [f"claim still held: {c.resource} by {c.holder}" for c in journal.claims()]
+    found += journal_disagreements(journal, clients)
+    if any(ns.path.endswith(f"/{sandbox}") for ns in model.namespaces()):
+        model.delete_namespace(sandbox)  # the pod goes away; nothing of ours may depend on that
+    found += [f"kernel differs: {line}" for line in diff(before, model.snapshot())]
+    return found
