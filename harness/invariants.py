@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from fakekernel.model import FakeKernelModel, diff
+from fakekernel.model import diff
+from plugins.kernel import Link, NsRef
 from plugins.coordinator._journal import CoordinatorJournal
 from plugins.sdk._requests import OperationState
 from plugins.sdk.host import PluginCallError
@@ -20,7 +21,21 @@ from plugins.sdk.host import PluginCallError
 MARKER = "dranp:"
 
 
-def leaks(model: FakeKernelModel) -> list[str]:
+class InspectableKernel(Protocol):
+    """The fake kernel, in-process or behind its server: what the invariants read."""
+
+    def namespaces(self) -> list[NsRef]: ...
+
+    def list_links(self, ns: NsRef) -> list[Link]: ...
+
+    def host_namespace(self) -> NsRef: ...
+
+    def delete_namespace(self, name: str) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+def leaks(model: InspectableKernel) -> list[str]:
     found = []
     host = model.host_namespace().key
     for ns in model.namespaces():
@@ -59,7 +74,7 @@ def journal_disagreements(journal: CoordinatorJournal, clients: dict[str, Any]) 
 
 def violations(
     before: dict[str, Any],
-    model: FakeKernelModel,
+    model: InspectableKernel,
     journal: CoordinatorJournal,
     clients: dict[str, Any],
     sandbox: str = "pod-a",

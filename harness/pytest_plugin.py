@@ -65,4 +65,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     target = os.environ.get("RIG_STATS_FILE")
     if target:
         stats = session.config.stash[STATS_KEY]
-        Path(target).write_text(json.dumps({"counts": dict(stats.counts), "notes": stats.notes}, indent=2))
+        Path(target).write_text(
+            json.dumps({"counts": dict(stats.counts), "notes": stats.notes}, indent=2)
+        )

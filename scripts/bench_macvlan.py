@@ -444,12 +444,15 @@ def summarize(samples: list[float]) -> tuple[float, float, float]:
 
 
 def report(
-    args: argparse.Namespace, results: dict[str, list[float]], rows: list[Contender]
+    args: argparse.Namespace,
+    results: dict[str, list[float]],
+    rows: list[Contender],
+    load: float,
 ) -> None:
     print(
         f"macvlan ADD+DEL on Linux {platform.release()} ({os.cpu_count()} CPUs), "
         f"containernetworking-plugins {cni_version()}: {args.iterations} iterations "
-        f"after {args.warmup} warm-ups, interleaved"
+        f"after {args.warmup} warm-ups, interleaved; load average {load:.2f} at start"
     )
     print(f"{'':6} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}  measures")
     medians: dict[str, float] = {}
@@ -478,13 +481,14 @@ def run(args: argparse.Namespace) -> int:
             for c in contenders:
                 c.run(f"warm-{w}")
         results: dict[str, list[float]] = {c.name: [] for c in contenders}
+        load = os.getloadavg()[0]
         for i in range(args.iterations):
             shift = i % len(contenders)
             for c in contenders[shift:] + contenders[:shift]:
                 results[c.name].append(c.run(str(i)))
         for c in contenders:
             check(lab, c, f"final-{c.name}")
-        report(args, results, contenders)
+        report(args, results, contenders, load)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from plugins.kernel import BondInfo, LinkKind, LinkSpec, NsRef
 
@@ -40,18 +41,16 @@ def scenario(*kinds: LinkKind) -> Callable[[Run], Run]:
     return register
 
 
-def veth(
-    name: str, peer: str | None = None, peer_ns: NsRef | None = None, **kw: object
-) -> LinkSpec:
-    return LinkSpec(kind="veth", name=name, peer_name=peer, peer_ns=peer_ns, **kw)  # type: ignore[arg-type]
+def veth(name: str, peer: str | None = None, peer_ns: NsRef | None = None, **kw: Any) -> LinkSpec:
+    return LinkSpec(kind="veth", name=name, peer_name=peer, peer_ns=peer_ns, **kw)
 
 
 def macvlan(
-    w: World, ns: NsRef, name: str, parent: str, parent_ns: NsRef | None = None, **kw: object
+    w: World, ns: NsRef, name: str, parent: str, parent_ns: NsRef | None = None, **kw: Any
 ) -> None:
     """A macvlan in ``ns`` on the link named ``parent`` (in ``parent_ns``, default ``ns``)."""
     index = w.ifindex(parent_ns or ns, parent)
-    spec = LinkSpec(kind="macvlan", name=name, parent=index, parent_ns=parent_ns, **kw)  # type: ignore[arg-type]
+    spec = LinkSpec(kind="macvlan", name=name, parent=index, parent_ns=parent_ns, **kw)
     w.create(ns, spec)
 
 
@@ -62,10 +61,10 @@ def stacked(
     name: str,
     parent: str,
     parent_ns: NsRef | None = None,
-    **kw: object,
+    **kw: Any,
 ) -> None:
     index = w.ifindex(parent_ns or ns, parent)
-    spec = LinkSpec(kind=kind, name=name, parent=index, parent_ns=parent_ns, **kw)  # type: ignore[arg-type]
+    spec = LinkSpec(kind=kind, name=name, parent=index, parent_ns=parent_ns, **kw)
     w.create(ns, spec)
 
 
@@ -163,6 +162,7 @@ def bad_names(w: World) -> None:
     w.create(a, veth(".", "ok6"))
     w.create(a, veth("..", "ok7"))
     w.create(a, veth("ok8", "bad/peer"))
+    w.create(a, veth("", "ok9"))  # an empty name
     w.create(a, veth("va", "vb"))
     w.set(a, "va", name="x" * 16)
     w.set(a, "va", name="x/y")
@@ -545,8 +545,8 @@ def dummy_create_and_move(w: World) -> None:
 # -- bond ------------------------------------------------------------------------------
 
 
-def bond(name: str, mode: str = "active-backup", **kw: object) -> LinkSpec:
-    return LinkSpec(kind="bond", name=name, bond=BondInfo(mode=mode, miimon_ms=100), **kw)  # type: ignore[arg-type]
+def bond(name: str, mode: str = "active-backup", **kw: Any) -> LinkSpec:
+    return LinkSpec(kind="bond", name=name, bond=BondInfo(mode=mode, miimon_ms=100), **kw)
 
 
 @scenario("bond", "veth")
@@ -595,7 +595,7 @@ def bond_refuses_a_busy_port(w: World) -> None:
 # -- vlan ------------------------------------------------------------------------------
 
 
-def vlan(w: World, ns: NsRef, name: str, parent: str, vid: int, **kw: object) -> None:
+def vlan(w: World, ns: NsRef, name: str, parent: str, vid: int, **kw: Any) -> None:
     stacked(w, "vlan", ns, name, parent, vlan_id=vid, **kw)
 
 

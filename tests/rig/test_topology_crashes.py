@@ -20,7 +20,9 @@ def topology(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", ["retry", "cleanup"])
-def test_crash_at_every_point(topology: str, path: str, tmp_path: Path, rig_stats: RigStats) -> None:
+def test_crash_at_every_point(
+    topology: str, path: str, tmp_path: Path, rig_stats: RigStats
+) -> None:
     ref = reference(topology, tmp_path / "reference")
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
@@ -38,7 +40,9 @@ def test_crash_at_every_point(topology: str, path: str, tmp_path: Path, rig_stat
 
 
 @pytest.mark.timeout(900)
-def test_compound_crash_at_every_undo_boundary(topology: str, tmp_path: Path, rig_stats: RigStats) -> None:
+def test_compound_crash_at_every_undo_boundary(
+    topology: str, tmp_path: Path, rig_stats: RigStats
+) -> None:
     ref = reference(topology, tmp_path / "reference")
     undo_points = [p for p in ref.points if is_undo_boundary(p)]
     assert undo_points

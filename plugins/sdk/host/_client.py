@@ -66,7 +66,13 @@ class PluginClient:
         self._closed = threading.Event()
         self._channel = grpc.insecure_channel(
             f"unix://{self._path}",
-            options=[("grpc.enable_retries", 0)],
+            options=[
+                ("grpc.enable_retries", 0),
+                # A local service restarts in about a second: do not back off for minutes.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+            ],
         )
         self._stub = pb_grpc.NetworkPluginStub(self._channel)
 
