@@ -249,6 +249,7 @@ def check_fencing(target: Target, work: Path) -> None:
             receipt.status is CleanupStatus.CLEANED,
             "removal of a never-connected attachment was not CLEANED",
         )
+        node.crash()  # the fence must be durable, not a memory of this process
         try:
             _connect(node, prepared)
         except Aborted:
@@ -451,6 +452,29 @@ def check_inspect_read_only(target: Target, work: Path) -> None:
         node.close()
 
 
+def check_external_change(target: Target, work: Path) -> None:
+    """A field we set, changed by someone else, is quarantined on cleanup, never overwritten."""
+    if target.tamper is None:
+        raise NotApplicable("the target declares no field an administrator could change under it")
+    node = TargetNode(target, work / "node")
+    try:
+        _connect(node, _prepare(node))
+        node.endpoint.remove_network(target.remove())
+        target.tamper(node.host)
+        tampered = node.host.model.snapshot()
+        receipt = (
+            node.endpoint.node_unprepare(target.unprepare()) if not target.operation_only else None
+        )
+        if receipt is not None:
+            expect(
+                receipt.status is CleanupStatus.QUARANTINED,
+                f"cleanup over an externally changed field was {receipt.status}, not QUARANTINED",
+            )
+        _restored(node, tampered, "the externally changed state")
+    finally:
+        node.close()
+
+
 CHECKS: dict[str, Callable[[Target, Path], Any]] = {
     "getinfo-identity": check_getinfo_identity,
     "authentication": check_authentication,
@@ -466,6 +490,7 @@ CHECKS: dict[str, Callable[[Target, Path], Any]] = {
     "damaged-journal": check_damaged_journal,
     "concurrent-duplicates": check_concurrent_duplicates,
     "inspect-read-only": check_inspect_read_only,
+    "external-change": check_external_change,
 }
 
 

@@ -75,6 +75,8 @@ class Target:
     prepare: Callable[[Host, str], PrepareRequest] | None = None
     interface: str = "net9"
     setup: Callable[[Host], None] = field(default=lambda host: None)
+    tamper: Callable[[Host], None] | None = None
+    """An administrator changing, after connect, a field this plugin set (None: not applicable)."""
 
     @property
     def operation_only(self) -> bool:
@@ -236,6 +238,15 @@ def _vlan_connect(host: Host, prepared: PreparedState | None, op: str) -> Connec
     )
 
 
+def _vf_tamper(host: Host) -> None:
+    """An administrator changes VF 0's trust (we set it to true) and VLAN through its PF."""
+    from plugins.kernel import VFChanges
+
+    pf = host.model.get_link(host.model.host_namespace(), name="enp3s0f0")
+    assert pf is not None
+    host.model.set_vf(host.model.host_namespace(), pf.ifindex, 0, VFChanges(trust=False, vlan=42))
+
+
 def _vf_prepare(host: Host, op: str) -> PrepareRequest:
     config = {
         "mtu": 1500,
@@ -298,6 +309,7 @@ def project_targets() -> list[Target]:
             _linux_effects,
             _vf_connect,
             prepare=_vf_prepare,
+            tamper=_vf_tamper,
         ),
         Target(
             "bond",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fakekernel.model import diff
-from plugins.kernel import Link, NsRef
 from plugins.coordinator._journal import CoordinatorJournal
+from plugins.kernel import Link, NsRef
 from plugins.sdk._requests import OperationState
 from plugins.sdk.host import PluginCallError
 

@@ -8,11 +8,8 @@ which case its absence fails the run.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -59,12 +56,3 @@ def require_lab(config: pytest.Config, tier: str, missing: str | None) -> None:
     if explicitly_requested(config, tier):
         pytest.fail(f"{tier} tier was requested but cannot run: {missing}", pytrace=False)
     pytest.skip(f"{tier} tier: {missing}")
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    target = os.environ.get("RIG_STATS_FILE")
-    if target:
-        stats = session.config.stash[STATS_KEY]
-        Path(target).write_text(
-            json.dumps({"counts": dict(stats.counts), "notes": stats.notes}, indent=2)
-        )

@@ -1,6 +1,9 @@
-"""The rig's command line: run the conformance suite against one lab, write the summary.
+"""The rig's command line: run the conformance rig against one lab, write the summary.
 
 ``python -m harness.rig --lab fake:// --alluredir reports/allure-results``
+
+Runs the tests of the lab's tier (``-m fake`` for ``fake://``), writes Allure results with
+environment metadata, and ``reports/summary.json`` with the run's figures.
 """
 
 from __future__ import annotations
@@ -11,58 +14,83 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-TIER_MARKERS = {"fake": "fake", "netns": "netns", "vm": "vm", "sriov": "sriov"}
+from .labs import LabURLError, parse_lab_url
+from .pytest_plugin import STATS_KEY
+from .report import write_environment
+
+SUMMARY_COUNTS = (
+    "crash_points_enumerated",
+    "crash_runs_inprocess",
+    "crash_runs_sigkill",
+    "compound_crash_runs",
+    "random_schedules",
+    "invariant_violations",
+)
 
 
-class _Outcomes:
-    """Counts test outcomes (the call phase, or setup when it failed or skipped)."""
+class _Collector:
+    """Counts test outcomes and takes the rig's statistics at the end of the session."""
 
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.stats: dict[str, int] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            self.counts[report.outcome] += 1
+            self.outcomes[report.outcome] += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.stats = dict(session.config.stash[STATS_KEY].counts)
+
+
+def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dict[str, Any]:
+    summary: dict[str, Any] = {"tier": tier, "lab": lab}
+    summary.update({key: collector.stats.get(key, 0) for key in SUMMARY_COUNTS})
+    runs = (
+        summary["crash_runs_inprocess"]
+        + summary["crash_runs_sigkill"]
+        + summary["compound_crash_runs"]
+    )
+    summary.update(
+        tests_passed=collector.outcomes["passed"],
+        tests_failed=collector.outcomes["failed"],
+        tests_skipped=collector.outcomes["skipped"],
+        seconds=round(seconds, 1),
+        crash_runs_per_second=round(runs / seconds, 2) if seconds else 0.0,
+    )
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.rig")
+    parser = argparse.ArgumentParser(prog="harness.rig", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--lab", default="fake://", help="lab URL: fake://, netns://, vm://, sriov://INVENTORY"
+        "--lab", default="fake://", help="fake://, netns://, vm://, sriov://INVENTORY"
     )
     parser.add_argument("--alluredir", default="reports/allure-results")
     parser.add_argument("--summary", default="reports/summary.json")
-    parser.add_argument("pytest_args", nargs="*")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
-    tier = args.lab.split("://", 1)[0]
-    if tier not in TIER_MARKERS:
-        parser.error(f"unknown lab URL scheme {tier!r}; expected one of {', '.join(TIER_MARKERS)}")
-    outcomes = _Outcomes()
+    try:
+        spec = parse_lab_url(args.lab)
+    except LabURLError as exc:
+        parser.error(str(exc))
+    results = Path(args.alluredir)
+    write_environment(results, args.lab)
+    collector = _Collector()
     started = time.monotonic()
     status = pytest.main(
-        ["-m", TIER_MARKERS[tier], f"--alluredir={args.alluredir}", "-q", *args.pytest_args],
-        plugins=[outcomes],
+        ["-m", spec.tier, f"--alluredir={results}", "-q", *args.pytest_args],
+        plugins=[collector],
     )
-    summary = {
-        "tier": tier,
-        "lab": args.lab,
-        "crash_points_enumerated": 0,
-        "crash_runs_inprocess": 0,
-        "crash_runs_sigkill": 0,
-        "compound_crash_runs": 0,
-        "random_schedules": 0,
-        "invariant_violations": 0,
-        "tests_passed": outcomes.counts["passed"],
-        "tests_failed": outcomes.counts["failed"],
-        "tests_skipped": outcomes.counts["skipped"],
-        "seconds": round(time.monotonic() - started, 2),
-    }
+    summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
     path = Path(args.summary)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
     return int(status)
 
 

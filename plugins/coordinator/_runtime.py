@@ -11,7 +11,8 @@ share.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +71,14 @@ def resource_claims(plugin: str, allocation: AllocatedDevice) -> list[ResourceCl
 
 class Coordinator:
     def __init__(
-        self, journal: CoordinatorJournal, clients: Mapping[str, PluginClient], *, epoch: int = 1
+        self,
+        journal: CoordinatorJournal,
+        clients: Mapping[str, PluginClient],
+        *,
+        epoch: int = 1,
+        observer: CallObserver | None = None,
     ) -> None:
+        self.observer: CallObserver = observer or no_observer
         self.journal = journal
         self.authority = NodeAuthority(journal)
         self.clients = dict(clients)
@@ -220,7 +227,8 @@ class Coordinator:
     def _envelope(self, hook: Hook, scope: str, step: str) -> OperationEnvelope:
         return OperationEnvelope(operation_id(scope, step, hook), hook, scope, step, 1, self.epoch)
 
-    def _call(self, unit: str, step: str, plugin: str, request: Any, send: Any) -> Any:
+    def _record(self, unit: str, step: str, plugin: str, request: Any) -> OperationEnvelope:
+        """Journal the intent to call, before the call leaves this process."""
         env: OperationEnvelope = request.envelope
         self.journal.record_call(
             Call(
@@ -236,12 +244,20 @@ class Coordinator:
                 None,
             )
         )
-        try:
-            response = send(self.clients[plugin])
-        except PluginCallError as exc:
-            self.journal.finish_call(env.operation_id, "failed", error=f"{exc.code}: {exc.message}")
-            raise StepFailed(step, env.hook.value, f"{exc.code}: {exc.message}") from exc
-        self.journal.finish_call(env.operation_id, "succeeded", to_json_value(response))
+        return env
+
+    def _call(self, unit: str, step: str, plugin: str, request: Any, send: Any) -> Any:
+        env = self._record(unit, step, plugin, request)
+        with self.observer(env.hook.value, step, plugin, request) as seen:
+            try:
+                response = send(self.clients[plugin])
+            except PluginCallError as exc:
+                error = f"{exc.code}: {exc.message}"
+                self.journal.finish_call(env.operation_id, "failed", error=error)
+                seen(error)
+                raise StepFailed(step, env.hook.value, error) from exc
+            self.journal.finish_call(env.operation_id, "succeeded", to_json_value(response))
+            seen(response)
         return response
 
     def _cleanup(
@@ -249,34 +265,33 @@ class Coordinator:
     ) -> CleanupResponse:
         client = self.clients[plugin]
         send = client.remove_network if remove else client.node_unprepare
-        env = request.envelope
-        self.journal.record_call(
-            Call(
-                env.operation_id,
-                unit,
-                step,
-                plugin,
-                env.hook.value,
-                env.generation,
-                to_json_value(request),
-                "requested",
-                None,
-                None,
-            )
-        )
-        try:
-            receipt = send(request)
-        except PluginCallError as exc:
-            # Not proof of anything: the step stays pending until a receipt says CLEANED.
+        env = self._record(unit, step, plugin, request)
+        with self.observer(env.hook.value, step, plugin, request) as seen:
+            try:
+                receipt = send(request)
+            except PluginCallError as exc:
+                # Not proof of anything: the step stays pending until a receipt says CLEANED.
+                error = f"{exc.code}: {exc.message}"
+                self.journal.finish_call(env.operation_id, "pending", error=error)
+                receipt = CleanupResponse(CleanupStatus.PENDING, error)
+                seen(receipt)
+                return receipt
+            state = {"CLEANED": "cleaned", "PENDING": "pending", "QUARANTINED": "quarantined"}
             self.journal.finish_call(
-                env.operation_id, "pending", error=f"{exc.code}: {exc.message}"
+                env.operation_id, state[receipt.status.value], to_json_value(receipt)
             )
-            return CleanupResponse(CleanupStatus.PENDING, f"{exc.code}: {exc.message}")
-        state = {"CLEANED": "cleaned", "PENDING": "pending", "QUARANTINED": "quarantined"}[
-            receipt.status.value
-        ]
-        self.journal.finish_call(env.operation_id, state, to_json_value(receipt))
+            seen(receipt)
         return receipt
+
+
+CallObserver = Callable[[str, str, str, Any], AbstractContextManager[Callable[[Any], None]]]
+"""``observer(hook, step, plugin, request)`` wraps one plugin call; the callable it yields
+receives the response (or the error text). The rig uses it for report steps."""
+
+
+@contextmanager
+def no_observer(hook: str, step: str, plugin: str, request: Any) -> Iterator[Callable[[Any], None]]:
+    yield lambda outcome: None
 
 
 def prep_scope(claim: str, step: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.report import AllureObserver
 from labs.fake import FakeLab
 from plugins import bond, links, vf
 from plugins.coordinator import (
@@ -43,7 +44,10 @@ class Node:
         self.lab = FakeLab(root / "lab")
         self.lab.start()
         self.journal = CoordinatorJournal(root / "coordinator")
-        self.coordinator = Coordinator(self.journal, self.lab.clients())
+        clients = self.lab.clients()
+        self.coordinator = Coordinator(
+            self.journal, clients, observer=AllureObserver(self.snapshot, clients)
+        )
         self.policies = load_policies(TOPOLOGIES / "policies.yaml")
         self.allocator = Allocator(load_inventory(TOPOLOGIES / "inventory.yaml"), self.policies)
 

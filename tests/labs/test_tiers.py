@@ -1,0 +1,43 @@
+"""Lab URLs and tiers: each lab parses; a lab that cannot run skips with one line,
+and fails when its tier was asked for explicitly."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.labs import LabURLError, parse_lab_url
+from harness.pytest_plugin import require_lab
+
+
+@pytest.mark.parametrize(
+    ("url", "tier", "target"),
+    [
+        ("fake://", "fake", ""),
+        ("netns://", "netns", ""),
+        ("vm://", "vm", ""),
+        ("sriov://inventories/lab.yml", "sriov", "inventories/lab.yml"),
+    ],
+)
+def test_lab_urls_parse(url: str, tier: str, target: str) -> None:
+    spec = parse_lab_url(url)
+    assert (spec.tier, spec.target) == (tier, target)
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "sriov://", "fake://somewhere", "vm"])
+def test_bad_lab_urls_are_refused(url: str) -> None:
+    with pytest.raises(LabURLError, match="lab URL"):
+        parse_lab_url(url)
+
+
+def test_the_fake_lab_runs_anywhere() -> None:
+    assert parse_lab_url("fake://").missing() is None
+
+
+@pytest.mark.vm
+def test_vm_lab(request: pytest.FixtureRequest) -> None:
+    require_lab(request.config, "vm", parse_lab_url("vm://").missing())
+
+
+@pytest.mark.sriov
+def test_sriov_lab(request: pytest.FixtureRequest) -> None:
+    require_lab(request.config, "sriov", parse_lab_url("sriov://inventories/lab.yml").missing())
