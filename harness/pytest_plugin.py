@@ -8,11 +8,15 @@ which case its absence fails the run.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+STATS_DIR_ENV = "RIG_STATS_DIR"
 LAB_MARKERS = ("netns", "vm", "sriov")
 STATS_KEY = pytest.StashKey["RigStats"]()
 
@@ -56,3 +60,13 @@ def require_lab(config: pytest.Config, tier: str, missing: str | None) -> None:
     if explicitly_requested(config, tier):
         pytest.fail(f"{tier} tier was requested but cannot run: {missing}", pytrace=False)
     pytest.skip(f"{tier} tier: {missing}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Each process (xdist worker or not) leaves its counters where the rig can add them up."""
+    directory = os.environ.get(STATS_DIR_ENV)
+    if not directory:
+        return
+    worker = getattr(session.config, "workerinput", {}).get("workerid", "main")
+    counts = dict(session.config.stash[STATS_KEY].counts)
+    (Path(directory) / f"stats-{worker}.json").write_text(json.dumps(counts))

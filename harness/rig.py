@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from .labs import LabURLError, parse_lab_url
-from .pytest_plugin import STATS_KEY
+from .pytest_plugin import STATS_DIR_ENV
 from .report import write_environment
 
 SUMMARY_COUNTS = (
@@ -33,7 +35,7 @@ SUMMARY_COUNTS = (
 
 
 class _Collector:
-    """Counts test outcomes and takes the rig's statistics at the end of the session."""
+    """Counts test outcomes (xdist reports them to the controller too)."""
 
     def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
@@ -43,8 +45,13 @@ class _Collector:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.outcome] += 1
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.stats = dict(session.config.stash[STATS_KEY].counts)
+
+def _gather_stats(directory: Path) -> dict[str, int]:
+    """Add up the counters every test process wrote (see harness.pytest_plugin)."""
+    total: Counter[str] = Counter()
+    for path in directory.glob("stats-*.json"):
+        total.update(json.loads(path.read_text()))
+    return dict(total)
 
 
 def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dict[str, Any]:
@@ -82,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     write_environment(results, args.lab)
     collector = _Collector()
     started = time.monotonic()
-    status = pytest.main(
-        ["-m", spec.tier, f"--alluredir={results}", "-q", *args.pytest_args],
-        plugins=[collector],
-    )
+    with tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir:
+        os.environ[STATS_DIR_ENV] = stats_dir
+        status = pytest.main(
+            ["-m", spec.tier, f"--alluredir={results}", "-q", *args.pytest_args],
+            plugins=[collector],
+        )
+        collector.stats = _gather_stats(Path(stats_dir))
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
     path = Path(args.summary)
     path.parent.mkdir(parents=True, exist_ok=True)
