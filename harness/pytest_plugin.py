@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-STATS_DIR_ENV = "RIG_STATS_DIR"
+from harness.stats import STATS_DIR_ENV
+
 LAB_MARKERS = ("netns", "vm", "sriov")
 STATS_KEY = pytest.StashKey["RigStats"]()
 

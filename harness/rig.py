@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from .labs import LabURLError, parse_lab_url
-from .pytest_plugin import STATS_DIR_ENV
 from .report import write_environment
+from .stats import STATS_DIR_ENV, gather
 
 SUMMARY_COUNTS = (
     "crash_points_enumerated",
@@ -44,14 +44,6 @@ class _Collector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.outcome] += 1
-
-
-def _gather_stats(directory: Path) -> dict[str, int]:
-    """Add up the counters every test process wrote (see harness.pytest_plugin)."""
-    total: Counter[str] = Counter()
-    for path in directory.glob("stats-*.json"):
-        total.update(json.loads(path.read_text()))
-    return dict(total)
 
 
 def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dict[str, Any]:
@@ -95,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             ["-m", spec.tier, f"--alluredir={results}", "-q", *args.pytest_args],
             plugins=[collector],
         )
-        collector.stats = _gather_stats(Path(stats_dir))
+        collector.stats = gather(Path(stats_dir))
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
     path = Path(args.summary)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ so attaching again is a new incarnation with new ids, as a coordinator would do.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from plugins.effects.linux._common import temp_name
-from plugins.sdk import Grant, Hook, PreparedState, ResourceHandle
+from plugins.sdk import AllocationBinding, Grant, Hook, PreparedState, ResourceHandle
 from plugins.sdk._requests import CleanupRequest, CleanupResponse, ConnectRequest, PrepareRequest
 from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash
 from tests.effects.node import (
@@ -116,6 +117,7 @@ class Attachment:
     # marker -> create step, and temporary name -> create step, for links this incarnation owns
     owned: dict[str, str] = field(default_factory=dict)
     vfs: dict[str, str] = field(default_factory=dict)  # VF PCI address -> its connect step
+    vf_temp: dict[str, str] = field(default_factory=dict)  # VF PCI address -> temporary name
 
     @property
     def creates(self) -> int:
@@ -148,12 +150,16 @@ def chain(node: FakeNode, gen: int) -> Attachment:
     r = a.results
 
     def claim(v: VfSpec) -> str:
-        return f"claim-{v.root}-A{gen}"
+        """Preparation scope and allocation root id: ``<claim>.<step>``, as the coordinator."""
+        return f"claim-A{gen}.{v.root}"
+
+    def allocation(v: VfSpec) -> AllocationBinding:
+        return dataclasses.replace(node.allocation(claim(v), v.attributes), device=v.root)
 
     def prepare(v: VfSpec) -> PreparedState:
         req = PrepareRequest(
-            envelope(Hook.NODE_PREPARE, f"prep-{v.root}-A{gen}", claim(v), v.root),
-            node.allocation(v.root, v.attributes),
+            envelope(Hook.NODE_PREPARE, f"prep-{claim(v)}", claim(v), v.root),
+            allocation(v),
             json.dumps(VF_CONFIG),
         )
         return node.endpoints["sriov"].node_prepare(req).prepared_state
@@ -165,7 +171,7 @@ def chain(node: FakeNode, gen: int) -> Attachment:
             json.dumps(VF_CONFIG),
             interface_names={"interface": v.ifname},
             prepared=r[f"prepare-{v.root}"],
-            allocation=node.allocation(v.root, v.attributes),
+            allocation=allocation(v),
         )
         (handle,) = node.endpoints["sriov"].connect_network(req).outputs["interface"]
         return handle
@@ -230,7 +236,9 @@ def chain(node: FakeNode, gen: int) -> Attachment:
         for evidence in owned_names(partition, op, effect):
             a.owned[evidence] = step
     for v in VFS:
-        a.vfs[v.attributes["pciAddress"]] = f"connect-{v.root}"
+        pci = v.attributes["pciAddress"]
+        a.vfs[pci] = f"connect-{v.root}"
+        a.vf_temp[pci] = owned_names("sriov/v1alpha1", f"conn-{v.root}-{att}", "move-vf.move")[1]
     return a
 
 
@@ -238,13 +246,13 @@ def share(node: FakeNode, gen: int) -> Attachment:
     """(B) a macvlan child of the shared parent enp3s0f2, in its own attachment."""
     b = Attachment("B", node, gen)
     att, root = f"att-B{gen}", "mv0"
-    claim = f"claim-{root}-B{gen}"
+    claim = f"claim-B{gen}.{root}"  # preparation scope and root id, as the coordinator
     r = b.results
 
     def prepare() -> PreparedState:
         req = PrepareRequest(
-            envelope(Hook.NODE_PREPARE, f"prep-{root}-B{gen}", claim, root),
-            node.share("macvlan", root),
+            envelope(Hook.NODE_PREPARE, f"prep-{claim}", claim, root),
+            node.share("macvlan", claim),
             json.dumps(SHARE_CONFIG),
         )
         return node.endpoints["macvlan"].node_prepare(req).prepared_state
@@ -256,7 +264,7 @@ def share(node: FakeNode, gen: int) -> Attachment:
             json.dumps(SHARE_CONFIG),
             interface_names={"interface": "sec0"},
             prepared=r["prepare-mv0"],
-            allocation=node.share("macvlan", root),
+            allocation=node.share("macvlan", claim),
         )
         (handle,) = node.endpoints["macvlan"].connect_network(req).outputs["interface"]
         return handle

@@ -12,14 +12,19 @@ fake kernel) through random interleavings of
   it dies with ``SimulatedCrash`` and the node restarts from its journals (the fake
   kernel keeps its state); plain restarts between operations;
 - an administrator creating foreign dummies with names we want (net1, net2, bond0,
-  data0, sec0), deleting them again, or changing foreign links (never ours).
+  data0, sec0 in the sandbox; the home name of a VF that is away, on the host, which
+  makes its removal PENDING until the name is free), deleting them again, or changing
+  foreign links (never ours).
 
 Invariants hold after every step; teardown removes and unprepares everything,
-retrying after crashes, requires every receipt to be CLEANED, and then requires the
-kernel to equal the initial one plus exactly the foreign links still there.
+retrying after crashes (and after giving a VF its name back), requires every receipt
+to be CLEANED, and then requires the kernel to equal the initial one plus exactly the
+foreign links still there.
 
-Reproduce a run with ``RIG_SEED=<n>`` (printed on failure), or one schedule with the
-``@reproduce_failure`` blob Hypothesis prints.
+Every run is seeded (``RIG_SEED=<n>``, else a random seed): the seed is printed in the
+summary and attached to a failure, and reproduces the whole run; the
+``@reproduce_failure`` blob Hypothesis prints reproduces the one failing schedule.
+``SCHEDULES_RUN``/``SCHEDULES_FINISHED``/``STATS``/``CRASHED_AT`` count what ran.
 """
 
 from __future__ import annotations
@@ -132,7 +137,9 @@ class Schedules(RuleBasedStateMachine):
         self.node.crash()
 
     def _run(self, a: Attachment, step: Step) -> str:
-        """Run one step of ``a``; "ok", "failed" (cleanly refused) or "crashed"."""
+        """Run one step of ``a``: "ok", "failed" (cleanly refused), "crashed" or "pending"
+        (a removal that must be retried once the administrator frees the VF's name)."""
+        retry = step.name in a.attempted
         if step.create:
             a.attempted.add(step.name)
         else:
@@ -160,7 +167,13 @@ class Schedules(RuleBasedStateMachine):
             a.results[step.name] = result
             a.succeeded.add(step.name)
             STATS["creates succeeded"] += 1
+            if retry:  # resumed after a crash or a clean refusal
+                STATS["creates resumed to success"] += 1
         else:
+            if result.status is CleanupStatus.PENDING and self._home_taken(a, step):
+                STATS["cleanups PENDING (VF name taken on the host)"] += 1
+                note(f"  {label}: PENDING, the VF's name is taken on the host")
+                return "pending"
             assert result.status is CleanupStatus.CLEANED, (label, result)
             a.cleaned.add(step.undoes)
             STATS["cleanups CLEANED"] += 1
@@ -251,25 +264,133 @@ class Schedules(RuleBasedStateMachine):
         assert diff(before, self.node.model.snapshot()) == [], name
         STATS["replays"] += 1
 
-    def _fenced(self) -> list[tuple[Attachment, str]]:
-        out = []
-        for a in [*self.retired[-2:], *self.attachments.values()]:
-            for name in sorted(a.cleaned):
-                if a.step_named(name).ready():
-                    out.append((a, name))
-        return out
+    def _recent(self) -> list[Attachment]:
+        return [*self.retired[-2:], *self.attachments.values()]
 
-    @precondition(lambda self: bool(self._fenced()))
+    def _removed(self) -> list[tuple[Attachment, str]]:
+        """Create steps whose unit a CLEANED removal fenced (this or a recent incarnation)."""
+        return [
+            (a, name)
+            for a in self._recent()
+            for name in sorted(a.cleaned)
+            if a.step_named(name).ready()
+        ]
+
+    @precondition(lambda self: bool(self._removed()))
     @rule(data=st.data())
     def stale_create(self, data: st.DataObject) -> None:
         """A create of a removed unit (a late retry or replay) is refused and changes nothing."""
-        a, name = data.draw(st.sampled_from(self._fenced()), label="stale_create")
+        a, name = data.draw(st.sampled_from(self._removed()), label="stale_create")
         note(f"stale create {a.label}{a.gen} {name}")
         before = self.node.model.snapshot()
         with pytest.raises(Aborted, match="was removed by"):
             a.step_named(name).call()
         assert diff(before, self.node.model.snapshot()) == [], name
         STATS["stale creates refused"] += 1
+
+    def _being_removed(self) -> list[str]:
+        return [
+            f"{k}:{name}"
+            for k, a in self.attachments.items()
+            for name in sorted(a.cleanup_attempted - a.cleaned)
+            if a.step_named(name).ready()
+        ]
+
+    @precondition(lambda self: bool(self._being_removed()))
+    @rule(data=st.data())
+    def late_create(self, data: st.DataObject) -> None:
+        """A create retried while its removal is unfinished (crashed, pending or refused):
+        refused without a change if the removal's fence is durable, else it goes on as a
+        retry would (the removal, when retried, undoes it)."""
+        key, name = self._choose(data, self._being_removed(), "late_create").split(":")
+        a = self.attachments[key]
+        note(f"late create {a.label}{a.gen} {name}")
+        before = self.node.model.snapshot()
+        try:
+            result = a.step_named(name).call()
+        except SimulatedCrash as crash:
+            STATS["crashes fired"] += 1
+            note(f"  crashed at {crash}")
+            self._restart("after the crash")
+            return
+        except Aborted as exc:
+            fenced: Aborted | None = exc
+        except FailedPrecondition as exc:
+            STATS["late creates refused (FailedPrecondition)"] += 1
+            note(f"  refused cleanly: {exc}")
+            return
+        else:
+            fenced = None
+        if fenced is not None:
+            assert "was removed by" in str(fenced), fenced
+            assert diff(before, self.node.model.snapshot()) == [], name
+            STATS["late creates refused (fenced)"] += 1
+            return
+        if name in a.succeeded:
+            assert result == a.results[name], (name, result, a.results[name])
+        a.results[name] = result
+        a.succeeded.add(name)
+        STATS["late creates went on (removal not yet fenced)"] += 1
+
+    def _repeatable(self) -> list[tuple[Attachment, Step]]:
+        return [
+            (a, step)
+            for a in self._recent()
+            for step in a.steps
+            if not step.create and step.undoes in a.cleaned
+        ]
+
+    @precondition(lambda self: bool(self._repeatable()))
+    @rule(data=st.data())
+    def repeat_cleanup(self, data: st.DataObject) -> None:
+        """A finished removal, asked again: CLEANED again, and no kernel change."""
+        a, step = data.draw(st.sampled_from(self._repeatable()), label="repeat_cleanup")
+        note(f"repeat {a.label}{a.gen} {step.name}")
+        before = self.node.model.snapshot()
+        try:
+            receipt = step.call()
+        except SimulatedCrash as crash:  # a repeated removal may commit again; fine
+            STATS["crashes fired"] += 1
+            note(f"  crashed at {crash}")
+            self._restart("after the crash")
+            return
+        assert receipt.status is CleanupStatus.CLEANED, (step.name, receipt)
+        assert diff(before, self.node.model.snapshot()) == [], step.name
+        STATS["repeated cleanups CLEANED"] += 1
+
+    def _attached_roots(self) -> list[str]:
+        out = []
+        for k, a in self.attachments.items():
+            for step in a.steps:
+                connect = step.undoes.replace("prepare-", "connect-")
+                if step.name.startswith("unprepare-") and connect in a.succeeded - a.cleaned:
+                    out.append(f"{k}:{step.name}")
+        return out
+
+    @precondition(lambda self: bool(self._attached_roots()))
+    @rule(data=st.data())
+    def early_unprepare(self, data: st.DataObject) -> None:
+        """NodeUnprepare of a root whose connect is not removed yet: refused, no change.
+
+        The refusal still commits the preparation's terminal fence (see
+        ``test_a_refused_unprepare_leaves_the_preparation_usable``), so the model
+        counts it as a cleanup request: the prepare is not replayed afterwards."""
+        key, name = self._choose(data, self._attached_roots(), "early_unprepare").split(":")
+        a = self.attachments[key]
+        step = a.step_named(name)
+        note(f"early {a.label}{a.gen} {name}")
+        before = self.node.model.snapshot()
+        a.cleanup_attempted.add(step.undoes)
+        try:
+            with pytest.raises(FailedPrecondition, match="is not cleaned up yet"):
+                step.call()
+        except SimulatedCrash as crash:
+            STATS["crashes fired"] += 1
+            note(f"  crashed at {crash}")
+            self._restart("after the crash")
+            return
+        assert diff(before, self.node.model.snapshot()) == [], name
+        STATS["early unprepares refused"] += 1
 
     # -- crashes and restarts ------------------------------------------------------------------
 
@@ -291,8 +412,25 @@ class Schedules(RuleBasedStateMachine):
     # -- the administrator ---------------------------------------------------------------------
 
     def _free_names(self) -> list[str]:
+        """Names the administrator may take: what we want in the sandbox, and the home
+        name of a VF that is away (its way back is then blocked: the removal is PENDING)."""
         taken = set(self.node.sandbox_links())
-        return [n for n in FOREIGN_NAMES if n not in taken]
+        host = self.node.model.host_namespace()
+        home = [
+            f"host:{name}"
+            for name in self.vf_home.values()
+            if self.node.model.get_link(host, name=name) is None
+        ]
+        return [n for n in FOREIGN_NAMES if n not in taken] + home
+
+    def _home_taken(self, a: Attachment, step: Step) -> bool:
+        """Is the home name of the VF this removal returns held by a foreign link?"""
+        pci = next((p for p, s in a.vfs.items() if s == step.undoes), None)
+        if pci is None:
+            return False
+        host = self.node.model.host_namespace()
+        holder = self.node.model.get_link(host, name=self.vf_home[pci])
+        return holder is not None and holder.pci_address != pci
 
     def _record_foreign(self, link_id: int) -> None:
         self.foreign[link_id] = self._links()[link_id]
@@ -320,12 +458,15 @@ class Schedules(RuleBasedStateMachine):
 
     def _foreign_create(self, name: str) -> None:
         self.admin_serial += 1
+        ns = self.node.sandbox_ns
+        if name.startswith("host:"):
+            ns, name = self.node.model.host_namespace(), name.removeprefix("host:")
         spec = LinkSpec(kind="dummy", name=name, alias=f"admin:{self.admin_serial}")
-        self.node.model.create_link(self.node.sandbox_ns, spec)
+        self.node.model.create_link(ns, spec)
         (link_id,) = (
             i for i, lk in self._links().items() if lk["alias"] == f"admin:{self.admin_serial}"
         )
-        note(f"admin: create dummy {name} in the sandbox (id {link_id})")
+        note(f"admin: create dummy {name} in {ns.path} (id {link_id})")
         self.admin_made[link_id] = name
         self._record_foreign(link_id)
         STATS["foreign creates"] += 1
@@ -364,7 +505,13 @@ class Schedules(RuleBasedStateMachine):
             link = self.node.model.find_device(pci)
             assert link is not None, f"VF {pci} disappeared"
             if link.ns.key == host.key:
-                assert link.name == home, f"VF {pci} is home as {link.name}, not {home}"
+                if link.name != home:
+                    # Only a removal that found its home name taken leaves it under the
+                    # temporary name it had in the sandbox, until the name is free again.
+                    step = a.vfs[pci]
+                    assert a.live(step), f"VF {pci} is home as {link.name}, not {home}"
+                    assert step in a.cleanup_attempted, (pci, link.name)
+                    assert link.name == a.vf_temp[pci], (pci, link.name, a.vf_temp[pci])
                 continue
             assert link.ns.key == self.node.sandbox_ns.key, f"VF {pci} in {link.ns.path}"
             assert a.live(a.vfs[pci]), (
@@ -439,12 +586,24 @@ class Schedules(RuleBasedStateMachine):
             if not a.started:
                 continue
             a.pos = max(a.pos, a.creates)
-            crashes = 0
+            crashes = pending = 0
             while self.attachments[key] is a:
-                outcome = self._run(a, a.steps[a.pos])
+                step = a.steps[a.pos]
+                outcome = self._run(a, step)
                 if outcome == "crashed":
                     crashes += 1
                     assert crashes <= MAX_TEARDOWN_CRASHES, "cleanup keeps crashing"
+                elif outcome == "pending":
+                    pending += 1
+                    assert pending == 1, f"{step.name} still PENDING with its name free"
+                    self._free_home_names()
+
+    def _free_home_names(self) -> None:
+        """The administrator gives the VFs' names back; the retried removal must finish."""
+        host = self.node.model.host_namespace().path
+        for link_id in sorted(self.admin_made):
+            if self.foreign[link_id]["ns"] == host:
+                self._foreign_delete(link_id)
 
     def _assert_clean(self) -> None:
         self.vfs_leave_home_only_while_connected()
@@ -498,6 +657,35 @@ def test_random_schedules_keep_the_node_clean() -> None:
             f"{time.monotonic() - started:.1f}s; {summary}"
         )
         print(f"rig crash coverage ({len(CRASHED_AT)} hook/phase kinds): {dict(CRASHED_AT)}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Aborted,
+    reason=(
+        "product: NodeUnprepare commits the preparation's terminal fence before it checks "
+        "for attachments, so its FAILED_PRECONDITION refusal is not side-effect free: the "
+        "NodePrepare can no longer be replayed (ABORTED) and the refused NodeUnprepare "
+        "stays Running in the journal (Failed after a restart) until it is retried"
+    ),
+)
+def test_a_refused_unprepare_leaves_the_preparation_usable(tmp_path: Path) -> None:
+    """The minimal schedule behind the rig's ``early_unprepare`` rule."""
+    node = RigNode(tmp_path)
+    try:
+        a = chain(node, 1)
+        for name in ("prepare-vf0", "prepare-vf1", "connect-vf0"):
+            a.results[name] = a.step_named(name).call()
+        before = node.model.snapshot()
+        with pytest.raises(FailedPrecondition, match="not cleaned up yet"):
+            a.step_named("unprepare-vf0").call()
+        assert diff(before, node.model.snapshot()) == []
+        # A refusal changed nothing, so a retried NodePrepare replays its response ...
+        assert a.step_named("prepare-vf0").call() == a.results["prepare-vf0"]
+        # ... and no operation is left behind as if it were still running.
+        assert node.stores["vf"].read(lambda r: r.nonterminal_operations()) == []
+    finally:
+        node.close()
 
 
 def test_enough_schedules_ran() -> None:
