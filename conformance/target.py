@@ -164,33 +164,12 @@ def _share(kind: str) -> AllocationBinding:
     )
 
 
-def _sandbox_vf(host: Host, pci: str, name: str) -> ResourceHandle:
-    """A VF already realized in the sandbox by this attachment (what the sriov step would output)."""
+def _sandbox_vf(host: Host, pci: str, name: str) -> None:
+    """A VF already realized in the sandbox by this attachment (what the sriov step would do)."""
     link = host.model.find_device(pci)
     assert link is not None
     link = host.model.move_link(link.ns, link.ifindex, host.sandbox_ns, new_name=name)
-    link = host.model.set_link(host.sandbox_ns, link.ifindex, LinkChanges(up=True))
-    ns = host.sandbox.namespace
-    description = {
-        "ifName": link.name,
-        "ifIndex": link.ifindex,
-        "kind": "device",
-        "mac": link.mac,
-        "mtu": link.mtu,
-        "netns": {"path": ns.path, "device": ns.device, "inode": ns.inode, "bootId": ns.boot_id},
-        "physical": f"pci:{pci}",
-        "pciAddress": pci,
-    }
-    return ResourceHandle(
-        f"rh-{name}",
-        "KernelInterface/v1",
-        "att-1",
-        "vf",
-        "att-1",
-        ns.boot_id,
-        f"root-{name}",
-        json.dumps(description),
-    )
+    host.model.set_link(host.sandbox_ns, link.ifindex, LinkChanges(up=True))
 
 
 def _bond_setup(host: Host) -> None:
@@ -199,6 +178,7 @@ def _bond_setup(host: Host) -> None:
 
 
 def _member(host: Host, pci: str, name: str) -> ResourceHandle:
+    """The KernelInterface/v1 handle the sriov step would have exported for a sandbox VF."""
     link = host.model.find_device(pci)
     assert link is not None
     ns = host.sandbox.namespace
