@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from plugins.sdk._requests import CleanupStatus
 from plugins.sdk.host import PluginCallError, PluginClient
 
 from . import node as n
-from .service_proc import ServiceProcess
+from harness.services import ServiceProcess
 from .test_crash_points import LIFECYCLE, Recorded, reference
 from .toy import ToyKernel
 
@@ -56,9 +58,13 @@ def test_sigkill_at_point_then_restart_and_retry(
     _, responses, initial, mutations = recorded
     toy_file = tmp_path / "toy.json"
     ToyKernel(toy_file)  # the "kernel" outlives every service process
-    service = ServiceProcess(tmp_path, "tests.runner.toy_service", f"toy://{toy_file}", "toy.sock")
+    sockets = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))  # socket paths are short
+    service = ServiceProcess(
+        "toy", ["tests.runner.toy_service"], tmp_path, sockets / "sock", f"toy://{toy_file}", ["toy.sock"]
+    )
     try:
-        client = service.start(crash_at=point)
+        service.start(crash_at=point)
+        client = service.client("toy.sock")
         crashed_in, error = None, None
         for i, step in enumerate(LIFECYCLE):
             try:
@@ -71,7 +77,8 @@ def test_sigkill_at_point_then_restart_and_retry(
         assert error is not None
         assert error.code == "UNAVAILABLE", error
         assert service.wait_exit() == -signal.SIGKILL
-        client = service.start()
+        service.start()
+        client = service.client("toy.sock")
         for step, expected in zip(LIFECYCLE[crashed_in:], responses[crashed_in:], strict=True):
             result = call(client, step)
             if step in ("prepare", "connect"):
@@ -85,4 +92,5 @@ def test_sigkill_at_point_then_restart_and_retry(
         extra = {k: v for k, v in toy.mutations().items() if v > mutations.get(k, 0)}
         assert not extra, extra
     finally:
-        service.close()
+        service.kill()
+        shutil.rmtree(sockets, ignore_errors=True)

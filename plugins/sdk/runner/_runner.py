@@ -301,26 +301,7 @@ class Runner:
             _check_generation(scope, env.generation, env.coordinator_epoch, env.scope)
             plan = build_plan()
             self._validate_plan(reg, env.hook, plan, request)
-            record = OperationRecord(
-                partition=partition,
-                operation_id=env.operation_id,
-                hook=env.hook,
-                scope=env.scope,
-                step=env.step,
-                semantic_digest=semantic,
-                artifact_digest=self._artifact_digest,
-                contract_digest=reg.contract_digest,
-                generation=env.generation,
-                epoch=env.coordinator_epoch,
-                request_json=canonical_json(request_semantics(partition, request)),
-                plan_json=plan.canonical(),
-                state=OperationState.RUNNING,
-                response_json=None,
-                error_json=None,
-                target_operation_id="",
-                cleanup_status=None,
-                seq=0,
-            )
+            record = self._new_record(reg, request, semantic, plan.canonical())
             effects = [
                 EffectRecord(
                     partition=partition,
@@ -495,6 +476,29 @@ class Runner:
                         f"grant {g.effect} on {g.resource_id!r} names no input of this call"
                     )
 
+    def _new_record(
+        self, reg: Registration, request: Request, semantic: str, plan_json: str, target: str = ""
+    ) -> OperationRecord:
+        """A new operation's journal record (its plan, or for cleanups the target it undoes)."""
+        env = request.envelope
+        partition = reg.endpoint.state_namespace
+        return OperationRecord(
+            partition=partition,
+            operation_id=env.operation_id,
+            hook=env.hook,
+            scope=env.scope,
+            step=env.step,
+            semantic_digest=semantic,
+            artifact_digest=self._artifact_digest,
+            contract_digest=reg.contract_digest,
+            generation=env.generation,
+            epoch=env.coordinator_epoch,
+            request_json=canonical_json(request_semantics(partition, request)),
+            plan_json=plan_json,
+            state=OperationState.RUNNING,
+            target_operation_id=target,
+        )
+
     # -- cleanup hooks ---------------------------------------------------------------------
 
     def run_cleanup(
@@ -527,25 +531,8 @@ class Runner:
             _check_same(existing, env.hook, semantic)
             if existing.state is OperationState.CLEANED and existing.response_json:
                 return _cleanup_from_json(existing.response_json)
-        record = existing or OperationRecord(
-            partition=partition,
-            operation_id=env.operation_id,
-            hook=env.hook,
-            scope=env.scope,
-            step=env.step,
-            semantic_digest=semantic,
-            artifact_digest=self._artifact_digest,
-            contract_digest=reg.contract_digest,
-            generation=env.generation,
-            epoch=env.coordinator_epoch,
-            request_json=canonical_json(request_semantics(partition, request)),
-            plan_json=canonical_json(target.to_json()),
-            state=OperationState.RUNNING,
-            response_json=None,
-            error_json=None,
-            target_operation_id=target.target_operation_id,
-            cleanup_status=None,
-            seq=0,
+        record = existing or self._new_record(
+            reg, request, semantic, canonical_json(target.to_json()), target.target_operation_id
         )
 
         def fence(t: Txn) -> OperationRecord:
