@@ -50,6 +50,7 @@ from hypothesis.stateful import (
 )
 
 from fakekernel.model import diff
+from harness.pytest_plugin import RigStats
 from plugins.kernel import LinkChanges, LinkSpec
 from plugins.sdk import Aborted, FailedPrecondition
 from plugins.sdk._requests import CleanupStatus
@@ -641,7 +642,7 @@ SETTINGS = settings(
 
 
 @pytest.mark.timeout(600)
-def test_random_schedules_keep_the_node_clean() -> None:
+def test_random_schedules_keep_the_node_clean(rig_stats: RigStats) -> None:
     global _RAN  # noqa: PLW0603
     _RAN = True
     started = time.monotonic()
@@ -651,6 +652,7 @@ def test_random_schedules_keep_the_node_clean() -> None:
         exc.add_note(f"rig: reproduce this run with RIG_SEED={SEED}")
         raise
     finally:
+        rig_stats.add("random_schedules", SCHEDULES_FINISHED)
         summary = ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items()))
         print(
             f"\nrig schedules: seed {SEED}, {SCHEDULES_RUN} run, {SCHEDULES_FINISHED} clean, "
@@ -659,16 +661,6 @@ def test_random_schedules_keep_the_node_clean() -> None:
         print(f"rig crash coverage ({len(CRASHED_AT)} hook/phase kinds): {dict(CRASHED_AT)}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Aborted,
-    reason=(
-        "product: NodeUnprepare commits the preparation's terminal fence before it checks "
-        "for attachments, so its FAILED_PRECONDITION refusal is not side-effect free: the "
-        "NodePrepare can no longer be replayed (ABORTED) and the refused NodeUnprepare "
-        "stays Running in the journal (Failed after a restart) until it is retried"
-    ),
-)
 def test_a_refused_unprepare_leaves_the_preparation_usable(tmp_path: Path) -> None:
     """The minimal schedule behind the rig's ``early_unprepare`` rule."""
     node = RigNode(tmp_path)

@@ -549,6 +549,11 @@ class Runner:
             t.put_scope(dataclasses.replace(advanced, fence_operation_id=fenced_by))
             return record if existing is not None else t.insert_operation(record, [])
 
+        if target.target_hook is Hook.NODE_PREPARE:
+            # A refusal must change nothing: check attachments before the fence is written.
+            self._check_no_attachments(
+                reg, partition, self._targets(partition, env.scope, env.step, target)
+            )
         with self._crash.scope(env.hook.value, env.operation_id):
             cleanup_op = self._commit("fence", fence)
             with self._lock:
@@ -569,20 +574,27 @@ class Runner:
                 self._commit("cleanup", lambda t: t.update_operation(finished))
         return response
 
-    def _undo_scope(
-        self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
-    ) -> CleanupResponse:
+    def _targets(
+        self, partition: str, scope: str, step: str, target: CleanupPlan
+    ) -> list[OperationRecord]:
+        """The recorded operations a cleanup undoes: its unit's, of the target hook."""
         store = self._require_store()
-        partition, scope = cleanup_op.partition, cleanup_op.scope
-        targets = [
+        return [
             op
             for op in store.read(
                 lambda r: r.operations(partition, scope=scope, hook=target.target_hook)
             )
-            if op.step == cleanup_op.step
+            if op.step == step
             and (not target.target_operation_id or op.operation_id == target.target_operation_id)
         ]
+
+    def _undo_scope(
+        self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
+    ) -> CleanupResponse:
+        partition, scope = cleanup_op.partition, cleanup_op.scope
+        targets = self._targets(partition, scope, cleanup_op.step, target)
         if target.target_hook is Hook.NODE_PREPARE:
+            # Checked again under the unit's lock: an attachment may have raced the first check.
             self._check_no_attachments(reg, partition, targets)
         statuses: list[EffectStatus] = []
         overall = CleanupStatus.CLEANED
