@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from harness.services import ServiceProcess
 from plugins.sdk._requests import CleanupStatus
 from plugins.sdk.host import PluginCallError, PluginClient
 
 from . import node as n
-from harness.services import ServiceProcess
 from .test_crash_points import LIFECYCLE, Recorded, reference
 from .toy import ToyKernel
 
@@ -60,7 +60,12 @@ def test_sigkill_at_point_then_restart_and_retry(
     ToyKernel(toy_file)  # the "kernel" outlives every service process
     sockets = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))  # socket paths are short
     service = ServiceProcess(
-        "toy", ["tests.runner.toy_service"], tmp_path, sockets / "sock", f"toy://{toy_file}", ["toy.sock"]
+        "toy",
+        ["tests.runner.toy_service"],
+        tmp_path,
+        sockets / "sock",
+        f"toy://{toy_file}",
+        ["toy.sock"],
     )
     try:
         service.start(crash_at=point)
