@@ -110,17 +110,27 @@ def test_max_bytes_counts_utf8_bytes_of_str() -> None:
     assert (info.value.path, info.value.rule) == ("$", "max-bytes")
 
 
+# Built inside the test, not passed as parameters: reporters must be able to write the
+# parameters of a test to UTF-8 files, and a lone surrogate cannot be.
+ENCODING_CASES: dict[str, bytes | str] = {
+    "invalid-utf8-byte": b'{"name": "\xff"}',
+    "lone-surrogate-char": '{"name": "' + chr(0xD800) + '"}',  # cannot be UTF-8
+    "escaped-surrogate": '{"name": "\\ud800"}',  # nor can an escaped one
+    "escaped-surrogate-key": '{"\\udc00": 1}',
+}
+
+
 @pytest.mark.parametrize(
-    ("raw", "path"),
+    ("case", "path"),
     [
-        (b'{"name": "\xff"}', "$"),
-        ('{"name": "\ud800"}', "$"),  # a lone surrogate character cannot be UTF-8
-        ('{"name": "\\ud800"}', "$.name"),  # nor can an escaped one
-        ('{"\\udc00": 1}', "$"),
+        ("invalid-utf8-byte", "$"),
+        ("lone-surrogate-char", "$"),
+        ("escaped-surrogate", "$.name"),
+        ("escaped-surrogate-key", "$"),
     ],
 )
-def test_encoding(validator: ConfigValidator, raw: bytes | str, path: str) -> None:
-    error = rejection(validator, raw)
+def test_encoding(validator: ConfigValidator, case: str, path: str) -> None:
+    error = rejection(validator, ENCODING_CASES[case])
     assert (error.path, error.rule) == (path, "encoding")
 
 
