@@ -70,13 +70,9 @@ class RigNode(FakeNode):
         super().start(crash or ArmableCrashPoints())
 
 
-def marker(partition: str, operation_id: str, effect_id: str) -> str:
-    """The ownership alias our executors give a link they create (see EffectContext)."""
-    return EffectContext(partition, operation_id, effect_id, "", "", {}).marker
-
-
 def owned_names(partition: str, operation_id: str, effect_id: str) -> tuple[str, str]:
-    """(alias marker, temporary name) of a link created by that effect."""
+    """(ifalias marker, temporary name) a link created by that effect carries: the
+    ownership evidence of ``plugins.effects.linux._common``."""
     ctx = EffectContext(partition, operation_id, effect_id, "", "", {})
     return ctx.marker, temp_name(ctx)
 
@@ -112,7 +108,7 @@ class Attachment:
     results: dict[str, Any] = field(default_factory=dict)
     attempted: set[str] = field(default_factory=set)  # create steps ever started
     succeeded: set[str] = field(default_factory=set)  # create steps that returned
-    cleanup_attempted: set[str] = field(default_factory=set)  # create steps whose unit is fenced
+    cleanup_attempted: set[str] = field(default_factory=set)  # removal requested (maybe fenced)
     cleaned: set[str] = field(default_factory=set)  # create steps whose cleanup said CLEANED
     # marker -> create step, and temporary name -> create step, for links this incarnation owns
     owned: dict[str, str] = field(default_factory=dict)
