@@ -11,6 +11,7 @@ Prints medians over repetitions. Not a test: nothing here asserts a timing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -78,7 +79,12 @@ def run_hooks(directory: Path, hooks: int, clients: int) -> tuple[float, float]:
             with PluginClient(socket, "bench-token") as client:
                 for i in indexes:
                     scope, name = f"att-{i}", f"n{i}"
-                    client.connect_network(n.connect(op=f"c-{i}", scope=scope, name=name))
+                    root = dataclasses.replace(
+                        n.ALLOCATION, root_id=f"root-{i}"
+                    )  # one pod per root
+                    client.connect_network(
+                        n.connect(op=f"c-{i}", scope=scope, name=name, allocation=root)
+                    )
                     client.remove_network(n.remove(op=f"r-{i}", scope=scope))
         except BaseException as exc:
             errors.append(exc)
