@@ -151,3 +151,30 @@ def mutated_configs(
         value = draw(st.just(old) | new_values.map(_tree))
         target.pairs.insert(draw(st.integers(0, len(target.pairs))), (key, value))
     return kind, _dump(tree)
+
+
+# The three cross-field rule kinds, as the config tests and property tests use them.
+CROSS_FIELD_RULES: list[dict[str, Any]] = [
+    {
+        "id": "vlan-forbids-mode",
+        "kind": "forbids",
+        "when": "/vlanId",
+        "field": "/mode",
+        "message": "mode cannot be set together with vlanId",
+    },
+    {
+        "id": "qos-requires-vlan",
+        "kind": "requires",
+        "when": "/vf/qos",
+        "field": "/vf/vlan",
+        "minimum": 1,
+        "message": "a non-zero qos needs a vlan >= 1",
+    },
+    {
+        "id": "min-rate-le-max-rate",
+        "kind": "lessOrEqual",
+        "lower": "/vf/minTxRateMbps",
+        "upper": "/vf/maxTxRateMbps",
+        "message": "minTxRateMbps must not exceed maxTxRateMbps",
+    },
+]

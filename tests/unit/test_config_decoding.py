@@ -16,6 +16,7 @@ from plugins.sdk._config import (
     parse_config_json,
 )
 from plugins.sdk._errors import ConfigError
+from tests.strategies import CROSS_FIELD_RULES
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -52,30 +53,7 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-RULES: list[dict[str, Any]] = [
-    {
-        "id": "vlan-forbids-mode",
-        "kind": "forbids",
-        "when": "/vlanId",
-        "field": "/mode",
-        "message": "mode cannot be set together with vlanId",
-    },
-    {
-        "id": "qos-requires-vlan",
-        "kind": "requires",
-        "when": "/vf/qos",
-        "field": "/vf/vlan",
-        "minimum": 1,
-        "message": "a non-zero qos needs a vlan >= 1",
-    },
-    {
-        "id": "min-rate-le-max-rate",
-        "kind": "lessOrEqual",
-        "lower": "/vf/minTxRateMbps",
-        "upper": "/vf/maxTxRateMbps",
-        "message": "minTxRateMbps must not exceed maxTxRateMbps",
-    },
-]
+RULES = CROSS_FIELD_RULES
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 from plugins.sdk._config import ConfigValidator, JSONValue, decode_into
 from plugins.sdk._errors import ConfigError
-from tests.strategies import json_values, keys_for, mutated_configs, raw_inputs
+from tests.strategies import CROSS_FIELD_RULES, json_values, keys_for, mutated_configs, raw_inputs
 
 RICH_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -80,30 +80,7 @@ RICH_SCHEMA: dict[str, Any] = {
     },
 }
 
-RICH_RULES: list[dict[str, Any]] = [
-    {
-        "id": "vlan-forbids-mode",
-        "kind": "forbids",
-        "when": "/vlanId",
-        "field": "/mode",
-        "message": "mode cannot be set together with vlanId",
-    },
-    {
-        "id": "qos-requires-vlan",
-        "kind": "requires",
-        "when": "/vf/qos",
-        "field": "/vf/vlan",
-        "minimum": 1,
-        "message": "a non-zero qos needs a vlan >= 1",
-    },
-    {
-        "id": "min-rate-le-max-rate",
-        "kind": "lessOrEqual",
-        "lower": "/vf/minTxRateMbps",
-        "upper": "/vf/maxTxRateMbps",
-        "message": "minTxRateMbps must not exceed maxTxRateMbps",
-    },
-]
+RICH_RULES = CROSS_FIELD_RULES
 
 RICH_VALID: dict[str, Any] = {
     "name": "uplink-0",
