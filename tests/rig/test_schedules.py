@@ -308,6 +308,7 @@ class Schedules(RuleBasedStateMachine):
         a = self.attachments[key]
         note(f"late create {a.label}{a.gen} {name}")
         before = self.node.model.snapshot()
+        a.attempted.add(name)  # maybe for the first time (an abandoned attach)
         try:
             result = a.step_named(name).call()
         except SimulatedCrash as crash:
@@ -332,6 +333,7 @@ class Schedules(RuleBasedStateMachine):
             assert result == a.results[name], (name, result, a.results[name])
         a.results[name] = result
         a.succeeded.add(name)
+        note("  went on: the removal had not fenced it yet")
         STATS["late creates went on (removal not yet fenced)"] += 1
 
     def _repeatable(self) -> list[tuple[Attachment, Step]]:

@@ -775,7 +775,10 @@ def test_graceful_stop_drains_in_flight_and_refuses_new_calls(
         assert host.wait_draining(WAIT), "stop() never closed admission"
 
         for c in (client, harness.client("vlan.sock")):
-            assert call_code(lambda c=c: c.node_prepare(PREPARE)).code == "UNAVAILABLE"
+            # gRPC refuses a call on a draining server as UNAVAILABLE or, when the call races
+            # the GOAWAY, CANCELLED; either way the service must never see it (checked next).
+            code = call_code(lambda c=c: c.node_prepare(PREPARE)).code
+            assert code in ("UNAVAILABLE", "CANCELLED"), code
         assert len(fake.hook_calls()) == 1
         assert not in_flight.done()
         assert not stopping.done(), "stop() must wait for the in-flight call"
