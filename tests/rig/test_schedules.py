@@ -21,7 +21,7 @@ retrying after crashes (and after giving a VF its name back), requires every rec
 to be CLEANED, and then requires the kernel to equal the initial one plus exactly the
 foreign links still there.
 
-Every run is seeded (``RIG_SEED=<n>``, else a random seed): the seed is printed in the
+Every run is seeded (``RIG_SEED=<n>``, else the fixed ``DEFAULT_SEED``): the seed is printed in the
 summary and attached to a failure, and reproduces the whole run; the
 ``@reproduce_failure`` blob Hypothesis prints reproduces the one failing schedule.
 ``SCHEDULES_RUN``/``SCHEDULES_FINISHED``/``STATS``/``CRASHED_AT`` count what ran.
