@@ -10,7 +10,6 @@ share.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -306,10 +305,3 @@ def root_id(claim: str, step: str) -> str:
 def operation_id(scope: str, step: str, hook: Hook, generation: int = 1) -> str:
     """Deterministic: a retry after a coordinator crash reuses the same identity."""
     return f"{scope}:{step}:{hook.value}:g{generation}"
-
-
-def describe_outputs(att: Attachment) -> str:
-    return json.dumps(
-        {s: {p: [h.id for h in hs] for p, hs in ports.items()} for s, ports in att.outputs.items()},
-        sort_keys=True,
-    )

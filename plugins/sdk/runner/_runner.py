@@ -31,6 +31,7 @@ from .._errors import (
     InvalidArgument,
     NetworkPluginError,
     PlanError,
+    RegistrationError,
     Unavailable,
     WrongStepKind,
 )
@@ -106,8 +107,6 @@ class Runner:
             for hook, kinds in reg.descriptor.allowed_effects.items():
                 missing = sorted(set(kinds) - self._effects.kinds)
                 if missing:
-                    from .._errors import RegistrationError
-
                     raise RegistrationError(
                         f"plugin {reg.name!r}: {hook} effects {missing} have no registered executor"
                     )
@@ -537,9 +536,7 @@ class Runner:
 
         def fence(t: Txn) -> OperationRecord:
             current = t.scope(partition, unit)
-            _check_generation(
-                current, env.generation, env.coordinator_epoch, env.scope, allow_equal=True
-            )
+            _check_generation(current, env.generation, env.coordinator_epoch, env.scope)
             fenced_by = (
                 current.fence_operation_id
                 if current and current.fence_operation_id
@@ -933,9 +930,7 @@ def _check_fence(scope: ScopeRecord | None, name: str) -> None:
         )
 
 
-def _check_generation(
-    scope: ScopeRecord | None, generation: int, epoch: int, name: str, *, allow_equal: bool = True
-) -> None:
+def _check_generation(scope: ScopeRecord | None, generation: int, epoch: int, name: str) -> None:
     if scope is None:
         return
     if generation < scope.generation:
