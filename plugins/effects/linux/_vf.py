@@ -1,8 +1,10 @@
 """VF effects: VF-scoped settings through the PF, the VF netdev's MTU, its move and rename.
 
 None of these touches PF-global state, ``sriov_numvfs`` or any other VF. Each
-records a before-image of exactly the fields it changes; undo restores a field
-only if it still holds the value we set, and quarantines on an external change.
+records a before-image of every field it changes, including those the kernel changes
+as a side effect of what we ask (a move closes the link, a VF driver takes the
+administrative MAC as its own); undo restores a field only if it still holds the
+value we (or that side effect) left there, and quarantines on an external change.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _VF_FIELDS = {
     "maxTxRateMbps": "max_tx_rate",
     "linkState": "link_state",
 }
+# Before-image key of the VF netdev's own address (see SetVFConfig.capture).
+NETDEV_MAC = "netdevMac"
 
 
 def _vf_link(kernel: Kernel, pci: str) -> Link:
@@ -105,7 +109,13 @@ class SetVFConfig:
 
     def capture(self, ctx: EffectContext) -> Any:
         now = self._values(self._current(ctx)[1])
-        return {k: now[k] for k in ctx.payload["settings"]}
+        before = {k: now[k] for k in ctx.payload["settings"]}
+        if "mac" in ctx.payload["settings"]:
+            # The VF driver takes an administrative MAC as its netdev's address, and
+            # giving the VF table its old value back (often 00:00:00:00:00:00, "none")
+            # does not give the netdev its old address back: remember that one too.
+            before[NETDEV_MAC] = _vf_link(self.kernel, ctx.payload["pciAddress"]).mac
+        return before
 
     def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
         now = self._values(self._current(ctx)[1])
@@ -123,13 +133,36 @@ class SetVFConfig:
             return UndoResult(UndoOutcome.QUARANTINED, str(exc))
         wanted = ctx.payload["settings"]
         changed = sorted(k for k, v in wanted.items() if now[k] not in (v, before[k]))
+        if NETDEV_MAC in before and not self._netdev_mac_is_ours_or_restored(ctx, before):
+            changed.append("netdev address")
         if changed:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF fields changed externally: {changed}")
         restore = {k: before[k] for k in wanted if now[k] != before[k] and before[k] is not None}
-        if not restore:
+        if restore:
+            self._set(ctx, restore)
+        # After the table: restoring a non-zero administrative MAC already moves the
+        # netdev back, and then there is nothing left to do here.
+        restored_netdev = NETDEV_MAC in before and self._restore_netdev_mac(ctx, before)
+        if not restore and not restored_netdev:
             return UndoResult(UndoOutcome.ABSENT, "VF already at its before-image")
-        self._set(ctx, restore)
         return UndoResult(UndoOutcome.UNDONE)
+
+    def _netdev_mac_is_ours_or_restored(self, ctx: EffectContext, before: Any) -> bool:
+        """The netdev holds our MAC, its old one, or the table's old one (which the driver
+        takes when undo restores the table, so a retried undo may find it there)."""
+        mac = _vf_link(self.kernel, ctx.payload["pciAddress"]).mac.lower()
+        expected = {ctx.payload["settings"]["mac"], before[NETDEV_MAC], before["mac"]}
+        return mac in {str(m).lower() for m in expected if m}
+
+    def _restore_netdev_mac(self, ctx: EffectContext, before: Any) -> bool:
+        link = _vf_link(self.kernel, ctx.payload["pciAddress"])
+        mac = link.mac.lower()
+        if mac == str(before[NETDEV_MAC]).lower():
+            return False
+        if mac != str(ctx.payload["settings"]["mac"]).lower():
+            return False  # the table restore moved it to the table's old value: leave that
+        self.kernel.set_link(link.ns, link.ifindex, LinkChanges(mac=before[NETDEV_MAC]))
+        return True
 
 
 class SetLinkMTU:
@@ -189,8 +222,10 @@ class SetLinkMTU:
 class MoveLink:
     """MoveVF step 1: move the prepared VF into the sandbox under a temporary name.
 
-    Remembers both namespaces and names; compensation returns the VF to its
-    original namespace under its original name and never deletes it.
+    Remembers the VF's home name and administrative state: a namespace move closes a
+    running device, so a VF that was up at home arrives down in the sandbox, and
+    compensation must bring it up again once it is home. Compensation returns the VF
+    to the host namespace under its original name and never deletes it.
     """
 
     kind: str = "linux/move-link/v1"
@@ -248,16 +283,28 @@ class MoveLink:
         if link is None:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
         host = self.kernel.host_namespace()
-        if link.ns.key == host.key:
-            if link.name == before["name"]:
-                return UndoResult(UndoOutcome.ABSENT, "VF already in the host namespace")
-            # It came back by itself (the sandbox died) under another name: take ours back.
-            self.kernel.set_link(host, link.ifindex, LinkChanges(name=before["name"]))
-            return UndoResult(UndoOutcome.UNDONE, "VF had returned; original name restored")
-        if link.up:
-            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
-        self.kernel.move_link(link.ns, link.ifindex, host, new_name=before["name"])
-        return UndoResult(UndoOutcome.UNDONE)
+        moved = renamed = False
+        if link.ns.key != host.key:
+            # No need to take it down first: the move closes a running device itself,
+            # and its admin state in the sandbox ends there.
+            link = self.kernel.move_link(link.ns, link.ifindex, host, new_name=before["name"])
+            moved = True
+        elif link.name != before["name"]:
+            # It came back by itself (the sandbox died, which closed it) under another
+            # name: take ours back.
+            link = self.kernel.set_link(host, link.ifindex, LinkChanges(name=before["name"]))
+            renamed = True
+        if link.up and not before["up"]:
+            # Every way home closes the VF, so an up VF that was down before is an
+            # administrator's doing: never overwritten.
+            return UndoResult(UndoOutcome.QUARANTINED, f"VF {link.name} was brought up externally")
+        if before["up"] and not link.up:
+            # Down is how our move leaves it (also after a crash between the move home
+            # and this call), so the before-image is what it gets back.
+            self.kernel.set_link(host, link.ifindex, LinkChanges(up=True))
+        elif not (moved or renamed):
+            return UndoResult(UndoOutcome.ABSENT, "VF already home, as it was")
+        return UndoResult(UndoOutcome.UNDONE, "VF had returned; name restored" if renamed else "")
 
 
 class RenameLink:
@@ -296,7 +343,9 @@ class RenameLink:
                 f"an interface named {ctx.payload['name']} already exists in the sandbox "
                 "and is not ours"
             )
-        return {"name": link.name}
+        # Undo may have to take the link down to rename it back (kernels before 6.2
+        # refuse to rename an UP link), so the admin state is part of the before-image.
+        return {"name": link.name, "up": link.up}
 
     def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
         link = self._link(ctx)
@@ -314,9 +363,20 @@ class RenameLink:
         link = self._link(ctx)
         if link is None or link.ns.key == self.kernel.host_namespace().key:
             return UndoResult(UndoOutcome.ABSENT, "VF no longer in the sandbox")
-        if link.name != ctx.payload["name"]:
+        renamed = False
+        if link.name == ctx.payload["name"]:
+            if link.up:  # kernels before 6.2 refuse to rename an UP link (EBUSY)
+                link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
+            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(name=before["name"]))
+            renamed = True
+        elif link.name != before["name"]:
             return UndoResult(UndoOutcome.ABSENT, "VF does not carry the assigned name")
-        if link.up:
-            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
-        self.kernel.set_link(link.ns, link.ifindex, LinkChanges(name=before["name"]))
+        # The sandbox's admin state belongs to the pod while it is attached, so a
+        # difference is no external change to quarantine; what undo took down to
+        # rename (possibly before a crash) comes back up if it was up at capture.
+        # Records from before "up" was captured say nothing: leave the state alone.
+        if before.get("up") and not link.up:
+            self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=True))
+        elif not renamed:
+            return UndoResult(UndoOutcome.ABSENT, "VF already carries its captured name")
         return UndoResult(UndoOutcome.UNDONE)
