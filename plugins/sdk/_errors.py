@@ -22,6 +22,7 @@ class Code(enum.Enum):
     ALREADY_EXISTS = "ALREADY_EXISTS"
     UNAVAILABLE = "UNAVAILABLE"
     NOT_FOUND = "NOT_FOUND"
+    DATA_LOSS = "DATA_LOSS"
     INTERNAL = "INTERNAL"
 
 
@@ -115,3 +116,13 @@ class Unavailable(NetworkPluginError):
 
 class NotFound(NetworkPluginError):
     code = Code.NOT_FOUND
+
+
+class DataLoss(NetworkPluginError):
+    """Durable state is damaged or lost; retrying cannot help until an operator acts.
+
+    Distinct from ``Unavailable`` (recovering, or a fault that clears by itself) so a
+    client can tell "retry later" from "page someone".
+    """
+
+    code = Code.DATA_LOSS

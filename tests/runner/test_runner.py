@@ -12,8 +12,8 @@ from plugins.sdk import (
     Aborted,
     AlreadyExists,
     ConfigError,
+    DataLoss,
     FailedPrecondition,
-    Unavailable,
 )
 from plugins.sdk._requests import CleanupStatus, EffectState, OperationState
 from plugins.sdk.runner import CrashPoints
@@ -263,7 +263,8 @@ def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(
     before = sorted(p.name for p in toy.state_dir.iterdir())
     toy.start()
     assert not toy.endpoint.info().ready
-    with pytest.raises(Unavailable, match="journal unavailable"):
+    # Permanent (DATA_LOSS), not "recovering, retry": an operator must act.
+    with pytest.raises(DataLoss, match="journal unavailable"):
         toy.endpoint.remove_network(n.remove())
     assert sorted(p.name for p in toy.state_dir.iterdir()) == before
     assert toy.toy.get("data0") is not None  # nothing claimed absent, nothing touched

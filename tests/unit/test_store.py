@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from plugins.sdk import AlreadyExists, Hook, Unavailable
+from plugins.sdk import AlreadyExists, DataLoss, Hook
 from plugins.sdk._requests import CleanupStatus, EffectState, OperationState
 from plugins.sdk.store import (
     NONTERMINAL_STATES,
     SCHEMA_VERSION,
     EffectRecord,
+    JournalFault,
     JournalUnavailable,
     OperationRecord,
     Reader,
@@ -143,7 +144,7 @@ def assert_unavailable_untouched(state_dir: Path, *, match: str) -> JournalUnava
     before.pop("writer.lock", None)
     after.pop("writer.lock", None)
     assert after == before
-    assert isinstance(info.value, Unavailable)
+    assert isinstance(info.value, DataLoss)  # permanent: retrying cannot help
     return info.value
 
 
@@ -454,15 +455,20 @@ def test_failed_commit_fails_every_caller_in_the_batch(
             assert store._wait_queued(3, TIMEOUT)
         holder.result(TIMEOUT)
         for f in futures:
-            with pytest.raises(JournalUnavailable, match="disk I/O error"):
+            with pytest.raises(JournalFault, match="disk I/O error"):
                 f.result(TIMEOUT)
         assert isinstance(store.failure, sqlite3.OperationalError)
-        with pytest.raises(JournalUnavailable, match="reopen the store"):
+        with pytest.raises(JournalFault, match="nothing after the last commit"):
             insert(store, op("later"))
+        # The fault clears: a fresh connection, every acknowledged commit still there.
+        assert store.clear_fault()
+        assert store.failure is None
+        insert(store, op("after-fault"))
+        assert [o.operation_id for o in store.read(lambda r: r.operations(P))] == ["after-fault"]
     finally:
         store.close()
     with Store.open(state_dir) as reopened:
-        assert reopened.read(lambda r: r.operations(P)) == []
+        assert [o.operation_id for o in reopened.read(lambda r: r.operations(P))] == ["after-fault"]
         assert reopened.read(lambda r: r.scope("hold", "hold")) is not None
         assert reopened.failure is None
 
@@ -623,7 +629,7 @@ def test_truncated_journal_is_unavailable_and_left_alone(state_dir: Path) -> Non
     closed_journal(state_dir, lambda s: insert(s, op("op-1")))
     os.truncate(state_dir / "journal.db", 100)
     error = assert_unavailable_untouched(state_dir, match="truncated")
-    assert error.retryable
+    assert not error.retryable  # DATA_LOSS: an operator must act
     assert (state_dir / "journal.db").stat().st_size == 100
 
 

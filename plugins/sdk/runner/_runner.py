@@ -27,6 +27,7 @@ from .._descriptor import PortSpec
 from .._errors import (
     Aborted,
     AlreadyExists,
+    DataLoss,
     FailedPrecondition,
     InvalidArgument,
     NetworkPluginError,
@@ -52,7 +53,16 @@ from .._requests import (
     PrepareResponse,
 )
 from .._types import Hook, PreparedState, ResourceHandle, StepKind
-from ..store import EffectRecord, OperationRecord, Reader, ScopeRecord, Store, Txn
+from ..store import (
+    EffectRecord,
+    JournalFault,
+    JournalUnavailable,
+    OperationRecord,
+    Reader,
+    ScopeRecord,
+    Store,
+    Txn,
+)
 from ._crash import CrashPoints
 from ._effects import EffectContext, EffectRegistry, UndoOutcome
 from ._semantic import Request, request_semantics, semantic_digest, to_json_value
@@ -100,6 +110,12 @@ class Runner:
         self._scope_locks: dict[tuple[str, str], threading.Lock] = {}
         self._inflight: dict[tuple[str, str], _InFlight] = {}
         self._fenced: set[tuple[str, str]] = set()
+        # Records that failed their checksum, by (partition, stored scope or unit): those
+        # scopes stay unavailable, and no unknown scope can be proven absent.
+        self._damaged: dict[tuple[str, str], str] = {}
+        for record in store.damaged if store is not None else ():
+            self._damaged[(record.partition, record.scope)] = record.describe()
+            log.error("journal record damaged: %s", record.describe())
         self._check_effects()
 
     def _check_effects(self) -> None:
@@ -144,7 +160,11 @@ class Runner:
                     f"{op.partition}/{op.operation_id}: no registration can clean it; kept"
                 )
                 continue
-            notes.extend(self._recover_operation(op))
+            try:
+                notes.extend(self._recover_operation(op))
+            except JournalUnavailable as exc:  # a damaged effect record: never acted on
+                self._note_damage(op.partition, op.scope, exc)
+                notes.append(f"{op.operation_id}: not recovered, {exc.reason}")
         self._ready = True
         return notes
 
@@ -193,12 +213,32 @@ class Runner:
 
     def _require_store(self) -> Store:
         if self._store is None:
-            raise Unavailable(
-                f"journal unavailable: {self._unavailable}; affected scopes stay unavailable"
+            raise DataLoss(
+                f"journal unavailable: {self._unavailable}; every scope stays unavailable "
+                "until an operator restores the journal or reconciles the node"
             )
         if not self._ready:
             raise Unavailable("recovering: not ready")
+        if self._store.failure is not None and not self._store.clear_fault():
+            failure = self._store.failure
+            if isinstance(failure, NetworkPluginError):
+                raise failure
+            raise JournalFault(self._store.state_dir, f"the journal writer failed ({failure})")
         return self._store
+
+    def _check_intact(self, partition: str, scope: str, step: str) -> None:
+        """A scope with a damaged record is never served: nothing in it can be trusted."""
+        for key in (scope, unit_key(scope, step)):
+            damage = self._damaged.get((partition, key))
+            if damage is not None:
+                raise JournalUnavailable(
+                    self._require_store().state_dir,
+                    f"{damage} fails its checksum; scope {scope} stays unavailable",
+                )
+
+    def _note_damage(self, partition: str, scope: str, error: JournalUnavailable) -> None:
+        with self._lock:
+            self._damaged.setdefault((partition, scope), error.reason)
 
     @contextmanager
     def _scope(self, partition: str, scope: str) -> Iterator[None]:
@@ -236,7 +276,7 @@ class Runner:
         # Recovery commits too, before the runner is ready: only the journal must exist.
         store = self._store
         if store is None:
-            raise Unavailable(f"journal unavailable: {self._unavailable}")
+            raise DataLoss(f"journal unavailable: {self._unavailable}")
         self._crash.hit(f"{phase}.before-commit")
         result = store.write(fn)
         self._crash.hit(f"{phase}.after-commit")
@@ -256,6 +296,7 @@ class Runner:
         env = request.envelope
         partition = reg.endpoint.state_namespace
         self._require_store()
+        self._check_intact(partition, env.scope, env.step)
         reg.validator.validate(request.config_json)  # strict config before anything else
         semantic = semantic_digest(partition, request)
         return self._join_or_lead(
@@ -506,6 +547,7 @@ class Runner:
         env = request.envelope
         partition = reg.endpoint.state_namespace
         self._require_store()
+        self._check_intact(partition, env.scope, env.step)
         semantic = semantic_digest(partition, request)
         return self._join_or_lead(
             (partition, env.operation_id),
@@ -546,6 +588,13 @@ class Runner:
             t.put_scope(dataclasses.replace(advanced, fence_operation_id=fenced_by))
             return record if existing is not None else t.insert_operation(record, [])
 
+        if self._damaged and not self._targets(partition, env.scope, env.step, target):
+            # A damaged record may be this scope's (its scope column may be what changed).
+            raise JournalUnavailable(
+                store.state_dir,
+                f"scope {env.scope} has no record, but the journal has damaged records "
+                f"({'; '.join(sorted(self._damaged.values())[:3])}), so absence proves nothing",
+            )
         if target.target_hook is Hook.NODE_PREPARE:
             # A refusal must change nothing: check attachments before the fence is written.
             self._check_no_attachments(
@@ -604,7 +653,8 @@ class Runner:
         detail = (
             ""
             if targets
-            else f"no recorded {target.target_hook.value} in this journal for scope {scope}"
+            else f"no recorded {target.target_hook.value} for scope {scope} in this journal, "
+            "which is intact (every record verified; no acknowledged commit lost in this boot)"
         )
         return CleanupResponse(overall, detail, tuple(statuses))
 
@@ -719,6 +769,12 @@ class Runner:
             return op, effects, r.scope(partition, fence_key)
 
         op, effects, scope_rec = store.read(read)
+        if op is None and self._damaged:
+            raise JournalUnavailable(
+                store.state_dir,
+                f"operation {operation_id or scope} has no record, but the journal has damaged "
+                "records, so absence proves nothing",
+            )
         if op is None:
             return InspectResponse(
                 found=False, fenced=bool(scope_rec and scope_rec.fence_operation_id)

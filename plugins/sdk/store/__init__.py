@@ -34,7 +34,8 @@ true:
   at.
 """
 
-from ._errors import JournalUnavailable, StoreClosed, StoreError, StoreLocked
+from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked
+from ._integrity import DamagedRecord
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
 from ._schema import SCHEMA_VERSION
 from ._sqlite import Reader, Store, Txn
@@ -42,7 +43,9 @@ from ._sqlite import Reader, Store, Txn
 __all__ = [
     "NONTERMINAL_STATES",
     "SCHEMA_VERSION",
+    "DamagedRecord",
     "EffectRecord",
+    "JournalFault",
     "JournalUnavailable",
     "OperationRecord",
     "Reader",

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from ._errors import JournalUnavailable
+from ._lease import LeaseRecord
 from ._schema import FORMAT, SCHEMA_VERSION, bootstrap, connect, migrate, read_meta
 
 DB_NAME = "journal.db"
@@ -64,14 +65,22 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def prepare(state_dir: Path) -> tuple[str, int]:
+def prepare(state_dir: Path, known: LeaseRecord | None = None) -> tuple[str, int]:
     """Make sure ``state_dir`` holds a valid journal; return its id and schema version.
 
     Initialises a fresh journal only when neither ``journal.id`` nor
-    ``journal.db`` exists; raises ``JournalUnavailable`` otherwise.
+    ``journal.db`` exists and no lease of this boot (``known``) says a journal
+    was in use here; raises ``JournalUnavailable`` otherwise.
     """
     db = state_dir / DB_NAME
     id_file = state_dir / ID_NAME
+    if not _exists(id_file) and not _exists(db) and known is not None:
+        raise JournalUnavailable(
+            state_dir,
+            f"journal {known.journal_id} acknowledged {known.commits} commits in this boot "
+            f"and its files ({ID_NAME}, {DB_NAME}) are gone; a fresh journal would report "
+            "those operations absent",
+        )
     if not _exists(id_file):
         if _exists(db):
             raise JournalUnavailable(
@@ -88,6 +97,12 @@ def prepare(state_dir: Path) -> tuple[str, int]:
         return journal_id, validate(state_dir, db, journal_id)
 
     journal_id = _read_journal_id(state_dir)
+    if known is not None and known.journal_id != journal_id:
+        raise JournalUnavailable(
+            state_dir,
+            f"{ID_NAME} names journal {journal_id}, but journal {known.journal_id} was in use "
+            "here in this boot: the journal was replaced",
+        )
     if not _exists(db):
         staging = state_dir / STAGING_NAME
         if not _exists(staging):

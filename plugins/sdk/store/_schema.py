@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
 from ._errors import StoreError
+from ._integrity import seal_all
 
 FORMAT: Final = "dra-networkplugins/journal"
 """Value of the ``format`` meta key: marks a database as one of our journals."""
@@ -66,8 +68,18 @@ CREATE TABLE effects (
 INSERT INTO meta (key, value) VALUES ('last_seq', '0');
 """
 
-MIGRATIONS: Final[tuple[tuple[int, str], ...]] = ((1, _V1),)
-"""Ordered ``(version, sql)``; each is applied in its own transaction."""
+_V2: Final = """
+ALTER TABLE scopes ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
+ALTER TABLE operations ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
+ALTER TABLE effects ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
+INSERT INTO meta (key, value) VALUES ('commits', '0')
+"""
+
+MIGRATIONS: Final[tuple[tuple[int, str, Callable[[sqlite3.Connection], None] | None], ...]] = (
+    (1, _V1, None),
+    (2, _V2, seal_all),
+)
+"""Ordered ``(version, sql, then)``; each is applied in its own transaction."""
 
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
 """The newest store format this code reads and writes."""
@@ -147,15 +159,18 @@ def read_meta(conn: sqlite3.Connection) -> dict[str, str] | None:
 
 def migrate(conn: sqlite3.Connection, current: int) -> int:
     """Apply every migration newer than ``current``, one transaction each."""
-    for version, sql in MIGRATIONS:
+    for version, sql, then in MIGRATIONS:
         if version <= current:
             continue
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executescript(
-                f"BEGIN IMMEDIATE;\n{sql}\n"
-                f"UPDATE meta SET value = '{version}' WHERE key = 'schema_version';\n"
-                "COMMIT;"
-            )
+            # Statement by statement: executescript() would commit the open transaction.
+            for statement in filter(str.strip, sql.split(";")):
+                conn.execute(statement)
+            if then is not None:
+                then(conn)
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

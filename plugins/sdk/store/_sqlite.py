@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 from collections import deque
@@ -16,29 +17,32 @@ from typing import Any, Final, TypeVar, cast
 from .._errors import AlreadyExists
 from .._requests import CleanupStatus, EffectState, OperationState
 from .._types import Hook
-from ._errors import JournalUnavailable, StoreClosed, StoreError
+from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, storage_error
+from ._integrity import (
+    EFFECT_COLUMNS,
+    OPERATION_COLUMNS,
+    SCOPE_COLUMNS,
+    DamagedRecord,
+    checksum,
+    damaged_records,
+)
 from ._journal import DB_NAME, ensure_state_dir, fsync_dir, prepare
+from ._lease import Lease
 from ._lock import WriterLock
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
 from ._schema import configure_reader, configure_writer, connect, migrate
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 MAX_BATCH: Final = 512
 """Most write functions committed together in one transaction."""
 
 MAX_IDLE_READERS: Final = 8
 
-_OP_COLUMNS: Final = (
-    "partition, operation_id, hook, scope, step, semantic_digest, artifact_digest, "
-    "contract_digest, generation, epoch, request_json, state, plan_json, response_json, "
-    "error_json, target_operation_id, cleanup_status, seq"
-)
-_EFFECT_COLUMNS: Final = (
-    "partition, operation_id, effect_id, position, kind, state, before_json, outputs_json, "
-    "detail, attempts"
-)
-_SCOPE_COLUMNS: Final = "partition, scope, generation, epoch, fence_operation_id"
+_OP_COLUMNS: Final = ", ".join(OPERATION_COLUMNS)
+_EFFECT_COLUMNS: Final = ", ".join(EFFECT_COLUMNS)
+_SCOPE_COLUMNS: Final = ", ".join(SCOPE_COLUMNS)
 
 
 class Reader:
@@ -57,18 +61,31 @@ class Reader:
         except sqlite3.ProgrammingError as exc:
             raise StoreError(f"journal query failed: {exc}") from exc
         except sqlite3.DatabaseError as exc:
-            raise JournalUnavailable(self._state_dir, f"reading the journal failed: {exc}") from exc
+            raise storage_error(self._state_dir, "reading the journal failed", exc) from exc
+
+    def _verified(self, table: str, row: Any, key: str) -> Any:
+        """The row without its checksum column, or JournalUnavailable if it was altered."""
+        if checksum(table, row[:-1]) != row[-1]:
+            raise JournalUnavailable(
+                self._state_dir,
+                f"{table} record {key} fails its checksum (altered on disk); it is never "
+                "replayed and its scope stays unavailable",
+            )
+        return row[:-1]
 
     def scope(self, partition: str, scope: str) -> ScopeRecord | None:
         rows = self._rows(
-            f"SELECT {_SCOPE_COLUMNS} FROM scopes WHERE partition = ? AND scope = ?",
+            f"SELECT {_SCOPE_COLUMNS}, checksum FROM scopes WHERE partition = ? AND scope = ?",
             (partition, scope),
         )
-        return _scope(rows[0]) if rows else None
+        if not rows:
+            return None
+        return _scope(self._verified("scopes", rows[0], f"{partition}/{scope}"))
 
     def operation(self, partition: str, operation_id: str) -> OperationRecord | None:
         rows = self._rows(
-            f"SELECT {_OP_COLUMNS} FROM operations WHERE partition = ? AND operation_id = ?",
+            f"SELECT {_OP_COLUMNS}, checksum FROM operations "
+            "WHERE partition = ? AND operation_id = ?",
             (partition, operation_id),
         )
         return self._operation(rows[0]) if rows else None
@@ -97,7 +114,8 @@ class Reader:
             where.append(f"state IN ({', '.join('?' * len(values))})")
             params.extend(values)
         rows = self._rows(
-            f"SELECT {_OP_COLUMNS} FROM operations WHERE {' AND '.join(where)} ORDER BY seq",
+            f"SELECT {_OP_COLUMNS}, checksum FROM operations WHERE {' AND '.join(where)} "
+            "ORDER BY seq",
             params,
         )
         return [self._operation(row) for row in rows]
@@ -105,25 +123,32 @@ class Reader:
     def effects(self, partition: str, operation_id: str) -> list[EffectRecord]:
         """The operation's effects in plan order (``position``)."""
         rows = self._rows(
-            f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE partition = ? AND operation_id = ? "
-            "ORDER BY position",
+            f"SELECT {_EFFECT_COLUMNS}, checksum FROM effects "
+            "WHERE partition = ? AND operation_id = ? ORDER BY position",
             (partition, operation_id),
         )
         return [self._effect(row) for row in rows]
 
     def nonterminal_operations(self, partition: str | None = None) -> list[OperationRecord]:
-        """Running, Failed and CleanupPending operations (what recovery must examine)."""
+        """Running, Failed and CleanupPending operations (what recovery must examine).
+
+        Records that fail their checksum are left out: ``Store.damaged`` lists them,
+        and recovery must not act on an altered record.
+        """
         values = sorted(s.value for s in NONTERMINAL_STATES)
         sql = (
-            f"SELECT {_OP_COLUMNS} FROM operations WHERE state IN ({', '.join('?' * len(values))})"
+            f"SELECT {_OP_COLUMNS}, checksum FROM operations "
+            f"WHERE state IN ({', '.join('?' * len(values))})"
         )
         params: list[object] = list(values)
         if partition is not None:
             sql += " AND partition = ?"
             params.append(partition)
-        return [self._operation(row) for row in self._rows(sql + " ORDER BY seq", params)]
+        rows = self._rows(sql + " ORDER BY seq", params)
+        return [self._operation(row) for row in rows if checksum("operations", row[:-1]) == row[-1]]
 
     def _operation(self, row: Any) -> OperationRecord:
+        row = self._verified("operations", row, f"{row[0]}/{row[1]}")
         try:
             return OperationRecord(
                 partition=row[0],
@@ -151,6 +176,7 @@ class Reader:
             ) from exc
 
     def _effect(self, row: Any) -> EffectRecord:
+        row = self._verified("effects", row, f"{row[0]}/{row[1]}/{row[2]}")
         try:
             return EffectRecord(
                 partition=row[0],
@@ -199,21 +225,23 @@ class Txn(Reader):
         except sqlite3.ProgrammingError as exc:
             raise StoreError(f"journal write failed: {exc}") from exc
         except sqlite3.DatabaseError as exc:
-            raise JournalUnavailable(self._state_dir, f"writing the journal failed: {exc}") from exc
+            raise storage_error(self._state_dir, "writing the journal failed", exc) from exc
 
     def put_scope(self, record: ScopeRecord) -> None:
         """Insert or replace the scope's generation, epoch and fence."""
+        values = (
+            record.partition,
+            record.scope,
+            record.generation,
+            record.epoch,
+            record.fence_operation_id,
+        )
         self._exec(
-            f"INSERT INTO scopes ({_SCOPE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+            f"INSERT INTO scopes ({_SCOPE_COLUMNS}, checksum) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (partition, scope) DO UPDATE SET generation = excluded.generation, "
-            "epoch = excluded.epoch, fence_operation_id = excluded.fence_operation_id",
-            (
-                record.partition,
-                record.scope,
-                record.generation,
-                record.epoch,
-                record.fence_operation_id,
-            ),
+            "epoch = excluded.epoch, fence_operation_id = excluded.fence_operation_id, "
+            "checksum = excluded.checksum",
+            (*values, checksum("scopes", values)),
         )
 
     def insert_operation(
@@ -243,11 +271,12 @@ class Txn(Reader):
         try:
             (last,) = self._rows("SELECT value FROM meta WHERE key = 'last_seq'")[0]
             seq = int(last) + 1
+            values = (*key, *_operation_fields(record), seq)
             try:
                 self._exec(
-                    f"INSERT INTO operations ({_OP_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*key, *_operation_fields(record), seq),
+                    f"INSERT INTO operations ({_OP_COLUMNS}, checksum) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*values, checksum("operations", values)),
                     raw_integrity=True,
                 )
             except sqlite3.IntegrityError as exc:
@@ -263,10 +292,11 @@ class Txn(Reader):
                 raise StoreError(f"journal rejected operation {key}: {exc}") from exc
             self._exec("UPDATE meta SET value = ? WHERE key = 'last_seq'", (str(seq),))
             for e in effects:
+                effect_values = (*key, e.effect_id, e.position, e.kind, *_effect_fields(e))
                 self._exec(
-                    f"INSERT INTO effects ({_EFFECT_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*key, e.effect_id, e.position, e.kind, *_effect_fields(e)),
+                    f"INSERT INTO effects ({_EFFECT_COLUMNS}, checksum) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*effect_values, checksum("effects", effect_values)),
                 )
         except BaseException:
             if self._conn.in_transaction:
@@ -278,14 +308,10 @@ class Txn(Reader):
 
     def update_operation(self, record: OperationRecord) -> None:
         """Store every mutable field of ``record``; its identity must match the journal."""
-        cursor = self._exec(
-            "UPDATE operations SET artifact_digest = ?, contract_digest = ?, generation = ?, "
-            "epoch = ?, request_json = ?, state = ?, plan_json = ?, response_json = ?, "
-            "error_json = ?, target_operation_id = ?, cleanup_status = ? "
-            "WHERE partition = ? AND operation_id = ? AND hook = ? AND scope = ? AND step = ? "
-            "AND semantic_digest = ?",
+        rows = self._rows(
+            "SELECT seq FROM operations WHERE partition = ? AND operation_id = ? AND hook = ? "
+            "AND scope = ? AND step = ? AND semantic_digest = ?",
             (
-                *_operation_fields(record)[4:],
                 record.partition,
                 record.operation_id,
                 Hook(record.hook).value,
@@ -294,25 +320,48 @@ class Txn(Reader):
                 record.semantic_digest,
             ),
         )
-        if cursor.rowcount == 1:
-            return
-        if self.operation(record.partition, record.operation_id) is None:
+        if not rows:
+            if self.operation(record.partition, record.operation_id) is None:
+                raise StoreError(
+                    f"cannot update operation {record.partition}/{record.operation_id}: "
+                    "not recorded"
+                )
             raise StoreError(
-                f"cannot update operation {record.partition}/{record.operation_id}: not recorded"
+                f"cannot update operation {record.partition}/{record.operation_id}: hook, "
+                "scope, step and semantic digest are immutable"
             )
-        raise StoreError(
-            f"cannot update operation {record.partition}/{record.operation_id}: hook, scope, "
-            "step and semantic digest are immutable"
+        fields = _operation_fields(record)
+        values = (record.partition, record.operation_id, *fields, rows[0][0])
+        self._exec(
+            "UPDATE operations SET artifact_digest = ?, contract_digest = ?, generation = ?, "
+            "epoch = ?, request_json = ?, state = ?, plan_json = ?, response_json = ?, "
+            "error_json = ?, target_operation_id = ?, cleanup_status = ?, checksum = ? "
+            "WHERE partition = ? AND operation_id = ?",
+            (
+                *fields[4:],
+                checksum("operations", values),
+                record.partition,
+                record.operation_id,
+            ),
         )
 
     def update_effect(self, record: EffectRecord) -> None:
         """Store the effect's state, before-image, outputs, detail and attempts."""
+        values = (
+            record.partition,
+            record.operation_id,
+            record.effect_id,
+            record.position,
+            record.kind,
+            *_effect_fields(record),
+        )
         cursor = self._exec(
             "UPDATE effects SET state = ?, before_json = ?, outputs_json = ?, detail = ?, "
-            "attempts = ? WHERE partition = ? AND operation_id = ? AND effect_id = ? "
-            "AND position = ? AND kind = ?",
+            "attempts = ?, checksum = ? WHERE partition = ? AND operation_id = ? "
+            "AND effect_id = ? AND position = ? AND kind = ?",
             (
                 *_effect_fields(record),
+                checksum("effects", values),
                 record.partition,
                 record.operation_id,
                 record.effect_id,
@@ -387,12 +436,18 @@ class Store:
         journal_id: str,
         lock: WriterLock,
         conn: sqlite3.Connection,
+        lease: Lease | None = None,
+        durable_commits: int = 0,
+        damaged: Sequence[DamagedRecord] = (),
     ) -> None:
         self._state_dir = state_dir
         self._journal_id = journal_id
         self._db = state_dir / DB_NAME
         self._lock = lock
         self._conn = conn
+        self._lease = lease
+        self._durable_commits = durable_commits
+        self._damaged = tuple(damaged)
         self._cond = threading.Condition()
         self._queue: deque[_Request] = deque()
         self._stopping = False
@@ -408,18 +463,28 @@ class Store:
     # -- lifecycle ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, state_dir: Path) -> Store:
+    def open(cls, state_dir: Path, *, runtime_dir: Path | None = None) -> Store:
         """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
 
+        With ``runtime_dir`` (a tmpfs, e.g. under ``/run``) the store keeps a lease
+        there (see ``_lease``): a journal that lost acknowledged commits in this boot,
+        was replaced, or whose files are gone is refused instead of served or
+        recreated. Every record's checksum is verified; ``damaged`` lists failures.
+
         Raises ``StoreLocked`` if another writer holds it and ``JournalUnavailable``
-        if a journal existed here but is missing, corrupt, foreign or too new.
+        if a journal existed here but is missing, corrupt, foreign, rolled back or
+        too new.
         """
         state_dir = Path(state_dir).absolute()
         ensure_state_dir(state_dir)
         lock = WriterLock.acquire(state_dir)
         conn: sqlite3.Connection | None = None
+        lease: Lease | None = None
         try:
-            journal_id, version = prepare(state_dir)
+            known = None
+            if runtime_dir is not None:
+                lease, known = Lease.open(Path(runtime_dir), state_dir)
+            journal_id, version = prepare(state_dir, known)
             conn = connect(state_dir / DB_NAME, "rw")
             configure_writer(conn)
             conn.execute("SELECT count(*) FROM meta").fetchall()
@@ -427,10 +492,31 @@ class Store:
             # the first commit relies on it.
             fsync_dir(state_dir)
             migrate(conn, version)
-            return cls(state_dir=state_dir, journal_id=journal_id, lock=lock, conn=conn)
+            commits = _durable_commits(conn, state_dir)
+            if known is not None and commits < known.commits:
+                raise JournalUnavailable(
+                    state_dir,
+                    f"{DB_NAME} holds {commits} commits but {known.commits} were acknowledged "
+                    f"in this boot (lease {lease.path if lease else '?'}): the -wal file was "
+                    f"lost or {DB_NAME} was replaced by an older copy",
+                )
+            damaged = damaged_records(conn)
+            if lease is not None:
+                lease.record(journal_id, commits)
+            return cls(
+                state_dir=state_dir,
+                journal_id=journal_id,
+                lock=lock,
+                conn=conn,
+                lease=lease,
+                durable_commits=commits,
+                damaged=damaged,
+            )
         except BaseException:
             if conn is not None:
                 conn.close()
+            if lease is not None:
+                lease.close()
             lock.release()
             raise
 
@@ -485,6 +571,17 @@ class Store:
         return self._journal_id
 
     @property
+    def damaged(self) -> tuple[DamagedRecord, ...]:
+        """Records that failed their checksum when the store was opened."""
+        return self._damaged
+
+    @property
+    def durable_commits(self) -> int:
+        """Transactions this journal has committed over its whole life (the lease's count)."""
+        with self._cond:
+            return self._durable_commits
+
+    @property
     def commits(self) -> int:
         """COMMITs issued by the writer thread (each one WAL fsync)."""
         with self._cond:
@@ -527,7 +624,7 @@ class Store:
         try:
             conn = connect(self._db, "rw")
         except sqlite3.Error as exc:
-            raise JournalUnavailable(self._state_dir, f"cannot open a reader: {exc}") from exc
+            raise storage_error(self._state_dir, "cannot open a reader", exc) from exc
         try:
             configure_reader(conn)
         except BaseException:
@@ -569,12 +666,63 @@ class Store:
         with self._cond:
             return self._cond.wait_for(lambda: len(self._queue) >= count, timeout)
 
-    def _failed_error(self) -> JournalUnavailable:
-        error = JournalUnavailable(
-            self._state_dir, f"the journal writer failed ({self._failure}); reopen the store"
+    def _failed_error(self) -> JournalFault | JournalUnavailable:
+        error = storage_error(
+            self._state_dir,
+            "the journal writer failed",
+            self._failure,
+            after="; nothing after the last commit was acknowledged",
         )
         error.__cause__ = self._failure
         return error
+
+    def clear_fault(self) -> bool:
+        """Serve again after a storage fault: start the next batch on a fresh connection.
+
+        A failed COMMIT is rolled back and was never acknowledged, so the journal
+        on disk holds every acknowledged write. The old connection is dropped (its
+        cache may describe pages the failed write never made durable) and the
+        journal is checked again: it must still hold every commit this store
+        acknowledged. Returns False (the fault stays) when that check fails or the
+        storage still refuses. Damage (``JournalUnavailable``) is never cleared.
+        """
+        with self._cond:
+            failure = self._failure
+            if failure is None:
+                return True
+            if self._stopping or isinstance(
+                storage_error(self._state_dir, "", failure), JournalUnavailable
+            ):
+                return False
+            try:
+                fresh = connect(self._db, "rw")
+                try:
+                    configure_writer(fresh)
+                    commits = _durable_commits(fresh, self._state_dir)
+                except BaseException:
+                    fresh.close()
+                    raise
+            except (sqlite3.Error, StoreError, JournalUnavailable) as exc:
+                log.warning("journal %s still faulty: %s", self._state_dir, exc)
+                return False
+            if commits < self._durable_commits:
+                fresh.close()
+                self._failure = JournalUnavailable(
+                    self._state_dir,
+                    f"{DB_NAME} holds {commits} commits after a storage fault, but "
+                    f"{self._durable_commits} were acknowledged",
+                )
+                return False
+            # A COMMIT that reported failure may still have reached the disk.
+            self._durable_commits = commits
+            old, self._conn = self._conn, fresh
+            self._failure = None
+        _rollback(old)
+        with contextlib.suppress(sqlite3.Error):
+            old.close()
+        self._record_lease()
+        log.warning("journal %s: storage fault cleared; serving again", self._state_dir)
+        return True
 
     def _run_writer(self) -> None:
         deferred: list[_Outcome] = []
@@ -615,9 +763,10 @@ class Store:
         return f"journal store {self._state_dir} was {how} before this write was committed"
 
     def _run_batch(self, batch: list[_Request]) -> list[_Outcome]:
-        conn = self._conn
+        with self._cond:  # clear_fault() swaps the connection while failed
+            conn, failed = self._conn, self._failure is not None
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
-        if self._failure is not None:
+        if failed:
             return [_Outcome(r, False, error=self._failed_error()) for r in live]
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -657,6 +806,10 @@ class Store:
                 return self._lost(outcomes, [], closed=True)
             return outcomes
         try:
+            # Counted inside the transaction it counts: no extra fsync.
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'commits'", (str(self._durable_commits + 1),)
+            )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             _rollback(conn)
@@ -664,7 +817,25 @@ class Store:
             return self._lost(outcomes, [])
         with self._cond:
             self._commits += 1
+            self._durable_commits += 1
+        self._record_lease()
         return outcomes
+
+    def _record_lease(self) -> None:
+        """After the COMMIT is durable: the lease may lag the journal, never lead it."""
+        if self._lease is None:
+            return
+        try:
+            self._lease.record(self._journal_id, self._durable_commits)
+        except OSError as exc:
+            # Losing the lease weakens detection of a later rollback; it loses nothing.
+            log.error(
+                "journal lease %s not updated (%s); rollback detection is off",
+                self._lease.path,
+                exc,
+            )
+            self._lease.close()
+            self._lease = None
 
     def _lost(
         self, outcomes: list[_Outcome], not_run: list[_Request], *, closed: bool = False
@@ -707,7 +878,16 @@ class Store:
                 idle, self._idle_readers = self._idle_readers, []
             for conn in idle:
                 conn.close()
+            if self._lease is not None:
+                self._lease.close()
             self._lock.release()
+
+
+def _durable_commits(conn: sqlite3.Connection, state_dir: Path) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        raise JournalUnavailable(state_dir, f"{DB_NAME} has a corrupt commit count {row!r}")
+    return int(row[0])
 
 
 def _rollback_savepoint(conn: sqlite3.Connection) -> bool:
