@@ -112,7 +112,7 @@ def prepare(state_dir: Path, known: LeaseRecord | None = None) -> tuple[str, int
                 "created here",
             )
         _finish_initialisation(state_dir, journal_id)
-    return journal_id, validate(state_dir, db, journal_id)
+    return journal_id, validate(state_dir, db, journal_id, known)
 
 
 def _read_journal_id(state_dir: Path) -> str:
@@ -155,7 +155,7 @@ def _check_header(path: Path) -> str | None:
     return None
 
 
-def validate(state_dir: Path, db: Path, journal_id: str) -> int:
+def validate(state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None = None) -> int:
     """Check ``db`` is our intact journal with ``journal_id``; return its schema version.
 
     Reads through a read-only connection. SQLite may create empty ``-wal``/``-shm``
@@ -167,7 +167,7 @@ def validate(state_dir: Path, db: Path, journal_id: str) -> int:
         raise JournalUnavailable(state_dir, reason)
     existed = {suffix for suffix in _SIDECARS if _exists(_sidecar(db, suffix))}
     try:
-        return _validate_contents(state_dir, db, journal_id)
+        return _validate_contents(state_dir, db, journal_id, known)
     except BaseException:
         for suffix in _SIDECARS:
             path = _sidecar(db, suffix)
@@ -180,7 +180,9 @@ def validate(state_dir: Path, db: Path, journal_id: str) -> int:
         raise
 
 
-def _validate_contents(state_dir: Path, db: Path, journal_id: str) -> int:
+def _validate_contents(
+    state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None
+) -> int:
     name = db.name
     try:
         conn = connect(db, "ro")
@@ -217,6 +219,17 @@ def _validate_contents(state_dir: Path, db: Path, journal_id: str) -> int:
             state_dir,
             f"{name} was written by a newer store format (version {version}; this code "
             f"knows up to {SCHEMA_VERSION})",
+        )
+    # Journals older than the commit count (version < 2) hold none: they predate leases.
+    raw_commits = meta.get("commits", "0")
+    if not raw_commits.isdigit():
+        raise JournalUnavailable(state_dir, f"{name} has a corrupt commit count {raw_commits!r}")
+    if known is not None and int(raw_commits) < known.commits:
+        raise JournalUnavailable(
+            state_dir,
+            f"{name} holds {raw_commits} commits but {known.commits} were acknowledged in this "
+            f"boot (see the journal lease): the -wal file was lost or {name} was replaced by an "
+            "older copy",
         )
     return version
 

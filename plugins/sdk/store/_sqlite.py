@@ -492,14 +492,7 @@ class Store:
             # the first commit relies on it.
             fsync_dir(state_dir)
             migrate(conn, version)
-            commits = _durable_commits(conn, state_dir)
-            if known is not None and commits < known.commits:
-                raise JournalUnavailable(
-                    state_dir,
-                    f"{DB_NAME} holds {commits} commits but {known.commits} were acknowledged "
-                    f"in this boot (lease {lease.path if lease else '?'}): the -wal file was "
-                    f"lost or {DB_NAME} was replaced by an older copy",
-                )
+            commits = _durable_commits(conn, state_dir)  # checked against the lease by prepare
             damaged = damaged_records(conn)
             if lease is not None:
                 lease.record(journal_id, commits)
