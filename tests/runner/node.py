@@ -16,7 +16,7 @@ from plugins.sdk import (
 )
 from plugins.sdk._requests import CleanupRequest, ConnectRequest, OperationState, PrepareRequest
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner, SimulatedCrash
-from plugins.sdk.store import JournalUnavailable, Store
+from plugins.sdk.store import NO_FAULTS, JournalUnavailable, StorageFaults, Store
 
 from .toy import ToyKernel, toy_effects, toy_registry
 
@@ -62,8 +62,11 @@ def unprepare(op: str = "op-unprepare", scope: str = "prep-1") -> CleanupRequest
 class ToyNode:
     """What a service process holds in memory; ``crash()`` abandons all of it."""
 
-    def __init__(self, root: Path, crash: CrashPoints | None = None) -> None:
+    def __init__(
+        self, root: Path, crash: CrashPoints | None = None, faults: StorageFaults = NO_FAULTS
+    ) -> None:
         self.root = root
+        self.faults = faults
         root.mkdir(parents=True, exist_ok=True)
         self.state_dir = root / "state"
         self.toy_path = root / "toy.json"
@@ -74,7 +77,7 @@ class ToyNode:
         self.crash_points = crash or CrashPoints()
         self.toy = ToyKernel(self.toy_path, self.crash_points)
         try:
-            self.store: Store | None = Store.open(self.state_dir)
+            self.store: Store | None = Store.open(self.state_dir, faults=self.faults)
             reason = ""
         except JournalUnavailable as exc:
             self.store, reason = None, str(exc)

@@ -35,6 +35,7 @@ true:
 """
 
 from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked
+from ._faults import NO_FAULTS, SITES, StorageFaults, storage_failure
 from ._integrity import DamagedRecord
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
 from ._schema import SCHEMA_VERSION
@@ -42,7 +43,9 @@ from ._sqlite import Reader, Store, Txn
 
 __all__ = [
     "NONTERMINAL_STATES",
+    "NO_FAULTS",
     "SCHEMA_VERSION",
+    "SITES",
     "DamagedRecord",
     "EffectRecord",
     "JournalFault",
@@ -50,9 +53,11 @@ __all__ = [
     "OperationRecord",
     "Reader",
     "ScopeRecord",
+    "StorageFaults",
     "Store",
     "StoreClosed",
     "StoreError",
     "StoreLocked",
     "Txn",
+    "storage_failure",
 ]

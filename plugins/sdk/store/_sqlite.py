@@ -18,6 +18,7 @@ from .._errors import AlreadyExists
 from .._requests import CleanupStatus, EffectState, OperationState
 from .._types import Hook
 from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, storage_error
+from ._faults import NO_FAULTS, StorageFaults
 from ._integrity import (
     EFFECT_COLUMNS,
     OPERATION_COLUMNS,
@@ -217,6 +218,7 @@ class Txn(Reader):
         if self._store._abandoned:
             raise StoreClosed(f"journal store {self._state_dir} was abandoned")
         try:
+            self._store._faults.check("statement")
             return self._conn.execute(sql, params)
         except sqlite3.IntegrityError as exc:
             if raw_integrity:
@@ -439,6 +441,7 @@ class Store:
         lease: Lease | None = None,
         durable_commits: int = 0,
         damaged: Sequence[DamagedRecord] = (),
+        faults: StorageFaults = NO_FAULTS,
     ) -> None:
         self._state_dir = state_dir
         self._journal_id = journal_id
@@ -448,6 +451,7 @@ class Store:
         self._lease = lease
         self._durable_commits = durable_commits
         self._damaged = tuple(damaged)
+        self._faults = faults
         self._cond = threading.Condition()
         self._queue: deque[_Request] = deque()
         self._stopping = False
@@ -463,7 +467,13 @@ class Store:
     # -- lifecycle ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, state_dir: Path, *, runtime_dir: Path | None = None) -> Store:
+    def open(
+        cls,
+        state_dir: Path,
+        *,
+        runtime_dir: Path | None = None,
+        faults: StorageFaults = NO_FAULTS,
+    ) -> Store:
         """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
 
         With ``runtime_dir`` (a tmpfs, e.g. under ``/run``) the store keeps a lease
@@ -504,6 +514,7 @@ class Store:
                 lease=lease,
                 durable_commits=commits,
                 damaged=damaged,
+                faults=faults,
             )
         except BaseException:
             if conn is not None:
@@ -688,6 +699,7 @@ class Store:
             ):
                 return False
             try:
+                self._faults.check("reopen")
                 fresh = connect(self._db, "rw")
                 try:
                     configure_writer(fresh)
@@ -762,6 +774,7 @@ class Store:
         if failed:
             return [_Outcome(r, False, error=self._failed_error()) for r in live]
         try:
+            self._faults.check("begin")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._fail(exc)
@@ -799,6 +812,7 @@ class Store:
                 return self._lost(outcomes, [], closed=True)
             return outcomes
         try:
+            self._faults.check("commit")
             # Counted inside the transaction it counts: no extra fsync.
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'commits'", (str(self._durable_commits + 1),)
