@@ -38,18 +38,21 @@ from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, 
 from ._faults import NO_FAULTS, SITES, StorageFaults, storage_failure
 from ._integrity import DamagedRecord
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
-from ._schema import SCHEMA_VERSION
+from ._schema import PLUGIN_JOURNAL, SCHEMA_VERSION, JournalFormat, Migration
 from ._sqlite import Reader, Store, Txn
 
 __all__ = [
     "NONTERMINAL_STATES",
     "NO_FAULTS",
+    "PLUGIN_JOURNAL",
     "SCHEMA_VERSION",
     "SITES",
     "DamagedRecord",
     "EffectRecord",
     "JournalFault",
+    "JournalFormat",
     "JournalUnavailable",
+    "Migration",
     "OperationRecord",
     "Reader",
     "ScopeRecord",

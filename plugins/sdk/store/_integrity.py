@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -57,6 +57,9 @@ TABLES: Final = {
     "operations": OPERATION_COLUMNS,
     "effects": EFFECT_COLUMNS,
 }
+"""The plugin journal's checksummed tables and their columns, in checksum order."""
+
+Tables = Mapping[str, tuple[str, ...]]
 
 
 def checksum(table: str, values: Sequence[object]) -> str:
@@ -67,7 +70,10 @@ def checksum(table: str, values: Sequence[object]) -> str:
 
 @dataclass(frozen=True)
 class DamagedRecord:
-    """A row whose checksum does not match; its partition and scope as stored (may be wrong)."""
+    """A row whose checksum does not match; its partition and scope as stored (may be wrong).
+
+    ``partition`` and ``scope`` are empty for journals without scopes (the coordinator's).
+    """
 
     table: str
     partition: str
@@ -75,22 +81,27 @@ class DamagedRecord:
     key: str
 
     def describe(self) -> str:
-        return f"{self.table} record {self.key} (scope {self.partition}/{self.scope})"
+        where = f" (scope {self.partition}/{self.scope})" if self.scope else ""
+        return f"{self.table} record {self.key}{where}"
 
 
-def damaged_records(conn: sqlite3.Connection) -> list[DamagedRecord]:
+def damaged_records(conn: sqlite3.Connection, tables: Tables = TABLES) -> list[DamagedRecord]:
     """Every row of the journal whose checksum fails (a full scan, run once at open)."""
     found: list[DamagedRecord] = []
-    for table, columns in TABLES.items():
+    for table, columns in tables.items():
         rows = conn.execute(f"SELECT {', '.join(columns)}, checksum FROM {table}").fetchall()
         for row in rows:
             if checksum(table, row[:-1]) == row[-1]:
                 continue
-            found.append(_damaged(conn, table, row))
+            found.append(_damaged(conn, table, row, tables is TABLES))
     return found
 
 
-def _damaged(conn: sqlite3.Connection, table: str, row: Sequence[object]) -> DamagedRecord:
+def _damaged(
+    conn: sqlite3.Connection, table: str, row: Sequence[object], scoped: bool
+) -> DamagedRecord:
+    if not scoped:
+        return DamagedRecord(table, "", "", "/".join(str(v) for v in row[:2]))
     partition = str(row[0])
     if table == "scopes":
         return DamagedRecord(table, partition, str(row[1]), f"{partition}/{row[1]}")
@@ -104,9 +115,9 @@ def _damaged(conn: sqlite3.Connection, table: str, row: Sequence[object]) -> Dam
     )
 
 
-def seal_all(conn: sqlite3.Connection) -> None:
+def seal_all(conn: sqlite3.Connection, tables: Tables = TABLES) -> None:
     """Write the checksum of every row (the migration that introduced checksums)."""
-    for table, columns in TABLES.items():
+    for table, columns in tables.items():
         rows = conn.execute(f"SELECT rowid, {', '.join(columns)} FROM {table}").fetchall()
         for row in rows:
             conn.execute(

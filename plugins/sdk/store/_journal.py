@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ._errors import JournalUnavailable
 from ._lease import LeaseRecord
-from ._schema import FORMAT, SCHEMA_VERSION, bootstrap, connect, migrate, read_meta
+from ._schema import PLUGIN_JOURNAL, JournalFormat, bootstrap, connect, migrate, read_meta
 
 DB_NAME = "journal.db"
 ID_NAME = "journal.id"
@@ -65,7 +65,9 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def prepare(state_dir: Path, known: LeaseRecord | None = None) -> tuple[str, int]:
+def prepare(
+    state_dir: Path, known: LeaseRecord | None = None, fmt: JournalFormat = PLUGIN_JOURNAL
+) -> tuple[str, int]:
     """Make sure ``state_dir`` holds a valid journal; return its id and schema version.
 
     Initialises a fresh journal only when neither ``journal.id`` nor
@@ -93,8 +95,8 @@ def prepare(state_dir: Path, known: LeaseRecord | None = None) -> tuple[str, int
                 raise JournalUnavailable(
                     state_dir, f"{DB_NAME}{suffix} exists without {DB_NAME} or {ID_NAME}"
                 )
-        journal_id = _initialise(state_dir)
-        return journal_id, validate(state_dir, db, journal_id)
+        journal_id = _initialise(state_dir, fmt)
+        return journal_id, validate(state_dir, db, journal_id, None, fmt)
 
     journal_id = _read_journal_id(state_dir)
     if known is not None and known.journal_id != journal_id:
@@ -111,8 +113,8 @@ def prepare(state_dir: Path, known: LeaseRecord | None = None) -> tuple[str, int
                 f"{DB_NAME} is missing although {ID_NAME} says journal {journal_id} was "
                 "created here",
             )
-        _finish_initialisation(state_dir, journal_id)
-    return journal_id, validate(state_dir, db, journal_id, known)
+        _finish_initialisation(state_dir, journal_id, fmt)
+    return journal_id, validate(state_dir, db, journal_id, known, fmt)
 
 
 def _read_journal_id(state_dir: Path) -> str:
@@ -155,7 +157,13 @@ def _check_header(path: Path) -> str | None:
     return None
 
 
-def validate(state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None = None) -> int:
+def validate(
+    state_dir: Path,
+    db: Path,
+    journal_id: str,
+    known: LeaseRecord | None = None,
+    fmt: JournalFormat = PLUGIN_JOURNAL,
+) -> int:
     """Check ``db`` is our intact journal with ``journal_id``; return its schema version.
 
     Reads through a read-only connection. SQLite may create empty ``-wal``/``-shm``
@@ -167,7 +175,7 @@ def validate(state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | No
         raise JournalUnavailable(state_dir, reason)
     existed = {suffix for suffix in _SIDECARS if _exists(_sidecar(db, suffix))}
     try:
-        return _validate_contents(state_dir, db, journal_id, known)
+        return _validate_contents(state_dir, db, journal_id, known, fmt)
     except BaseException:
         for suffix in _SIDECARS:
             path = _sidecar(db, suffix)
@@ -181,7 +189,7 @@ def validate(state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | No
 
 
 def _validate_contents(
-    state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None
+    state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None, fmt: JournalFormat
 ) -> int:
     name = db.name
     try:
@@ -200,7 +208,7 @@ def _validate_contents(
         raise JournalUnavailable(state_dir, f"{name} is unreadable or corrupt: {exc}") from exc
     if meta is None:
         raise JournalUnavailable(state_dir, f"{name} has no meta table; it is not a journal")
-    if meta.get("format") != FORMAT:
+    if meta.get("format") != fmt.name:
         raise JournalUnavailable(
             state_dir, f"{name} is not a journal of this store (format {meta.get('format')!r})"
         )
@@ -214,11 +222,11 @@ def _validate_contents(
     if not raw_version.isdigit():
         raise JournalUnavailable(state_dir, f"{name} has a corrupt schema version {raw_version!r}")
     version = int(raw_version)
-    if version > SCHEMA_VERSION:
+    if version > fmt.version:
         raise JournalUnavailable(
             state_dir,
             f"{name} was written by a newer store format (version {version}; this code "
-            f"knows up to {SCHEMA_VERSION})",
+            f"knows up to {fmt.version})",
         )
     # Journals older than the commit count (version < 2) hold none: they predate leases.
     raw_commits = meta.get("commits", "0")
@@ -241,7 +249,7 @@ def _discard_staging(state_dir: Path) -> None:
             path.unlink()
 
 
-def _initialise(state_dir: Path) -> str:
+def _initialise(state_dir: Path, fmt: JournalFormat) -> str:
     _discard_staging(state_dir)
     journal_id = str(uuid.uuid4())
     staging = state_dir / STAGING_NAME
@@ -250,8 +258,8 @@ def _initialise(state_dir: Path) -> str:
     conn = connect(staging, "rwc")
     try:
         conn.execute("PRAGMA synchronous=FULL")
-        bootstrap(conn, journal_id)
-        migrate(conn, 0)
+        bootstrap(conn, journal_id, fmt)
+        migrate(conn, 0, fmt)
     finally:
         conn.close()
     _fsync_file(staging)
@@ -260,13 +268,13 @@ def _initialise(state_dir: Path) -> str:
     return journal_id
 
 
-def _finish_initialisation(state_dir: Path, journal_id: str) -> None:
+def _finish_initialisation(state_dir: Path, journal_id: str, fmt: JournalFormat) -> None:
     staging = state_dir / STAGING_NAME
     if _exists(_sidecar(staging, "-journal")):
         raise JournalUnavailable(
             state_dir, f"{DB_NAME} is missing and {STAGING_NAME} has a hot rollback journal"
         )
-    validate(state_dir, staging, journal_id)
+    validate(state_dir, staging, journal_id, None, fmt)
     publish_staging(state_dir)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from ._errors import StoreError
-from ._integrity import seal_all
+from ._integrity import TABLES, Tables, seal_all
 
 FORMAT: Final = "dra-networkplugins/journal"
 """Value of the ``format`` meta key: marks a database as one of our journals."""
@@ -75,14 +76,46 @@ ALTER TABLE effects ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
 INSERT INTO meta (key, value) VALUES ('commits', '0')
 """
 
-MIGRATIONS: Final[tuple[tuple[int, str, Callable[[sqlite3.Connection], None] | None], ...]] = (
-    (1, _V1, None),
-    (2, _V2, seal_all),
-)
-"""Ordered ``(version, sql, then)``; each is applied in its own transaction."""
 
-SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
-"""The newest store format this code reads and writes."""
+@dataclass(frozen=True)
+class Migration:
+    """One schema step, applied in its own transaction: ``sql`` then ``then(conn)``."""
+
+    version: int
+    sql: str
+    then: Callable[[sqlite3.Connection], None] | None = None
+
+
+@dataclass(frozen=True)
+class JournalFormat:
+    """What makes a database one kind of journal: its marker, migrations, sealed tables.
+
+    Every journal kind (a plugin service's, the coordinator's) shares the durable core:
+    identity file, staging, lease, writer lock, group commit, checksums, faults.
+    Every table in ``tables`` has a ``checksum`` column over the listed columns, and
+    the ``meta`` table holds a ``commits`` counter from the first migration that
+    makes the journal usable (the lease compares against it).
+    """
+
+    name: str
+    migrations: tuple[Migration, ...]
+    tables: Tables
+
+    @property
+    def version(self) -> int:
+        """The newest schema version this code reads and writes."""
+        return self.migrations[-1].version
+
+
+PLUGIN_JOURNAL: Final = JournalFormat(
+    FORMAT,
+    (Migration(1, _V1), Migration(2, _V2, seal_all)),
+    TABLES,
+)
+"""A plugin service's journal (operations, effects, scopes)."""
+
+SCHEMA_VERSION: Final = PLUGIN_JOURNAL.version
+"""The newest plugin store format this code reads and writes."""
 
 _BOOTSTRAP: Final = "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
 
@@ -131,14 +164,14 @@ def configure_reader(conn: sqlite3.Connection) -> None:
     _expect(conn, "query_only=ON", "query_only", 1)
 
 
-def bootstrap(conn: sqlite3.Connection, journal_id: str) -> None:
+def bootstrap(conn: sqlite3.Connection, journal_id: str, fmt: JournalFormat) -> None:
     """Create the meta table of a brand-new journal (schema version 0)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_BOOTSTRAP)
         conn.executemany(
             "INSERT INTO meta (key, value) VALUES (?, ?)",
-            [("format", FORMAT), ("journal_id", journal_id), ("schema_version", "0")],
+            [("format", fmt.name), ("journal_id", journal_id), ("schema_version", "0")],
         )
         conn.execute("COMMIT")
     except BaseException:
@@ -157,23 +190,25 @@ def read_meta(conn: sqlite3.Connection) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
 
 
-def migrate(conn: sqlite3.Connection, current: int) -> int:
+def migrate(conn: sqlite3.Connection, current: int, fmt: JournalFormat) -> int:
     """Apply every migration newer than ``current``, one transaction each."""
-    for version, sql, then in MIGRATIONS:
-        if version <= current:
+    for step in fmt.migrations:
+        if step.version <= current:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Statement by statement: executescript() would commit the open transaction.
-            for statement in filter(str.strip, sql.split(";")):
+            for statement in filter(str.strip, step.sql.split(";")):
                 conn.execute(statement)
-            if then is not None:
-                then(conn)
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+            if step.then is not None:
+                step.then(conn)
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(step.version),)
+            )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        current = version
+        current = step.version
     return current

@@ -7,7 +7,7 @@ import logging
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +31,14 @@ from ._journal import DB_NAME, ensure_state_dir, fsync_dir, prepare
 from ._lease import Lease
 from ._lock import WriterLock
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
-from ._schema import configure_reader, configure_writer, connect, migrate
+from ._schema import (
+    PLUGIN_JOURNAL,
+    JournalFormat,
+    configure_reader,
+    configure_writer,
+    connect,
+    migrate,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -47,12 +54,44 @@ _SCOPE_COLUMNS: Final = ", ".join(SCOPE_COLUMNS)
 
 
 class Reader:
-    """Read access to one consistent snapshot; valid only inside its ``read``/``write`` call."""
+    """Read access to one consistent snapshot; valid only inside its ``read``/``write`` call.
 
-    def __init__(self, conn: sqlite3.Connection, state_dir: Path) -> None:
+    The typed methods read a plugin journal; ``select`` reads any sealed table of the
+    store's format (the coordinator's journal uses only that).
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, state_dir: Path, fmt: JournalFormat = PLUGIN_JOURNAL
+    ) -> None:
         self._conn = conn
         self._state_dir = state_dir
+        self._format = fmt
         self._live = True
+
+    def _columns(self, table: str) -> tuple[str, ...]:
+        try:
+            return self._format.tables[table]
+        except KeyError:
+            raise StoreError(f"{table!r} is not a sealed table of {self._format.name}") from None
+
+    def select(
+        self, table: str, where: Mapping[str, object] | None = None, *, order_by: str = "rowid"
+    ) -> list[dict[str, Any]]:
+        """Rows of a sealed table whose columns equal ``where``; each checksum verified."""
+        columns = self._columns(table)
+        clauses = [f"{c} = ?" for c in (where or {})]
+        if any(c not in columns for c in (where or {})) or order_by not in (*columns, "rowid"):
+            raise StoreError(f"select from {table}: unknown column in {where} / {order_by}")
+        rows = self._rows(
+            f"SELECT {', '.join(columns)}, checksum FROM {table}"
+            + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+            + f" ORDER BY {order_by}",
+            list((where or {}).values()),
+        )
+        return [
+            dict(zip(columns, self._verified(table, row, "/".join(map(str, row[:2]))), strict=True))
+            for row in rows
+        ]
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         if not self._live:
@@ -207,8 +246,34 @@ class Txn(Reader):
     """A write function's view: reads see this batch's uncommitted writes."""
 
     def __init__(self, conn: sqlite3.Connection, store: Store) -> None:
-        super().__init__(conn, store.state_dir)
+        super().__init__(conn, store.state_dir, store.journal_format)
         self._store = store
+
+    def put(self, table: str, row: Mapping[str, object], *, key: Sequence[str]) -> None:
+        """Insert ``row`` into a sealed table, or replace the row with the same ``key``."""
+        columns = self._columns(table)
+        unknown = sorted(set(row) - set(columns))
+        if unknown or not set(key) <= set(columns):
+            raise StoreError(f"put into {table}: unknown columns {unknown or list(key)}")
+        values = tuple(row.get(c) for c in columns)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in (*columns, "checksum") if c not in key)
+        self._exec(
+            f"INSERT INTO {table} ({', '.join(columns)}, checksum) "
+            f"VALUES ({', '.join('?' * (len(columns) + 1))}) "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
+            (*values, checksum(table, values)),
+        )
+
+    def delete(self, table: str, where: Mapping[str, object]) -> int:
+        """Delete the rows of a sealed table whose columns equal ``where``; returns the count."""
+        columns = self._columns(table)
+        if not where or any(c not in columns for c in where):
+            raise StoreError(f"delete from {table}: needs known columns, got {list(where)}")
+        cursor = self._exec(
+            f"DELETE FROM {table} WHERE {' AND '.join(f'{c} = ?' for c in where)}",
+            list(where.values()),
+        )
+        return cursor.rowcount
 
     def _exec(
         self, sql: str, params: Sequence[object], *, raw_integrity: bool = False
@@ -442,8 +507,10 @@ class Store:
         durable_commits: int = 0,
         damaged: Sequence[DamagedRecord] = (),
         faults: StorageFaults = NO_FAULTS,
+        journal_format: JournalFormat = PLUGIN_JOURNAL,
     ) -> None:
         self._state_dir = state_dir
+        self._format = journal_format
         self._journal_id = journal_id
         self._db = state_dir / DB_NAME
         self._lock = lock
@@ -473,6 +540,7 @@ class Store:
         *,
         runtime_dir: Path | None = None,
         faults: StorageFaults = NO_FAULTS,
+        journal_format: JournalFormat = PLUGIN_JOURNAL,
     ) -> Store:
         """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
 
@@ -494,16 +562,16 @@ class Store:
             known = None
             if runtime_dir is not None:
                 lease, known = Lease.open(Path(runtime_dir), state_dir)
-            journal_id, version = prepare(state_dir, known)
+            journal_id, version = prepare(state_dir, known, journal_format)
             conn = connect(state_dir / DB_NAME, "rw")
             configure_writer(conn)
             conn.execute("SELECT count(*) FROM meta").fetchall()
             # The -wal file exists now; make its directory entry durable before
             # the first commit relies on it.
             fsync_dir(state_dir)
-            migrate(conn, version)
+            migrate(conn, version, journal_format)
             commits = _durable_commits(conn, state_dir)  # checked against the lease by prepare
-            damaged = damaged_records(conn)
+            damaged = damaged_records(conn, journal_format.tables)
             if lease is not None:
                 lease.record(journal_id, commits)
             return cls(
@@ -515,6 +583,7 @@ class Store:
                 durable_commits=commits,
                 damaged=damaged,
                 faults=faults,
+                journal_format=journal_format,
             )
         except BaseException:
             if conn is not None:
@@ -575,6 +644,10 @@ class Store:
         return self._journal_id
 
     @property
+    def journal_format(self) -> JournalFormat:
+        return self._format
+
+    @property
     def damaged(self) -> tuple[DamagedRecord, ...]:
         """Records that failed their checksum when the store was opened."""
         return self._damaged
@@ -602,7 +675,7 @@ class Store:
     def read(self, fn: Callable[[Reader], T]) -> T:
         """Run ``fn`` on a consistent snapshot of the committed journal."""
         conn = self._acquire_reader()
-        reader = Reader(conn, self._state_dir)
+        reader = Reader(conn, self._state_dir, self._format)
         try:
             try:
                 conn.execute("BEGIN")
