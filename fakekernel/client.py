@@ -157,6 +157,17 @@ class FakeKernelClient:
     def snapshot(self) -> dict[str, Any]:
         return decode(dict[str, Any], self._call("snapshot"))
 
+    # -- test only -------------------------------------------------------------------------
+
+    def stall(self, method: str, seconds: float) -> None:
+        """The next ``method`` call (from any client) takes effect, then its answer is held
+        back for ``seconds``: a kernel call that hangs. Test only."""
+        self._call("stall", name=method, seconds=seconds)
+
+    def wait_stalled(self, method: str, timeout: float) -> bool:
+        """Block until an answer to ``method`` is being held back (True) or ``timeout``."""
+        return bool(self._call("wait_stalled", name=method, timeout=timeout))
+
     def load_lab(
         self, *, path: str | Path | None = None, lab: dict[str, Any] | None = None
     ) -> None:

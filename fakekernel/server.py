@@ -6,6 +6,10 @@ answer ``{"id": n, "result": ...}`` or ``{"id": n, "error": {"errno": int,
 "message": str, "kind": "kernel" | "lab" | "protocol"}}``. Parameters carry the
 Python keyword names of the model's methods; dataclasses travel as objects.
 One lock around the model plays the role of rtnl: calls never interleave.
+
+Test only: ``stall`` (a control request no production code sends) makes the next call
+of one method (``name``) take effect as usual and then hold its answer back for some
+seconds, as a kernel call that hangs; ``wait_stalled`` answers once that is happening.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import errno
 import functools
 import inspect
 import json
+import math
 import os
 import socketserver
 import stat
@@ -45,6 +50,7 @@ KERNEL_METHODS = (
     "set_vf",
 )
 ADMIN_METHODS = ("add_namespace", "delete_namespace", "namespace", "namespaces", "snapshot")
+TEST_METHODS = ("stall", "wait_stalled")
 METHODS = (*KERNEL_METHODS, *ADMIN_METHODS, "load_lab")
 
 
@@ -72,6 +78,11 @@ class FakeKernelServer:
         self.model = model
         self.lock = threading.Lock()  # rtnl
         self._server: socketserver.ThreadingUnixStreamServer | None = None
+        # Test only (see the module docstring): armed stalls and the answers held back.
+        self._stalls = threading.Condition()
+        self._armed: dict[str, float] = {}
+        self._holding: list[str] = []
+        self._closing = threading.Event()
 
     # -- requests --------------------------------------------------------------------------
 
@@ -107,6 +118,8 @@ class FakeKernelServer:
     def call(self, method: str, params: dict[str, Any]) -> Any:
         if method == "load_lab":
             return self._load_lab(params)
+        if method in TEST_METHODS:
+            return self._test_control(method, params)
         if method not in METHODS:
             raise ProtocolError(f"unknown method {method!r}")
         types = _param_types(method)
@@ -119,7 +132,9 @@ class FakeKernelServer:
         except TypeError as e:  # a required parameter is missing
             raise ProtocolError(f"{method}: {e}") from None
         with self.lock:
-            return getattr(self.model, method)(**args)
+            result = getattr(self.model, method)(**args)
+        self._hold_if_stalled(method)  # outside rtnl: other callers go on
+        return result
 
     def _load_lab(self, params: dict[str, Any]) -> None:
         """Replace the whole model, as if the node rebooted into the described host."""
@@ -131,6 +146,41 @@ class FakeKernelServer:
             raise ProtocolError("load_lab takes exactly one of 'path' (str) or 'lab' (object)")
         with self.lock:
             self.model = model
+
+    # -- test only: stalled answers ---------------------------------------------------------
+
+    def _test_control(self, method: str, params: dict[str, Any]) -> Any:
+        target, number = params.get("name"), params.get("seconds", params.get("timeout"))
+        if (
+            set(params) != {"name", "seconds" if method == "stall" else "timeout"}
+            or target not in (*KERNEL_METHODS, *ADMIN_METHODS)
+            or isinstance(number, bool)
+            or not isinstance(number, int | float)
+            or not math.isfinite(number)
+            or number < 0
+        ):
+            raise ProtocolError(
+                f"{method} takes 'name' (a model method) and "
+                f"'{'seconds' if method == 'stall' else 'timeout'}' (a number >= 0)"
+            )
+        with self._stalls:
+            if method == "stall":
+                self._armed[target] = float(number)
+                return None
+            return self._stalls.wait_for(lambda: target in self._holding, float(number))
+
+    def _hold_if_stalled(self, method: str) -> None:
+        with self._stalls:
+            seconds = self._armed.pop(method, None)
+            if seconds is None:
+                return
+            self._holding.append(method)
+            self._stalls.notify_all()
+        try:
+            self._closing.wait(seconds)
+        finally:
+            with self._stalls:
+                self._holding.remove(method)
 
     # -- socket ----------------------------------------------------------------------------
 
@@ -148,8 +198,11 @@ class FakeKernelServer:
                     if not line.strip():
                         continue
                     reply = outer.handle(line)
-                    self.wfile.write(json.dumps(reply).encode() + b"\n")
-                    self.wfile.flush()
+                    try:
+                        self.wfile.write(json.dumps(reply).encode() + b"\n")
+                        self.wfile.flush()
+                    except OSError:
+                        return  # the caller hung up (e.g. died during a stalled answer)
 
         old = os.umask(0o177)  # the socket is born 0600: only our user may talk to the kernel
         try:
@@ -166,6 +219,7 @@ class FakeKernelServer:
 
     def shutdown(self) -> None:
         """Stop serving (from another thread than serve_forever) and remove the socket."""
+        self._closing.set()  # release stalled answers
         if self._server is None:
             return
         self._server.shutdown()
