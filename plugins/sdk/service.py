@@ -3,20 +3,32 @@
 Read the administrator's config, open the single-writer journal, register and
 validate every endpoint, serve GetInfo (not ready) while recovering, recover,
 then serve; on SIGTERM stop admitting work and leave in-flight work recoverable.
+
+Every startup refusal is one line on stderr naming the path and the cause, and exit
+status 2 (``main``); nothing is created before the checks that can refuse. Shutdown is
+bounded: once the grace period is over the process exits, whatever a kernel call is
+doing, and the interrupted work stays journaled for recovery at the next start.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import logging
+import math
+import os
 import signal
+import sqlite3
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -29,7 +41,20 @@ from .store import JournalUnavailable, Store
 log = logging.getLogger(__name__)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-_CONFIG_KEYS = {"socketDir", "stateDir", "tokenFile", "kernel", "bootId", "shutdownGraceSeconds"}
+_REQUIRED_KEYS = ("socketDir", "stateDir", "tokenFile", "kernel")
+_PATH_KEYS = ("socketDir", "stateDir", "tokenFile", "runtimeDir")
+_CONFIG_KEYS = {*_REQUIRED_KEYS, "runtimeDir", "bootId", "shutdownGraceSeconds"}
+
+EXIT_REFUSED = 2
+"""Exit status of a startup refusal (one line on stderr naming the path and the cause)."""
+EXIT_UNFINISHED = 1
+"""Exit status of a shutdown that ended the process with calls still running."""
+EXIT_MARGIN_S = 0.5
+"""After ``grace + EXIT_MARGIN_S`` seconds of stopping, the process exits regardless."""
+
+
+class StartupRefused(NetworkPluginError):
+    """The service cannot start as configured: the message names the path and the cause."""
 
 
 @dataclass(frozen=True)
@@ -42,32 +67,51 @@ class ServiceConfig:
     kernel: str
     boot_id: str | None = None  # None: read it from the kernel
     shutdown_grace_seconds: float = 10.0
+    runtime_dir: Path = Path()  # Path() (the default): the socket dir
+
+    def __post_init__(self) -> None:
+        if self.runtime_dir == Path():
+            object.__setattr__(self, "runtime_dir", self.socket_dir)
 
     @classmethod
     def load(cls, path: Path) -> ServiceConfig:
+        def refuse(problem: str) -> NoReturn:
+            raise RegistrationError(f"service config {path}: {_one_line(problem)}")
+
         try:
             data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise RegistrationError(f"service config {path}: {exc}") from exc
+        except OSError as exc:
+            refuse(_os_cause(exc))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            refuse(f"not valid YAML: {exc}")
         if not isinstance(data, dict):
-            raise RegistrationError(f"service config {path}: not a mapping")
-        unknown = sorted(set(data) - _CONFIG_KEYS)
-        missing = sorted({"socketDir", "stateDir", "tokenFile", "kernel"} - set(data))
+            refuse("not a mapping")
+        unknown = sorted(str(k) for k in set(data) - _CONFIG_KEYS)
+        missing = sorted(set(_REQUIRED_KEYS) - set(data))
         if unknown or missing:
-            raise RegistrationError(
-                f"service config {path}: unknown keys {unknown}, missing keys {missing}"
-            )
-        for key in ("socketDir", "stateDir", "tokenFile", "kernel"):
-            if not isinstance(data[key], str) or not data[key]:
-                raise RegistrationError(f"service config {path}: {key} must be a non-empty string")
+            refuse(f"unknown keys {unknown}, missing keys {missing}")
+        data = {k: v for k, v in data.items() if v is not None or k in _REQUIRED_KEYS}
+        for key in (*_REQUIRED_KEYS, "runtimeDir", "bootId"):
+            if key in data and (not isinstance(data[key], str) or not data[key]):
+                refuse(f"{key} must be a non-empty string")
+        grace = data.get("shutdownGraceSeconds", 10.0)
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not math.isfinite(grace)
+            or grace < 0
+        ):
+            refuse(f"shutdownGraceSeconds must be a number of seconds >= 0, got {grace!r}")
         base = path.parent
+        paths = {key: base / data[key] for key in _PATH_KEYS if key in data}
         return cls(
-            socket_dir=base / data["socketDir"],
-            state_dir=base / data["stateDir"],
-            token_file=base / data["tokenFile"],
+            socket_dir=paths["socketDir"],
+            state_dir=paths["stateDir"],
+            token_file=paths["tokenFile"],
             kernel=data["kernel"],
             boot_id=data.get("bootId"),
-            shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
+            shutdown_grace_seconds=float(grace),
+            runtime_dir=paths.get("runtimeDir", Path()),
         )
 
 
@@ -83,6 +127,86 @@ EffectsFactory = Callable[[str, CrashPoints], tuple[EffectRegistry, str]]
 """Builds the approved executors for a kernel URL; returns them and the node's boot id."""
 
 
+# ---------------------------------------------------------------------- startup checks
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _os_cause(exc: OSError) -> str:
+    """``No such file or directory (ENOENT)``: the errno's text and name."""
+    code = exc.errno
+    if code is None:
+        return _one_line(str(exc))
+    return f"{os.strerror(code)} ({errno.errorcode.get(code, str(code))})"
+
+
+def check_private_dir(what: str, path: Path, *, follow_symlinks: bool = True) -> None:
+    """Refuse a directory that exists with another owner or any group/other access.
+
+    A missing one is fine: it is created with mode 0700 when needed. Creates nothing.
+    ``what`` names it in the message (``state directory``).
+    """
+    try:
+        st = os.stat(path, follow_symlinks=follow_symlinks)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StartupRefused(f"{what} {path}: {_os_cause(exc)}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StartupRefused(f"{what} {path}: exists and is not a directory")
+    problems = []
+    if st.st_uid != os.geteuid():
+        problems.append(f"owned by uid {st.st_uid}, not the service uid {os.geteuid()}")
+    if st.st_mode & 0o077:
+        problems.append(f"mode {stat.S_IMODE(st.st_mode):04o} gives group/other access")
+    if problems:
+        raise StartupRefused(
+            f"{what} {path}: {' and '.join(problems)}; it must be owned by uid "
+            f"{os.geteuid()} with mode 0700"
+        )
+
+
+def check_directories(config: ServiceConfig) -> None:
+    """The directories the service writes to, checked before anything is created."""
+    check_private_dir("state directory", config.state_dir)
+    # The host refuses a symlink here too (it binds sockets in the directory itself).
+    check_private_dir("socket directory", config.socket_dir, follow_symlinks=False)
+    if config.runtime_dir != config.socket_dir:
+        check_private_dir("runtime directory", config.runtime_dir)
+
+
+def _open_kernel(make_effects: EffectsFactory, url: str, crash: CrashPoints) -> tuple[Any, str]:
+    try:
+        return make_effects(url, crash)
+    except OSError as exc:  # KernelError included: the namespace mount or socket is not there
+        path = exc.filename or urlsplit(url).path or url
+        raise StartupRefused(f"kernel {url}: {path}: {_os_cause(exc)}") from None
+
+
+def _open_store(config: ServiceConfig) -> tuple[Store | None, str]:
+    state_dir = config.state_dir
+    try:
+        return Store.open(state_dir, runtime_dir=config.runtime_dir), ""
+    except JournalUnavailable as exc:  # damaged: serve, but every scope stays unavailable
+        reason = _one_line(str(exc))
+        log.error("%s", reason)
+        return None, reason
+    except OSError as exc:  # read-only, full, not writable: nothing to serve from
+        where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != state_dir else ""
+        raise StartupRefused(
+            f"state directory {state_dir}: cannot open the journal: {where}{_os_cause(exc)}"
+        ) from None
+    except sqlite3.Error as exc:
+        raise StartupRefused(
+            f"state directory {state_dir}: cannot open the journal: {_one_line(str(exc))}"
+        ) from None
+
+
+# ---------------------------------------------------------------------- serving
+
+
 def serve(
     config: ServiceConfig,
     make_registry: Callable[[], Registry],
@@ -90,45 +214,117 @@ def serve(
     *,
     crash: CrashPoints | None = None,
     stop: threading.Event | None = None,
+    exit_process: bool = False,
 ) -> int:
+    """Run the service until ``stop`` is set (or SIGTERM/SIGINT); return the exit status.
+
+    ``exit_process`` (a service process: ``main``): once stopping began, the process
+    exits ``shutdown_grace_seconds`` later with :data:`EXIT_UNFINISHED` if calls are
+    still running (a kernel call that never answers), and in any case at most
+    :data:`EXIT_MARGIN_S` after that. In-process callers leave it False and get
+    :data:`EXIT_UNFINISHED` back instead.
+    """
     crash = crash or CrashPoints.from_environment()
+    stop = stop or threading.Event()
     registrations = make_registry().seal()  # one invalid registration fails startup
     token = read_token(config.token_file)
-    effects, kernel_boot_id = make_effects(config.kernel, crash)
+    check_directories(config)
+    effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
+    store, reason = _open_store(config)
     try:
-        store: Store | None = Store.open(config.state_dir)
-        reason = ""
-    except JournalUnavailable as exc:  # serve, but every scope stays unavailable
-        store, reason = None, str(exc)
-        log.error("%s", exc)
-    runner = Runner(
-        store,
-        registrations,
-        effects,
-        artifact_digest=artifact_digest(),
-        boot_id=config.boot_id or kernel_boot_id,
-        crash=crash,
-        unavailable_reason=reason,
-    )
-    host = Host(config.socket_dir, token)
-    host.start(runner.endpoints())  # GetInfo answers ready=false until recovery is done
-    for note in runner.recover():
-        log.warning("recovery: %s", note)
+        runner = Runner(
+            store,
+            registrations,
+            effects,
+            artifact_digest=artifact_digest(),
+            boot_id=config.boot_id or kernel_boot_id,
+            crash=crash,
+            unavailable_reason=reason,
+        )
+        host = Host(config.socket_dir, token)
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        # From the first socket on, SIGTERM stops gracefully (also during recovery).
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if exit_process:
+            threading.Thread(
+                target=_watchdog,
+                args=(stop, host, config.shutdown_grace_seconds),
+                name="shutdown-watchdog",
+                daemon=True,
+            ).start()
+        host.start(runner.endpoints())  # GetInfo answers ready=false until recovery is done
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    try:
+        notes = runner.recover()
+    except JournalUnavailable as exc:  # found damaged while recovering: stays not ready
+        log.error("recovery stopped: %s", _one_line(str(exc)))
+    else:
+        for note in notes if store is not None else ():  # else: said once, above
+            log.warning("recovery: %s", note)
     log.info("serving %s", ", ".join(str(p) for p in host.socket_paths))
-    stop = stop or threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     stop.wait()
-    host.stop(
-        config.shutdown_grace_seconds
-    )  # stop admitting; in-flight work finishes or stays journaled
+    return _stop(host, store, config.shutdown_grace_seconds, exit_process=exit_process)
+
+
+def _stop(host: Host, store: Store | None, grace: float, *, exit_process: bool) -> int:
+    """Stop admitting, drain for ``grace`` s; exit without waiting for what still runs.
+
+    A call still running after the grace period (typically blocked in a kernel call)
+    is not waited for: its operation stays ``Running`` and its effect ``Applying`` in
+    the journal, exactly as after SIGKILL, and the next start recovers it by probe.
+    Nothing is committed on its behalf on the way out.
+    """
+    host.stop(grace)  # stop admitting; in-flight calls finish or are cancelled at grace
+    running = host.in_flight()
+    if running:
+        _log_unfinished(grace, running)
+        if exit_process:
+            _exit_now(EXIT_UNFINISHED)
+        return EXIT_UNFINISHED
     if store is not None:
         store.close()
     return 0
+
+
+def _log_unfinished(grace: float, running: Sequence[str]) -> None:
+    log.error(
+        "shutdown: grace period of %gs is over with %d call(s) still running: %s; "
+        "exiting without them (their journal records stay as they are and are "
+        "recovered at the next start)",
+        grace,
+        len(running),
+        "; ".join(running),
+    )
+
+
+def _watchdog(stop: threading.Event, host: Host, grace: float) -> None:
+    """Once stopping began, end the process ``grace + EXIT_MARGIN_S`` later, whatever runs.
+
+    Never disarmed: it also bounds recovery (a SIGTERM while a probe hangs), closing
+    the journal and the interpreter's own exit, which joins the server's threads.
+    """
+    stop.wait()
+    threading.Event().wait(grace + EXIT_MARGIN_S)
+    running = host.in_flight()
+    if running:
+        _log_unfinished(grace, running)
+    else:
+        log.error("shutdown: still not stopped %gs after it began; exiting", grace + EXIT_MARGIN_S)
+    _exit_now(EXIT_UNFINISHED)
+
+
+def _exit_now(status: int) -> NoReturn:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def main(
@@ -139,14 +335,36 @@ def main(
 ) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=f"{prog}: a NetworkPlugin service")
     parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format=f"{prog} %(levelname)s %(name)s: %(message)s")
     try:
-        return serve(ServiceConfig.load(args.config), make_registry, make_effects)
+        return serve(
+            ServiceConfig.load(args.config), make_registry, make_effects, exit_process=True
+        )
     except NetworkPluginError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+        print(f"{prog}: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_REFUSED
+    except OSError as exc:  # a startup step this module did not expect to fail
+        path = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: {path}{_os_cause(exc)}", file=sys.stderr)
+        return EXIT_REFUSED
 
 
-__all__ = ["ServiceConfig", "artifact_digest", "main", "serve"]
+__all__ = [
+    "EXIT_MARGIN_S",
+    "EXIT_REFUSED",
+    "EXIT_UNFINISHED",
+    "ServiceConfig",
+    "StartupRefused",
+    "artifact_digest",
+    "check_directories",
+    "check_private_dir",
+    "main",
+    "serve",
+]

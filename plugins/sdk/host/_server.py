@@ -27,7 +27,8 @@ import secrets
 import socket
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import grpc
 
 from plugins.api.networkplugin.v1alpha1 import pb, pb_grpc
 from plugins.sdk._errors import NetworkPluginError, RegistrationError
+from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
 
 from . import _convert as convert
 from ._service import EndpointService
@@ -105,7 +107,7 @@ def read_token(path: Path) -> str:
             raise RegistrationError(f"token file {path}: is a symlink") from None
         raise RegistrationError(f"token file {path}: cannot open: {exc.strerror}") from None
     try:
-        st = os.fstat(fd)
+        st = _fstat(fd, path)
         if not stat.S_ISREG(st.st_mode):
             raise RegistrationError(f"token file {path}: is not a regular file")
         if st.st_uid != os.geteuid():
@@ -117,7 +119,10 @@ def read_token(path: Path) -> str:
                 f"token file {path}: mode {stat.S_IMODE(st.st_mode):04o} gives group/other "
                 "access; it must be 0600 or stricter"
             )
-        data = os.read(fd, _MAX_TOKEN_FILE + 1)
+        try:
+            data = os.read(fd, _MAX_TOKEN_FILE + 1)
+        except OSError as exc:
+            raise RegistrationError(f"token file {path}: cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
     if len(data) > _MAX_TOKEN_FILE:
@@ -129,13 +134,71 @@ def read_token(path: Path) -> str:
     return _check_token(token, f"token file {path}")
 
 
+def _fstat(fd: int, path: Path) -> os.stat_result:
+    try:
+        return os.fstat(fd)
+    except OSError as exc:
+        raise RegistrationError(f"token file {path}: cannot stat: {exc.strerror}") from None
+
+
+@dataclass
+class _Call:
+    socket: str
+    rpc: str
+    started: float
+    operation: str = ""
+
+    def describe(self, now: float) -> str:
+        operation = f" {self.operation}" if self.operation else ""
+        return f"{self.socket} {self.rpc}{operation} (running {now - self.started:.1f}s)"
+
+
+class _InFlight:
+    """The service calls running right now, across every socket of one host."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[int, _Call] = {}
+        self._next = 0
+
+    @contextlib.contextmanager
+    def track(self, socket_name: str, rpc: str) -> Iterator[_Call]:
+        entry = _Call(socket_name, rpc, time.monotonic())
+        with self._lock:
+            self._next += 1
+            key = self._next
+            self._calls[key] = entry
+        try:
+            yield entry
+        finally:
+            with self._lock:
+                del self._calls[key]
+
+    def describe(self) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            calls = sorted(self._calls.values(), key=lambda c: c.started)
+        return [c.describe(now) for c in calls]
+
+
+def _operation_of(request: object) -> str:
+    if isinstance(request, PrepareRequest | ConnectRequest | CleanupRequest):
+        return request.envelope.operation_id
+    if isinstance(request, tuple) and request and isinstance(request[0], str):
+        return request[0]  # InspectOperation: (operation_id, scope)
+    return ""
+
+
 class _Servicer(pb_grpc.NetworkPluginServicer):
     """Serves exactly one logical plugin; holds no reference to any other."""
 
-    def __init__(self, socket_name: str, service: EndpointService, token: bytes) -> None:
+    def __init__(
+        self, socket_name: str, service: EndpointService, token: bytes, in_flight: _InFlight
+    ) -> None:
         self._socket = socket_name
         self._service = service
         self._token = token
+        self._in_flight = in_flight
 
     def _authenticated(self, context: grpc.ServicerContext) -> bool:
         values = [v for k, v in context.invocation_metadata() if k.lower() == "authorization"]
@@ -172,7 +235,10 @@ class _Servicer(pb_grpc.NetworkPluginServicer):
                 failure = (grpc.StatusCode.UNAVAILABLE, f"{self._socket}: {_NOT_READY}")
             else:
                 try:
-                    response = call(decode())
+                    with self._in_flight.track(self._socket, rpc) as entry:
+                        request = decode()
+                        entry.operation = _operation_of(request)
+                        response = call(request)
                 except Exception as exc:
                     failure = self._failed(rpc, "call", exc)
                 else:
@@ -296,7 +362,8 @@ class Host:
     to ``grace`` seconds (``None`` cancels them immediately), then removes the socket
     files this host created (only if they still are the ones it bound).
     ``wait_draining()`` blocks until admission is closed, ``wait()`` until stopped.
-    Handler threads blocked past ``grace`` keep running until the service returns.
+    Handler threads blocked past ``grace`` keep running until the service returns (or
+    the process exits); ``in_flight()`` names the service calls still running.
     """
 
     def __init__(self, socket_dir: Path, token: str, *, max_workers: int = 8) -> None:
@@ -310,6 +377,7 @@ class Host:
         self._draining = threading.Event()
         self._stopped = threading.Event()
         self._bound: list[_Bound] = []
+        self._in_flight = _InFlight()
 
     @property
     def socket_dir(self) -> Path:
@@ -319,6 +387,14 @@ class Host:
     def socket_paths(self) -> Mapping[str, Path]:
         """Socket name -> path, for the endpoints being served."""
         return {b.name: b.path for b in self._bound}
+
+    def in_flight(self) -> list[str]:
+        """One line per service call running now, oldest first.
+
+        ``"vlan.sock ConnectNetwork op-7 (running 2.4s)"``: after ``stop(grace)`` these
+        are the calls the grace period did not see finish.
+        """
+        return self._in_flight.describe()
 
     # ------------------------------------------------------------------ start
 
@@ -424,7 +500,9 @@ class Host:
         staging = self._dir / f".{secrets.token_hex(4)}.{name}"
         executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=f"np-{name}")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_NetworkPluginServicer_to_server(_Servicer(name, service, self._token), server)
+        pb_grpc.add_NetworkPluginServicer_to_server(
+            _Servicer(name, service, self._token, self._in_flight), server
+        )
         try:
             with _UMASK_LOCK:
                 previous = os.umask(_SOCKET_UMASK)

@@ -1,0 +1,316 @@
+"""Startup refusals of the real console entry: one line naming the path and the cause, exit 2.
+
+Each test runs ``networkplugin-links --config FILE`` as a deployer would, with exactly
+one thing wrong, and checks that nothing was created or changed: no socket directory,
+no journal, every file left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fakekernel.client import FakeKernelProcess
+
+PROG = "networkplugin-links"
+SCRIPT = Path(sys.executable).with_name(PROG)
+NOBODY = 65534
+
+
+@pytest.fixture(scope="module")
+def kernel_url() -> Iterator[str]:
+    """A fake kernel that answers, so that only the thing under test is wrong."""
+    short = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
+    try:
+        with FakeKernelProcess(short / "kernel.sock"):
+            yield f"fake://{short / 'kernel.sock'}"
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@dataclass
+class Node:
+    """A deployer's files: config, token, socket and state directories (none created yet)."""
+
+    root: Path
+    sockets: Path
+    config: Path
+    token: Path
+    state: Path
+    kernel: str
+
+    def write_config(self, **overrides: Any) -> None:
+        data: dict[str, Any] = {
+            "socketDir": str(self.sockets),
+            "stateDir": str(self.state),
+            "tokenFile": str(self.token),
+            "kernel": self.kernel,
+            "shutdownGraceSeconds": 5,
+        }
+        data.update(overrides)
+        self.config.write_text(yaml.safe_dump({k: v for k, v in data.items() if v is not None}))
+
+    def tree(self) -> dict[str, tuple[int, int, int, int]]:
+        """Every path under the node with its mode, owner, size and mtime."""
+        seen = {}
+        for top in (self.root, self.sockets):
+            if not os.path.lexists(top):
+                continue
+            for path in [top, *sorted(top.rglob("*"))]:
+                st = path.lstat()
+                seen[str(path)] = (st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns)
+        return seen
+
+    def refuse(self, *expected: str) -> str:
+        """Run the service; it must refuse with one stderr line holding ``expected``."""
+        assert SCRIPT.exists(), f"{SCRIPT} is not installed (uv sync)"
+        before = self.tree()
+        had_sockets = os.path.lexists(self.sockets)
+        result = subprocess.run(
+            [str(SCRIPT), "--config", str(self.config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        lines = result.stderr.splitlines()
+        assert result.returncode == 2, (result.returncode, result.stderr)
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"{PROG}: "), lines[0]
+        for text in expected:
+            assert text in lines[0], (text, lines[0])
+        assert result.stdout == ""
+        if not had_sockets:
+            assert not os.path.lexists(self.sockets), "a socket directory was created"
+        assert self.tree() == before, "a file was created or changed"
+        return lines[0]
+
+
+@pytest.fixture
+def node(tmp_path: Path, kernel_url: str) -> Iterator[Node]:
+    sockets = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp")) / "sock"
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    token.chmod(0o600)
+    n = Node(tmp_path, sockets, tmp_path / "service.yaml", token, tmp_path / "state", kernel_url)
+    n.write_config()
+    yield n
+    shutil.rmtree(sockets.parent, ignore_errors=True)
+
+
+def needs_root(what: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root to {what}")
+
+
+@contextmanager
+def tmpfs(path: Path, options: str) -> Iterator[Path]:
+    """A tiny tmpfs at ``path`` (root and a working mount(8) only)."""
+    needs_root("mount a tmpfs")
+    if shutil.which("mount") is None:
+        pytest.skip("needs mount(8) to mount a tmpfs")
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {' '.join(done.stderr.split())}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+# -- the config -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"shutdownGraceSeconds": "soon"}, "shutdownGraceSeconds must be a number"),
+        ({"shutdownGraceSeconds": -1}, "shutdownGraceSeconds must be a number"),
+        ({"runtimeDir": 7}, "runtimeDir must be a non-empty string"),
+        ({"stateDirectory": "/x"}, "unknown keys ['stateDirectory']"),
+        ({"tokenFile": None}, "missing keys ['tokenFile']"),
+    ],
+)
+def test_a_bad_config_is_refused(node: Node, change: dict[str, Any], expected: str) -> None:
+    node.write_config(**change)
+    node.refuse(f"service config {node.config}: ", expected)
+
+
+def test_a_config_that_is_not_yaml_is_refused(node: Node) -> None:
+    node.config.write_text("socketDir: [unclosed\n")
+    node.refuse(f"service config {node.config}: not valid YAML")
+
+
+def test_a_missing_config_is_refused(node: Node) -> None:
+    node.config.unlink()
+    node.refuse(f"service config {node.config}: No such file or directory (ENOENT)")
+
+
+# -- the token --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spoil", "expected"),
+    [
+        (lambda p: p.unlink(), "does not exist"),
+        (lambda p: p.chmod(0o644), "mode 0644 gives group/other access"),
+        (lambda p: (p.unlink(), p.mkdir()), "is not a regular file"),
+    ],
+    ids=["missing", "group-readable", "directory"],
+)
+def test_an_unusable_token_file_is_refused(
+    node: Node, spoil: Callable[[Path], object], expected: str
+) -> None:
+    spoil(node.token)
+    node.refuse(f"token file {node.token}: {expected}")
+
+
+# -- the kernel -------------------------------------------------------------------------------
+
+
+def test_a_namespace_mount_that_does_not_exist_is_refused(node: Node) -> None:
+    mount = node.root / "netns" / "host"  # docs/deploying.md: linux:///run/netns/host
+    node.write_config(kernel=f"linux://{mount}")
+    node.refuse(f"kernel linux://{mount}: {mount}: No such file or directory (ENOENT)")
+
+
+def test_a_fake_kernel_socket_that_does_not_exist_is_refused(node: Node) -> None:
+    socket = node.root / "kernel.sock"
+    node.write_config(kernel=f"fake://{socket}")
+    node.refuse(f"{socket}: No such file or directory (ENOENT)")
+
+
+# -- the state directory ----------------------------------------------------------------------
+
+
+def test_a_state_dir_that_is_a_file_is_refused(node: Node) -> None:
+    node.state.write_text("")
+    node.refuse(f"state directory {node.state}: exists and is not a directory")
+
+
+def test_a_state_dir_under_a_file_is_refused(node: Node) -> None:
+    (node.root / "file").write_text("")
+    node.write_config(stateDir=str(node.root / "file" / "state"))
+    node.refuse(f"state directory {node.root / 'file' / 'state'}: Not a directory (ENOTDIR)")
+
+
+def test_a_group_accessible_state_dir_is_refused(node: Node) -> None:
+    node.state.mkdir(mode=0o700)
+    node.state.chmod(0o750)
+    node.refuse(f"state directory {node.state}: mode 0750 gives group/other access")
+
+
+def test_a_state_dir_of_another_owner_is_refused(node: Node) -> None:
+    needs_root("chown")
+    node.state.mkdir(mode=0o700)
+    os.chown(node.state, NOBODY, NOBODY)
+    node.refuse(
+        f"state directory {node.state}: owned by uid {NOBODY}, not the service uid {os.geteuid()}"
+    )
+
+
+def test_a_state_dir_of_another_owner_and_a_wide_mode_names_both(node: Node) -> None:
+    needs_root("chown")
+    node.state.mkdir(mode=0o700)
+    node.state.chmod(0o777)
+    os.chown(node.state, NOBODY, NOBODY)
+    node.refuse(f"owned by uid {NOBODY}, not the service uid {os.geteuid()}", "mode 0777")
+
+
+def test_a_group_accessible_socket_dir_is_refused(node: Node) -> None:
+    node.sockets.mkdir(mode=0o700)
+    node.sockets.chmod(0o755)
+    node.refuse(f"socket directory {node.sockets}: mode 0755 gives group/other access")
+
+
+def test_a_socket_dir_of_another_owner_is_refused(node: Node) -> None:
+    needs_root("chown")
+    node.sockets.mkdir(mode=0o700)
+    os.chown(node.sockets, NOBODY, NOBODY)
+    node.refuse(f"socket directory {node.sockets}: owned by uid {NOBODY}")
+
+
+def test_a_world_writable_runtime_dir_is_refused(node: Node) -> None:
+    runtime = node.root / "run"
+    runtime.mkdir(mode=0o700)
+    runtime.chmod(0o1777)
+    node.write_config(runtimeDir=str(runtime))
+    node.refuse(f"runtime directory {runtime}: mode 1777 gives group/other access")
+
+
+def test_a_read_only_state_dir_is_refused(node: Node) -> None:
+    with tmpfs(node.state, "ro,mode=0700,size=64k"):
+        node.refuse(f"state directory {node.state}: ", "Read-only file system (EROFS)")
+
+
+def test_a_full_state_dir_is_refused(node: Node) -> None:
+    # nr_inodes=1: the root inode is the only one; no journal file fits.
+    with tmpfs(node.state, "mode=0700,size=4k,nr_inodes=1"):
+        node.refuse(f"state directory {node.state}: ", "No space left on device (ENOSPC)")
+
+
+# -- not a refusal: a damaged journal ---------------------------------------------------------
+
+
+def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Node) -> None:
+    node.state.mkdir(mode=0o700)
+    (node.state / "journal.id").write_text("not a journal id\n")
+    (node.state / "journal.db").write_bytes(b"garbage" * 100)
+    proc = subprocess.Popen(
+        [str(SCRIPT), "--config", str(node.config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        lines = _read_until(proc.stderr, b" INFO plugins.sdk.service: serving ", deadline_s=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        lines += proc.stderr.read().decode().splitlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        proc.stderr.close()
+    text = "\n".join(lines)
+    assert "Traceback" not in text, text
+    about = [line for line in lines if str(node.state) in line]
+    assert len(about) == 1, text
+    assert " ERROR " in about[0], about
+    assert "journal" in about[0], about
+
+
+def _read_until(stream: Any, marker: bytes, deadline_s: float) -> list[str]:
+    """Lines read from ``stream`` up to and including the one holding ``marker``."""
+    deadline = time.monotonic() + deadline_s
+    seen = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        while marker not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {marker!r} within {deadline_s}s: {seen.decode()}"
+            if sel.select(left):
+                chunk = os.read(stream.fileno(), 65536)
+                assert chunk, f"exited before {marker!r}: {seen.decode()}"
+                seen += chunk
+    return seen.decode().splitlines()
