@@ -36,7 +36,7 @@ from ._errors import NetworkPluginError, RegistrationError
 from ._registry import Registry
 from .host import Host, read_token
 from .runner import CrashPoints, EffectRegistry, Runner
-from .store import JournalUnavailable, Store
+from .store import JournalFault, JournalUnavailable, Store
 
 log = logging.getLogger(__name__)
 
@@ -193,15 +193,21 @@ def _open_store(config: ServiceConfig) -> tuple[Store | None, str]:
         reason = _one_line(str(exc))
         log.error("%s", reason)
         return None, reason
-    except OSError as exc:  # read-only, full, not writable: nothing to serve from
+    except (OSError, sqlite3.Error, JournalFault) as exc:  # read-only, full, not writable
+        raise StartupRefused(
+            f"state directory {state_dir}: cannot open the journal: {_store_cause(exc, state_dir)}"
+        ) from None
+
+
+def _store_cause(exc: BaseException, state_dir: Path) -> str:
+    if isinstance(exc, JournalFault) and isinstance(exc.__cause__, OSError | sqlite3.Error):
+        exc = exc.__cause__
+    if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != state_dir else ""
-        raise StartupRefused(
-            f"state directory {state_dir}: cannot open the journal: {where}{_os_cause(exc)}"
-        ) from None
-    except sqlite3.Error as exc:
-        raise StartupRefused(
-            f"state directory {state_dir}: cannot open the journal: {_one_line(str(exc))}"
-        ) from None
+        return f"{where}{_os_cause(exc)}"
+    if isinstance(exc, JournalFault):
+        return _one_line(exc.reason)
+    return _one_line(str(exc))
 
 
 # ---------------------------------------------------------------------- serving
@@ -265,6 +271,11 @@ def serve(
         notes = runner.recover()
     except JournalUnavailable as exc:  # found damaged while recovering: stays not ready
         log.error("recovery stopped: %s", _one_line(str(exc)))
+    except BaseException:
+        host.stop(None)
+        if store is not None:
+            store.close()
+        raise
     else:
         for note in notes if store is not None else ():  # else: said once, above
             log.warning("recovery: %s", note)

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from fakekernel.client import FakeKernelProcess
+from plugins.sdk.service import ServiceConfig
 
 PROG = "networkplugin-links"
 SCRIPT = Path(sys.executable).with_name(PROG)
@@ -269,6 +270,31 @@ def test_a_full_state_dir_is_refused(node: Node) -> None:
         node.refuse(f"state directory {node.state}: ", "No space left on device (ENOSPC)")
 
 
+# -- the runtime directory ---------------------------------------------------------------------
+
+
+def test_runtime_dir_defaults_to_the_socket_dir_and_resolves_like_the_others(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "service.yaml"
+    base = {"socketDir": "sock", "stateDir": "state", "tokenFile": "token", "kernel": "fake:///k"}
+    config.write_text(yaml.safe_dump(base))
+    assert ServiceConfig.load(config).runtime_dir == tmp_path / "sock"
+    config.write_text(yaml.safe_dump({**base, "runtimeDir": "run/links"}))
+    assert ServiceConfig.load(config).runtime_dir == tmp_path / "run" / "links"
+    config.write_text(yaml.safe_dump({**base, "runtimeDir": "/run/networkplugin/links"}))
+    assert ServiceConfig.load(config).runtime_dir == Path("/run/networkplugin/links")
+
+
+def test_the_journal_lease_is_kept_in_the_runtime_dir(node: Node) -> None:
+    runtime = node.root / "run" / "links"
+    node.write_config(runtimeDir=str(runtime))
+    lines = _serve_then_stop(node)
+    assert "Traceback" not in "\n".join(lines)
+    assert [p.suffix for p in runtime.iterdir()] == [".lease"]
+    assert not [p for p in node.sockets.iterdir() if p.suffix == ".lease"]
+
+
 # -- not a refusal: a damaged journal ---------------------------------------------------------
 
 
@@ -276,6 +302,17 @@ def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Node) ->
     node.state.mkdir(mode=0o700)
     (node.state / "journal.id").write_text("not a journal id\n")
     (node.state / "journal.db").write_bytes(b"garbage" * 100)
+    lines = _serve_then_stop(node)
+    text = "\n".join(lines)
+    assert "Traceback" not in text, text
+    about = [line for line in lines if str(node.state) in line]
+    assert len(about) == 1, text
+    assert " ERROR " in about[0], about
+    assert "journal" in about[0], about
+
+
+def _serve_then_stop(node: Node) -> list[str]:
+    """Start the service, wait until it logs that it serves, SIGTERM it: its log lines."""
     proc = subprocess.Popen(
         [str(SCRIPT), "--config", str(node.config)],
         stdout=subprocess.DEVNULL,
@@ -292,12 +329,7 @@ def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Node) ->
             proc.kill()
             proc.wait(30)
         proc.stderr.close()
-    text = "\n".join(lines)
-    assert "Traceback" not in text, text
-    about = [line for line in lines if str(node.state) in line]
-    assert len(about) == 1, text
-    assert " ERROR " in about[0], about
-    assert "journal" in about[0], about
+    return lines
 
 
 def _read_until(stream: Any, marker: bytes, deadline_s: float) -> list[str]:
