@@ -1,4 +1,5 @@
-"""The node coordinator: topology and exposure-policy manifests, validation, CEL allocation."""
+"""The node coordinator: topology and exposure-policy manifests, validation, CEL allocation,
+and its journal (the call states are public: the rig checks that none is left open)."""
 
 from ._cel import (
     AllocatedDevice,
@@ -24,6 +25,7 @@ from ._compile import (
     TopologyErrors,
     validate_topology,
 )
+from ._journal import CLOSED_CALL_STATES, OPEN_CALL_STATES, Call, CoordinatorJournal
 from ._policy import (
     DRIVER_DOMAIN,
     CapacitySpec,
@@ -58,18 +60,22 @@ from ._yaml import (
 
 __all__ = [
     "API_VERSION",
+    "CLOSED_CALL_STATES",
     "DRIVER_DOMAIN",
+    "OPEN_CALL_STATES",
     "RESERVED_INTERFACE_NAMES",
     "AllocatedDevice",
     "Allocation",
     "AllocationError",
     "Allocator",
     "AttributeValue",
+    "Call",
     "CapacitySpec",
     "CompatibilityRule",
     "CompiledSelector",
     "CompiledStep",
     "CompiledTopology",
+    "CoordinatorJournal",
     "Device",
     "DeviceExposurePolicy",
     "Execution",

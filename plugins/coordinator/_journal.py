@@ -4,6 +4,10 @@ It shares operation identities with the plugin journals (the coordinator mints
 every operation id), so after a crash on either side the two can be compared.
 SQLite with WAL and synchronous=FULL, one writer per state directory, explicit
 BEGIN IMMEDIATE transactions, like the plugin store.
+
+A call is *open* while the coordinator still owes it something (an outcome, a retry, a
+cleanup or an operator) and *closed* once nothing more will happen to it; docs/coordinator.md
+has the transitions.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ CREATE TABLE IF NOT EXISTS calls (
     hook TEXT NOT NULL,
     generation INTEGER NOT NULL,
     request_json TEXT NOT NULL,
-    state TEXT NOT NULL,         -- requested, succeeded, failed, cleaned, pending, quarantined
+    state TEXT NOT NULL,         -- OPEN_CALL_STATES or CLOSED_CALL_STATES
     response_json TEXT,
     error TEXT,
     seq INTEGER NOT NULL
@@ -51,6 +55,17 @@ CREATE TABLE IF NOT EXISTS claims (
     PRIMARY KEY (resource, holder)
 );
 """
+
+
+OPEN_CALL_STATES = ("requested", "failed", "pending", "quarantined")
+"""``requested``: journaled before the RPC, outcome unknown. ``failed``: the plugin refused a
+create (effects it attempted wait for a retry or a cleanup). ``pending`` / ``quarantined``:
+a cleanup receipt that is not CLEANED (retry later / an operator must reconcile)."""
+
+CLOSED_CALL_STATES = ("succeeded", "cleaned", "abandoned")
+"""``succeeded``: a create's response. ``cleaned``: a cleanup's CLEANED receipt.
+``abandoned``: a call that never succeeded, closed by the CLEANED receipt of its step's
+cleanup (the evidence is stored as its response)."""
 
 
 class JournalError(NetworkPluginError):
@@ -79,8 +94,12 @@ class Claim:
     group: str
 
 
+_OPEN = ", ".join(f"'{state}'" for state in OPEN_CALL_STATES)
+
+
 class CoordinatorJournal:
     def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd = os.open(state_dir / "writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -102,6 +121,15 @@ class CoordinatorJournal:
             self._db.close()
             os.close(self._lock_fd)
 
+    def abandon(self) -> None:
+        """Simulate a crash of the coordinator: drop the connection and the writer lock.
+
+        Nothing is committed on the way out (SQLite discards an open transaction), so a
+        new journal on the same directory sees exactly what a restarted process would.
+        """
+        self._db.close()
+        os.close(self._lock_fd)
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         with self._mutex:
@@ -116,11 +144,17 @@ class CoordinatorJournal:
     # -- calls ------------------------------------------------------------------------------
 
     def record_call(self, call: Call) -> None:
-        """Record the intent to call a plugin (before the RPC), or keep an existing record."""
+        """Record the intent to call a plugin, before the RPC leaves this process.
+
+        A re-send keeps the existing record (same operation id, same seq). A re-send of an
+        open call is ``requested`` again: until its response arrives nobody knows its
+        outcome. A re-send of a closed call stays closed: the plugin replays it.
+        """
         with self.transaction() as db:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls").fetchone()[0]
             db.execute(
-                "INSERT OR IGNORE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(operation_id) "
+                f"DO UPDATE SET state = 'requested' WHERE state IN ({_OPEN})",
                 (
                     call.operation_id,
                     call.unit,
@@ -149,6 +183,38 @@ class CoordinatorJournal:
                     operation_id,
                 ),
             )
+
+    def finish_cleanup(self, operation_id: str, receipt: Any) -> list[str]:
+        """Record a CLEANED cleanup receipt and close every open call of its unit and step.
+
+        One transaction: a restart never sees the receipt without the calls it closes.
+        Each closed call becomes ``abandoned`` with the evidence (its previous state, the
+        cleanup's operation id and receipt) as its response; its error text is kept.
+        Returns the operation ids it closed.
+        """
+        with self.transaction() as db:
+            row = db.execute(
+                "SELECT unit, step FROM calls WHERE operation_id = ?", (operation_id,)
+            ).fetchone()
+            if row is None:
+                raise JournalError(f"cleanup {operation_id} was never recorded")
+            db.execute(
+                "UPDATE calls SET state = 'cleaned', response_json = ?, error = NULL "
+                "WHERE operation_id = ?",
+                (json.dumps(receipt, sort_keys=True), operation_id),
+            )
+            open_calls = db.execute(
+                "SELECT operation_id, state FROM calls WHERE unit = ? AND step = ? "
+                f"AND operation_id != ? AND state IN ({_OPEN}) ORDER BY seq",
+                (row[0], row[1], operation_id),
+            ).fetchall()
+            for closed, was in open_calls:
+                evidence = {"was": was, "cleanup": operation_id, "receipt": receipt}
+                db.execute(
+                    "UPDATE calls SET state = 'abandoned', response_json = ? WHERE operation_id = ?",
+                    (json.dumps(evidence, sort_keys=True), closed),
+                )
+        return [closed for closed, _ in open_calls]
 
     def calls(self, unit: str | None = None) -> list[Call]:
         with self._mutex:

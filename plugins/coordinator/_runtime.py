@@ -5,7 +5,9 @@ commit the attachment Ready only after every step; RemoveNetwork in reverse, eac
 dependent's CLEANED receipt before its ancestors (failed and uncertain steps
 included); NodeUnprepare after cleanup, then release the node-authority claims.
 Every call is journaled here before it is sent, under the operation id both sides
-share.
+share, and ends closed: succeeded, cleaned, or abandoned by its step's CLEANED cleanup.
+Every journal commit is bracketed by crash points named
+``Coordinator/<hook>/<operation, unit or scope>/<commit>.before-commit|after-commit``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from plugins.sdk import (
     FailedPrecondition,
@@ -32,12 +35,15 @@ from plugins.sdk._requests import (
     PrepareRequest,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
+from plugins.sdk.runner import CrashPoints
 from plugins.sdk.runner._semantic import to_json_value
 
 from ._authority import NodeAuthority, ResourceClaim
 from ._cel import AllocatedDevice
 from ._compile import CompiledTopology
 from ._journal import Call, CoordinatorJournal
+
+T = TypeVar("T")
 
 
 class StepFailed(FailedPrecondition):
@@ -76,12 +82,14 @@ class Coordinator:
         *,
         epoch: int = 1,
         observer: CallObserver | None = None,
+        crash: CrashPoints | None = None,
     ) -> None:
         self.observer: CallObserver = observer or no_observer
         self.journal = journal
         self.authority = NodeAuthority(journal)
         self.clients = dict(clients)
         self.epoch = epoch
+        self.crash = crash  # None in production: no point is recorded or armed
 
     # -- preparation -----------------------------------------------------------------------
 
@@ -93,14 +101,19 @@ class Coordinator:
             "plugins": {n: compiled.steps[n].plugin for n in compiled.prepare_order},
         }
         # The roots are recorded before the first call, so an interrupted prepare can be undone.
-        self.journal.set_unit(claim, "preparation", compiled.topology.name, "preparing", detail)
+        self._set_unit(
+            Hook.NODE_PREPARE, claim, "preparation", compiled.topology.name, "preparing", detail
+        )
         prepared: dict[str, PreparedState] = {}
         for name in compiled.prepare_order:
             step = compiled.steps[name]
             allocation = allocations[name]
             scope = prep_scope(claim, name)
             claims = resource_claims(step.plugin, allocation)
-            self.authority.claim(scope, claims)  # refused before any plugin is asked
+            # Refused before any plugin is asked.
+            self._commit(
+                Hook.NODE_PREPARE, scope, "claim", partial(self.authority.claim, scope, claims)
+            )
             request = PrepareRequest(
                 self._envelope(Hook.NODE_PREPARE, scope, name),
                 allocation.binding(root_id(claim, name)),
@@ -111,13 +124,23 @@ class Coordinator:
                     scope, name, step.plugin, request, lambda c, r=request: c.node_prepare(r)
                 )
             prepared[name] = response.prepared_state
-        self.journal.set_unit(
-            claim,
-            "preparation",
-            compiled.topology.name,
-            "prepared",
-            detail,
+        self._set_unit(
+            Hook.NODE_PREPARE, claim, "preparation", compiled.topology.name, "prepared", detail
         )
+        return prepared
+
+    def prepared_states(self, claim: str) -> dict[str, PreparedState]:
+        """What each root's NodePrepare returned, read back from the journal.
+
+        A restarted coordinator has lost the caller's copy; ``connect`` needs it. Only the
+        roots whose NodePrepare succeeded are listed.
+        """
+        unit = self.journal.unit(claim)
+        prepared: dict[str, PreparedState] = {}
+        for name in [] if unit is None else unit[1].get("roots", []):
+            call = self.journal.call(operation_id(prep_scope(claim, name), name, Hook.NODE_PREPARE))
+            if call is not None and call.state == "succeeded" and call.response is not None:
+                prepared[name] = prepared_state_from_json(call.response["prepared_state"])
         return prepared
 
     # -- attachment ------------------------------------------------------------------------
@@ -136,8 +159,13 @@ class Coordinator:
             "order": list(compiled.connect_order),
             "plugins": {n: s.plugin for n, s in compiled.steps.items()},
         }
-        self.journal.set_unit(
-            attachment, "attachment", compiled.topology.name, "connecting", detail
+        self._set_unit(
+            Hook.CONNECT_NETWORK,
+            attachment,
+            "attachment",
+            compiled.topology.name,
+            "connecting",
+            detail,
         )
         result = Attachment(attachment, ready=False)
         for name in compiled.connect_order:
@@ -172,12 +200,19 @@ class Coordinator:
                     lambda c, r=request: c.connect_network(r),
                 )
             except StepFailed:
-                self.journal.set_unit(
-                    attachment, "attachment", compiled.topology.name, "failed", detail
+                self._set_unit(
+                    Hook.CONNECT_NETWORK,
+                    attachment,
+                    "attachment",
+                    compiled.topology.name,
+                    "failed",
+                    detail,
                 )
                 raise
             result.outputs[name] = dict(response.outputs)
-        self.journal.set_unit(attachment, "attachment", compiled.topology.name, "ready", detail)
+        self._set_unit(
+            Hook.CONNECT_NETWORK, attachment, "attachment", compiled.topology.name, "ready", detail
+        )
         result.ready = True
         return result
 
@@ -191,7 +226,7 @@ class Coordinator:
             c.step for c in self.journal.calls(attachment) if c.hook == Hook.CONNECT_NETWORK.value
         }
         receipts: dict[str, CleanupResponse] = {}
-        self.journal.set_unit(attachment, "attachment", "", "removing", detail)
+        self._set_unit(Hook.REMOVE_NETWORK, attachment, "attachment", "", "removing", detail)
         for name in reversed(detail["order"]):
             if name not in requested:
                 continue
@@ -201,7 +236,7 @@ class Coordinator:
             receipts[name] = receipt
             if receipt.status is not CleanupStatus.CLEANED:
                 return receipts  # ancestors wait for this dependent's receipt
-        self.journal.set_unit(attachment, "attachment", "", "removed", detail)
+        self._set_unit(Hook.REMOVE_NETWORK, attachment, "attachment", "", "removed", detail)
         return receipts
 
     def unprepare(self, claim: str) -> dict[str, CleanupResponse]:
@@ -217,8 +252,11 @@ class Coordinator:
             receipts[name] = receipt
             if receipt.status is not CleanupStatus.CLEANED:
                 return receipts
-            self.authority.release(scope)  # only a CLEANED receipt frees the resource
-        self.journal.set_unit(claim, "preparation", "", "unprepared", detail)
+            # Only a CLEANED receipt frees the resource.
+            self._commit(
+                Hook.NODE_UNPREPARE, scope, "release", partial(self.authority.release, scope)
+            )
+        self._set_unit(Hook.NODE_UNPREPARE, claim, "preparation", "", "unprepared", detail)
         return receipts
 
     # -- plumbing --------------------------------------------------------------------------
@@ -226,22 +264,53 @@ class Coordinator:
     def _envelope(self, hook: Hook, scope: str, step: str) -> OperationEnvelope:
         return OperationEnvelope(operation_id(scope, step, hook), hook, scope, step, 1, self.epoch)
 
+    def _commit(self, hook: Hook, subject: str, commit: str, write: Callable[[], T]) -> T:
+        """One journal commit, between two crash points (a crash on either side is survivable)."""
+        if self.crash is None:
+            return write()
+        with self.crash.scope("Coordinator", hook.value, subject):
+            self.crash.hit(f"{commit}.before-commit")
+            result = write()
+            self.crash.hit(f"{commit}.after-commit")
+        return result
+
+    def _set_unit(
+        self, hook: Hook, unit: str, kind: str, topology: str, state: str, detail: dict[str, Any]
+    ) -> None:
+        self._commit(
+            hook,
+            unit,
+            f"set_unit:{state}",
+            lambda: self.journal.set_unit(unit, kind, topology, state, detail),
+        )
+
+    def _finish(
+        self, env: OperationEnvelope, state: str, response: Any = None, error: str | None = None
+    ) -> None:
+        self._commit(
+            env.hook,
+            env.operation_id,
+            f"finish_call:{state}",
+            lambda: self.journal.finish_call(env.operation_id, state, response, error),
+        )
+
     def _record(self, unit: str, step: str, plugin: str, request: Any) -> OperationEnvelope:
         """Journal the intent to call, before the call leaves this process."""
         env: OperationEnvelope = request.envelope
-        self.journal.record_call(
-            Call(
-                env.operation_id,
-                unit,
-                step,
-                plugin,
-                env.hook.value,
-                env.generation,
-                to_json_value(request),
-                "requested",
-                None,
-                None,
-            )
+        call = Call(
+            env.operation_id,
+            unit,
+            step,
+            plugin,
+            env.hook.value,
+            env.generation,
+            to_json_value(request),
+            "requested",
+            None,
+            None,
+        )
+        self._commit(
+            env.hook, env.operation_id, "record_call", lambda: self.journal.record_call(call)
         )
         return env
 
@@ -252,10 +321,10 @@ class Coordinator:
                 response = send(self.clients[plugin])
             except PluginCallError as exc:
                 error = f"{exc.code}: {exc.message}"
-                self.journal.finish_call(env.operation_id, "failed", error=error)
+                self._finish(env, "failed", error=error)
                 seen(error)
                 raise StepFailed(step, env.hook.value, error) from exc
-            self.journal.finish_call(env.operation_id, "succeeded", to_json_value(response))
+            self._finish(env, "succeeded", to_json_value(response))
             seen(response)
         return response
 
@@ -271,14 +340,22 @@ class Coordinator:
             except PluginCallError as exc:
                 # Not proof of anything: the step stays pending until a receipt says CLEANED.
                 error = f"{exc.code}: {exc.message}"
-                self.journal.finish_call(env.operation_id, "pending", error=error)
+                self._finish(env, "pending", error=error)
                 receipt = CleanupResponse(CleanupStatus.PENDING, error)
                 seen(receipt)
                 return receipt
-            state = {"CLEANED": "cleaned", "PENDING": "pending", "QUARANTINED": "quarantined"}
-            self.journal.finish_call(
-                env.operation_id, state[receipt.status.value], to_json_value(receipt)
-            )
+            if receipt.status is CleanupStatus.CLEANED:
+                # The receipt proves nothing of this step is left: every call of it that
+                # never succeeded (requested, failed) is closed in the same commit.
+                self._commit(
+                    env.hook,
+                    env.operation_id,
+                    "finish_cleanup",
+                    lambda: self.journal.finish_cleanup(env.operation_id, to_json_value(receipt)),
+                )
+            else:
+                state = {"PENDING": "pending", "QUARANTINED": "quarantined"}
+                self._finish(env, state[receipt.status.value], to_json_value(receipt))
             seen(receipt)
         return receipt
 
@@ -291,6 +368,16 @@ receives the response (or the error text). The rig uses it for report steps."""
 @contextmanager
 def no_observer(hook: str, step: str, plugin: str, request: Any) -> Iterator[Callable[[Any], None]]:
     yield lambda outcome: None
+
+
+def prepared_state_from_json(data: Mapping[str, Any]) -> PreparedState:
+    """The inverse of ``to_json_value`` for a journaled PreparedState."""
+    return PreparedState(
+        data["root_id"],
+        data["plugin"],
+        data["preparation_id"],
+        tuple(ResourceHandle(**h) for h in data["handles"]),
+    )
 
 
 def prep_scope(claim: str, step: str) -> str:

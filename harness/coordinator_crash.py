@@ -1,0 +1,136 @@
+"""Crash the coordinator, not a plugin: at every boundary of its journal, then restart it.
+
+The lab's coordinator is replaced by one with its own ``CrashPoints`` (the services keep
+theirs, unarmed). For every ``Coordinator/...`` point a topology's lifecycle reaches: run
+until the armed point crashes the coordinator, abandon it (its journal connection and
+every in-memory object, including the caller's copy of the prepared states), start a new
+one from its journal, then either retry the interrupted phase with the same identities
+(``retry``: the results must equal an uncrashed run's) or abandon the attachment and
+clean up (``cleanup``). The plugin services and the fake kernel keep running, as when
+only the coordinator's process dies. Every run ends with the invariants checked.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plugins.coordinator._journal import CoordinatorJournal
+from plugins.coordinator._runtime import Coordinator
+from plugins.sdk.runner import CrashPoints, SimulatedCrash
+
+from .inprocess import InProcessLab, LocalClient
+from .invariants import violations
+from .scenarios import PHASES, Lifecycle
+
+PREFIX = "Coordinator/"
+COMPARED_PHASES = ("prepare", "connect")
+
+
+def is_coordinator_boundary(point: str) -> bool:
+    return point.startswith(PREFIX)
+
+
+def hook_of(point: str) -> str:
+    """``Coordinator/<hook>/<subject>/<commit>.<side>`` -> ``<hook>``."""
+    return point.split("/")[1]
+
+
+def commit_of(point: str) -> str:
+    """``Coordinator/<hook>/<subject>/record_call.after-commit`` -> ``record_call``."""
+    return point.rsplit("/", 1)[1].partition(".")[0].partition(":")[0]
+
+
+@dataclass
+class CoordinatorReference:
+    points: list[str]
+    results: dict[str, Any]
+
+
+@dataclass
+class CoordinatorRun:
+    point: str
+    path: str
+    crashed_phase: str
+    violations: list[str] = field(default_factory=list)
+    replay_mismatch: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.replay_mismatch
+
+
+def start_coordinator(lab: InProcessLab, crash: CrashPoints | None = None) -> None:
+    """Replace the lab's coordinator by a new one started from the journal on disk.
+
+    The old coordinator is abandoned as a crash would leave it: no clean shutdown, and
+    nothing it held in memory (clients, locks, results) is handed to the new one.
+    """
+    state_dir = lab.journal.state_dir
+    lab.journal.abandon()
+    lab.journal = CoordinatorJournal(state_dir)
+    clients: dict[str, Any] = {plugin: LocalClient(lab, plugin) for plugin in lab.endpoints}
+    lab.coordinator = Coordinator(lab.journal, clients, crash=crash)
+
+
+def coordinator_reference(topology: str, root: Path | None = None) -> CoordinatorReference:
+    """An uncrashed lifecycle: the coordinator boundaries it reaches, in order, and results."""
+    lab = InProcessLab(root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")))
+    try:
+        crash = CrashPoints()
+        start_coordinator(lab, crash)
+        life = Lifecycle(topology, lab)
+        life.run()
+        return CoordinatorReference(list(crash.reached), dict(life.results))
+    finally:
+        lab.close()
+
+
+def _run_until_crash(life: Lifecycle) -> int | None:
+    for index, phase in enumerate(PHASES):
+        try:
+            life.results[phase] = life.phase(phase)()
+        except SimulatedCrash:
+            return index
+    return None
+
+
+def _forget_all_but_the_journal(life: Lifecycle, start: int) -> None:
+    """The caller after the restart keeps its identities and the scheduler's allocations;
+    what the coordinator returned (the prepared states) is read back from its journal."""
+    life.results.clear()
+    if start > PHASES.index("prepare"):
+        life.results["prepare"] = life.lab.coordinator.prepared_states(life.claim)
+
+
+def coordinator_crash_run(
+    topology: str, point: str, path: str, root: Path, *, ref: CoordinatorReference | None = None
+) -> CoordinatorRun:
+    """Crash the coordinator at ``point``, restart it, then retry or clean up; invariants."""
+    lab = InProcessLab(root)
+    before = lab.model.snapshot()
+    try:
+        start_coordinator(lab, CrashPoints(armed=point))
+        life = Lifecycle(topology, lab)
+        crashed = _run_until_crash(life)
+        if crashed is None:
+            return CoordinatorRun(point, path, "-", [f"{point} was not reached"])
+        start_coordinator(lab)
+        start = crashed if path == "retry" else max(crashed, PHASES.index("remove"))
+        _forget_all_but_the_journal(life, start)
+        life.run(start)
+        mismatch = ""
+        if path == "retry" and ref is not None:
+            differing = [
+                phase
+                for phase in COMPARED_PHASES
+                if phase in life.results and life.results[phase] != ref.results[phase]
+            ]
+            if differing:
+                mismatch = f"{differing} after the restart differ from the uncrashed run"
+        found = violations(before, lab.model, lab.journal, dict(lab.coordinator.clients))
+        return CoordinatorRun(point, path, PHASES[crashed], found, mismatch)
+    finally:
+        lab.close()
