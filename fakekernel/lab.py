@@ -31,10 +31,17 @@ Format (every key but the names is optional)::
 
 VF PCI addresses follow the SR-IOV routing-id arithmetic (PF id + offset + stride * i),
 so with the defaults the VFs of 0000:03:00.0 are 0000:03:10.0, 0000:03:10.2, ...
+
+A description says little about the state its devices are in, and what it leaves out is
+the kernel's default (down, default VF settings), which is also what a VF that lost
+its settings looks like. ``randomize_start_state`` and ``plant_pod_interface`` give a
+built lab a random starting state, the same for the same seed, so a restore bug
+cannot hide behind defaults.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,13 +49,32 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from plugins.kernel import BondInfo, KernelError, Link, LinkChanges, LinkKind, LinkSpec, NsRef
+from plugins.kernel import (
+    BondInfo,
+    Kernel,
+    KernelError,
+    Link,
+    LinkChanges,
+    LinkKind,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+)
 
 from ._links import SETUP_MTU_BOUNDS
 from ._vfs import CAPABILITIES
 from .model import DEFAULT_BOOT_ID, FakeKernelModel
 
-__all__ = ["DEFAULT_LAB", "LabError", "build_model", "load_lab", "parse_lab_yaml"]
+__all__ = [
+    "DEFAULT_LAB",
+    "LabError",
+    "build_model",
+    "load_lab",
+    "parse_lab_yaml",
+    "plant_pod_interface",
+    "randomize_start_state",
+]
 
 DEFAULT_LAB = Path(__file__).parent / "labs" / "default.yaml"
 _PCI = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
@@ -247,6 +273,163 @@ def _link(model: FakeKernelModel, r: _Reader) -> None:
             raise LabError(f"{r.where}.master: no link {master_name!r} in that namespace")
         _kernel(r.where, model.set_link, ns, link.ifindex, LinkChanges(master=master.ifindex))
     _set_up(model, r, link)
+
+
+# -- randomized starting states --------------------------------------------------------
+
+# What the devices of a real node run: 1500 or larger frames, never less, because the
+# example topologies ask 1500 of VFs and of shared parents (which are never reconfigured,
+# and any netdev may be allocated as one); a VF never more than its PF (several PF
+# drivers refuse a VF frame larger than the PF's).
+DEVICE_MTUS = (1500, 9000)
+VF_MTUS = (1500, 4000, 9000)
+POD_MTUS = (1450, 1500, 8950)  # a CNI's primary interface: overlay, plain, jumbo overlay
+MAX_TX_RATES = (0, 1000, 10000, 25000)  # Mbps; 0: unlimited
+MIN_TX_RATES = (0, 100, 500)
+LINK_STATES = ("auto", "enable", "disable")
+
+
+def randomize_start_state(kernel: Kernel, seed: int) -> None:
+    """Give every PCI netdev of the host namespace a random starting state, the same for
+    the same seed: admin state, MTU, MAC, and for VFs their PF's VF-table entry (VLAN,
+    spoof checking, trust, link state, rates, administrative MAC) where the NIC has the
+    control; then plant foreign links in the host: a veth pair and a macvlan on a PF.
+
+    Each device draws from its own stream (seed and PCI address), so its state does not
+    change when a lab gains or loses another device. Works on anything with the kernel
+    interface (the model, or a client of its server).
+    """
+    host = kernel.host_namespace()
+    devices = [lk for lk in kernel.list_links(host) if lk.kind == "device"]
+    macs = _MacSource()
+    for link in devices:  # PFs first: a VF's MTU is bounded by its PF's
+        if link.vf_of is None:
+            rng = random.Random(f"{seed}/{link.pci_address}")
+            mtu = rng.choice(_fitting(DEVICE_MTUS, link))
+            kernel.set_link(host, link.ifindex, _admin_state(rng, macs, mtu))
+    for link in devices:
+        if link.vf_of is not None:
+            _randomize_vf(kernel, random.Random(f"{seed}/{link.pci_address}"), macs, link)
+    _plant_host_foreign_links(kernel, random.Random(f"{seed}/foreign"), macs)
+
+
+def plant_pod_interface(kernel: Kernel, sandbox: NsRef, seed: int) -> Link:
+    """The pod's primary interface, which is not ours: ``eth0`` in ``sandbox``, a veth
+    whose peer is in the host namespace, as a CNI plugin leaves it.
+
+    It must be the sandbox's first link: it takes ifindex 2, which in the host is the
+    first PF's, never a VF's, so a VF moved in keeps its ifindex there and brings it
+    home (Linux renumbers a moved link whose ifindex is taken, and keeps the new one).
+    """
+    rng = random.Random(f"{seed}/pod/{sandbox.inode}")
+    spec = LinkSpec(
+        kind="veth",
+        name="eth0",
+        mtu=rng.choice(POD_MTUS),
+        peer_name=f"veth{sandbox.inode & 0xFFFFFFFF:08x}",
+        peer_ns=kernel.host_namespace(),
+    )
+    pod = kernel.create_link(sandbox, spec)
+    if rng.random() < 0.5:
+        pod = kernel.set_link(sandbox, pod.ifindex, LinkChanges(up=True))
+    return pod
+
+
+def _randomize_vf(kernel: Kernel, rng: random.Random, macs: _MacSource, vf: Link) -> None:
+    assert vf.vf_of is not None
+    host = kernel.host_namespace()
+    pf_pci, index = vf.vf_of
+    pf = kernel.find_device(pf_pci)
+    assert pf is not None, f"VF {vf.name} has no PF netdev"
+    # An administrative MAC (which the VF driver then takes as its netdev's address), or
+    # none and an address of the VF's own: both are common.
+    admin_mac = macs.next(rng) if rng.random() < 0.5 else None
+    table = _vf_table_changes(rng, kernel.get_vfs(host, pf.ifindex)[index], admin_mac)
+    kernel.set_vf(host, pf.ifindex, index, table)
+    mtus = [m for m in _fitting(VF_MTUS, vf) if m <= pf.mtu]
+    changes = _admin_state(rng, macs, rng.choice(mtus), own_mac=admin_mac is None)
+    kernel.set_link(host, vf.ifindex, changes)
+
+
+def _vf_table_changes(rng: random.Random, now: VFConfig, admin_mac: str | None) -> VFChanges:
+    """Random VF-table settings, only for the controls the NIC reports (None: it has none).
+
+    QoS stays 0: the plugins may set a VLAN alone, and a QoS priority without a VLAN is
+    refused (EINVAL), so a random QoS would make valid plugin configs fail.
+    """
+    ceiling = rng.choice(MAX_TX_RATES)
+    has_rates = now.max_tx_rate is not None
+    return VFChanges(
+        mac=admin_mac,
+        vlan=rng.choice((0, rng.randint(1, 4094))),
+        spoofchk=rng.random() < 0.5 if now.spoofchk is not None else None,
+        trust=rng.random() < 0.5 if now.trust is not None else None,
+        link_state=rng.choice(LINK_STATES) if now.link_state is not None else None,
+        max_tx_rate=ceiling if has_rates else None,
+        min_tx_rate=rng.choice([r for r in MIN_TX_RATES if r <= ceiling]) if has_rates else None,
+    )
+
+
+def _plant_host_foreign_links(kernel: Kernel, rng: random.Random, macs: _MacSource) -> None:
+    """Links nobody of ours may touch, next to the ones we use: a veth pair, and a
+    macvlan on a PF (never on a shared parent: an ipvlan needs its lower to itself)."""
+    host = kernel.host_namespace()
+    veth = LinkSpec(
+        kind="veth",
+        name="fveth0",
+        peer_name="fveth1",
+        mtu=rng.choice(DEVICE_MTUS),
+        mac=macs.next(rng),
+        alias="foreign",
+    )
+    pfs = [lk for lk in kernel.list_links(host) if lk.kind == "device" and _has_vfs(kernel, lk)]
+    planted = [kernel.create_link(host, veth)]
+    if pfs:
+        lower = rng.choice(pfs)
+        macvlan = LinkSpec(
+            kind="macvlan",
+            name="fmacvlan0",
+            parent=lower.ifindex,
+            mode=rng.choice(("bridge", "vepa", "private")),
+            mtu=rng.choice([m for m in DEVICE_MTUS if m <= lower.mtu]),
+            mac=macs.next(rng),
+            alias="foreign",
+        )
+        planted.append(kernel.create_link(host, macvlan))
+    for link in planted:
+        if rng.random() < 0.5:
+            kernel.set_link(host, link.ifindex, LinkChanges(up=True))
+
+
+def _has_vfs(kernel: Kernel, link: Link) -> bool:
+    return link.vf_of is None and bool(kernel.get_vfs(kernel.host_namespace(), link.ifindex))
+
+
+def _fitting(mtus: tuple[int, ...], link: Link) -> list[int]:
+    fitting = [m for m in mtus if link.min_mtu <= m <= link.max_mtu]
+    return fitting or [link.mtu]
+
+
+def _admin_state(
+    rng: random.Random, macs: _MacSource, mtu: int, *, own_mac: bool = True
+) -> LinkChanges:
+    return LinkChanges(mtu=mtu, mac=macs.next(rng) if own_mac else None, up=rng.random() < 0.5)
+
+
+class _MacSource:
+    """Random unicast, locally administered addresses, never the same one twice."""
+
+    def __init__(self) -> None:
+        self._given: set[str] = set()
+
+    def next(self, rng: random.Random) -> str:
+        while True:
+            octets = [rng.randrange(256) for _ in range(6)]
+            octets[0] = (octets[0] & 0xFC) | 0x02  # unicast, locally administered
+            mac = ":".join(f"{o:02x}" for o in octets)
+            if mac not in self._given:
+                self._given.add(mac)
+                return mac
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -4,15 +4,21 @@ coordinator, so the rig can crash a service at any boundary thousands of times a
 The coordinator talks to the runners through ``LocalClient``, which behaves like the
 gRPC client (errors arrive as ``PluginCallError`` with the status code), so the code
 under test is the same as over real sockets; ``SimulatedCrash`` passes straight through.
+
+The node starts from a random state (every device's admin state, MTU, MAC and VF
+settings, foreign links in the host and in the pod), the same for the same seed, so the
+reference run and every crash run of a topology start alike, and a restore bug cannot
+hide behind the kernel's defaults.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fakekernel.lab import load_lab
+from fakekernel.lab import load_lab, plant_pod_interface, randomize_start_state
 from fakekernel.model import FakeKernelModel
 from plugins import bond, links, vf
 from plugins.coordinator._journal import CoordinatorJournal
@@ -34,6 +40,8 @@ from plugins.sdk.host import PluginCallError
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import JournalUnavailable, Store
 
+from .scenarios import start_state_seed
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LAB = REPO / "fakekernel" / "labs" / "default.yaml"
 SERVICES: dict[str, Callable[[Registry], None]] = {
@@ -42,6 +50,8 @@ SERVICES: dict[str, Callable[[Registry], None]] = {
     "networkplugin-links": links.register,
 }
 T = TypeVar("T")
+SANDBOX = "pod-a"
+log = logging.getLogger(__name__)
 
 
 class LocalClient:
@@ -81,11 +91,22 @@ class LocalClient:
 
 class InProcessLab:
     def __init__(
-        self, root: Path, lab: Path = DEFAULT_LAB, crash: CrashPoints | None = None
+        self,
+        root: Path,
+        lab: Path = DEFAULT_LAB,
+        crash: CrashPoints | None = None,
+        *,
+        start_seed: int | None = None,
     ) -> None:
+        """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.model: FakeKernelModel = load_lab(lab)
+        self.start_seed = start_state_seed() if start_seed is None else start_seed
+        randomize_start_state(self.model, self.start_seed)
+        # The pod exists before anything of ours runs, with an interface of its own.
+        self.sandbox(SANDBOX)
+        log.info("lab %s starts from random state seed %d", lab.name, self.start_seed)
         self.stores: dict[str, Store] = {}
         self.endpoints: dict[str, EndpointRunner] = {}
         self.recovery_notes: list[str] = []
@@ -128,10 +149,11 @@ class InProcessLab:
         self.stores = {}
         self.start_services(crash)
 
-    def sandbox(self, name: str = "pod-a") -> SandboxHandle:
+    def sandbox(self, name: str = SANDBOX) -> SandboxHandle:
         ns = next((n for n in self.model.namespaces() if n.path.endswith(f"/{name}")), None)
         if ns is None:
             ns = self.model.add_namespace(name)
+            plant_pod_interface(self.model, ns, self.start_seed)
         return SandboxHandle(name, NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
 
     def close(self) -> None:

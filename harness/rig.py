@@ -22,6 +22,7 @@ import pytest
 
 from .labs import LabURLError, parse_lab_url
 from .report import write_environment
+from .scenarios import start_state_seed
 from .stats import STATS_DIR_ENV, gather
 
 SUMMARY_COUNTS = (
@@ -47,7 +48,9 @@ class _Collector:
 
 
 def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dict[str, Any]:
-    summary: dict[str, Any] = {"tier": tier, "lab": lab}
+    # Every test process reads the same RIG_SEED (or the same default), so the seed the
+    # labs' random starting states came from is known here without asking them.
+    summary: dict[str, Any] = {"tier": tier, "lab": lab, "start_state_seed": start_state_seed()}
     summary.update({key: collector.stats.get(key, 0) for key in SUMMARY_COUNTS})
     runs = (
         summary["crash_runs_inprocess"]

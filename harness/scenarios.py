@@ -3,10 +3,14 @@
 A lifecycle is four phases (prepare, connect, remove, unprepare). Each phase is
 idempotent under the same identities, so after a crash the rig simply runs the
 interrupted phase again, then the rest.
+
+The node a lifecycle runs on starts from a random state (``fakekernel.lab``): the seed
+is the rig's, ``RIG_SEED=<n>`` or the fixed default, so a failure reproduces.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,6 +34,16 @@ REPO = Path(__file__).resolve().parent.parent
 TOPOLOGY_DIR = REPO / "topologies"
 TOPOLOGIES = ("vf-bond-vlan", "macvlan", "ipvlan")
 PHASES = ("prepare", "connect", "remove", "unprepare")
+SEED_ENV = "RIG_SEED"
+# The rig's fixed default (the random schedules use it too): CI stays reproducible, and
+# RIG_SEED=<n> explores other starting states.
+DEFAULT_SEED = 20261129
+
+
+def start_state_seed() -> int:
+    """The seed of the labs' random starting states: RIG_SEED when set, else the default."""
+    value = os.environ.get(SEED_ENV, "")
+    return int(value) if value else DEFAULT_SEED
 
 
 @cache

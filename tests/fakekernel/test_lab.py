@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from fakekernel import DEFAULT_LAB, LabError, build_model, load_lab
-from fakekernel.lab import parse_lab_yaml
+from fakekernel import DEFAULT_LAB, FakeKernelModel, LabError, build_model, load_lab
+from fakekernel.lab import parse_lab_yaml, plant_pod_interface, randomize_start_state
+from fakekernel.model import diff
 from plugins.kernel import VFConfig
 
 from .helpers import link
@@ -126,3 +128,92 @@ def test_yaml_problems(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert [ln.name for ln in load_lab(empty).list_links(load_lab(empty).host_namespace())] == []
+
+
+# -- random starting states ----------------------------------------------------------------
+
+SEEDS = range(24)
+
+
+def randomized(seed: int, lab: Path = DEFAULT_LAB) -> FakeKernelModel:
+    model = load_lab(lab)
+    randomize_start_state(model, seed)
+    return model
+
+
+def test_a_random_start_state_is_the_same_for_the_same_seed_only() -> None:
+    assert randomized(7).snapshot() == randomized(7).snapshot()
+    assert diff(randomized(7).snapshot(), randomized(8).snapshot()) != []
+
+
+def test_every_attribute_of_every_device_varies_across_seeds() -> None:
+    """Over a few seeds each device (and each VF's table entry) takes more than one value
+    of every attribute a restore could get wrong, so no restore bug hides behind one."""
+    seen: dict[tuple[str, str], set[Any]] = {}
+    for seed in SEEDS:
+        snapshot = randomized(seed).snapshot()
+        for lk in snapshot["links"]:
+            if lk["kind"] == "device":
+                for field in ("up", "mtu", "mac"):
+                    seen.setdefault((lk["name"], field), set()).add(lk[field])
+        for pf in snapshot["pfs"]:
+            for vf in pf["vfs"]:
+                for field in ("mac", "vlan", "spoofchk", "trust", "link_state", "max_tx_rate"):
+                    key = (f"{pf['pci']}#{vf['vf_index']}", field)
+                    seen.setdefault(key, set()).add(vf[field])
+    constant = sorted(key for key, values in seen.items() if len(values) < 2)
+    # The NIC variant without link-state control keeps reporting none.
+    assert all(key[0].startswith("0000:03:00.1#") for key in constant if key[1] == "link_state")
+    assert [key for key in constant if key[1] != "link_state"] == []
+
+
+def test_a_random_start_state_is_one_the_plugins_and_a_real_nic_accept() -> None:
+    for seed in SEEDS:
+        m = randomized(seed)
+        host = m.host_namespace()
+        links = {lk.name: lk for lk in m.list_links(host)}
+        for lk in links.values():
+            if lk.kind == "device":
+                assert lk.mtu >= 1500, (seed, lk.name)  # the topologies ask 1500 of them
+            if lk.vf_of is not None:
+                pf = m.find_device(lk.vf_of[0])
+                assert pf is not None
+                assert lk.mtu <= pf.mtu, (seed, lk.name)
+        for pf_name in ("enp3s0f0", "enp3s0f1"):
+            for vf in m.get_vfs(host, links[pf_name].ifindex):
+                assert vf.qos == 0  # a VLAN set alone keeps the QoS, which needs a VLAN
+                assert vf.min_tx_rate is not None
+                assert vf.max_tx_rate is not None
+                assert vf.max_tx_rate == 0 or vf.min_tx_rate <= vf.max_tx_rate
+        assert m.get_vfs(host, links["enp3s0f1"].ifindex)[0].link_state is None
+        foreign = {n: lk for n, lk in links.items() if lk.alias == "foreign"}
+        assert {"fveth0", "fmacvlan0", "foreign0"} <= set(foreign)
+        lower = m.get_link(host, ifindex=foreign["fmacvlan0"].parent or 0)
+        assert lower is not None
+        assert lower.name in ("enp3s0f0", "enp3s0f1")  # never enp3s0f2
+
+
+def test_a_device_keeps_its_random_state_when_the_lab_gains_another(tmp_path: Path) -> None:
+    bigger = tmp_path / "bigger.yaml"
+    desc = parse_lab_yaml(DEFAULT_LAB.read_text())
+    desc["devices"] = [*desc["devices"], {"name": "enp9s0f0", "up": True}]
+    bigger.write_text(yaml.safe_dump(desc))
+
+    def devices(snapshot: dict[str, Any]) -> dict[str, Any]:
+        return {lk["pci_address"]: lk for lk in snapshot["links"] if lk["kind"] == "device"}
+
+    small, large = randomized(3).snapshot(), randomized(3, bigger).snapshot()
+    assert devices(small) == {k: v for k, v in devices(large).items() if k != "0000:09:00.0"}
+    assert small["pfs"] == large["pfs"]
+
+
+def test_the_pod_interface_is_the_sandboxs_first_link_with_its_peer_at_home() -> None:
+    m = randomized(5)
+    pod = m.add_namespace("pod-a")
+    eth0 = plant_pod_interface(m, pod, 5)
+    assert (eth0.name, eth0.ifindex, eth0.kind) == ("eth0", 2, "veth")
+    peer = m.get_link(m.host_namespace(), ifindex=eth0.peer or 0)
+    assert peer is not None
+    assert peer.peer == eth0.ifindex
+    m.delete_namespace("pod-a")
+    assert m.get_link(m.host_namespace(), name=peer.name) is None  # it dies with the pod

@@ -1,6 +1,11 @@
 """The rig over the three example topologies: a crash at every point they reach (all four
 hooks), in-process, both recovery paths; compound crashes at every undo boundary and
-during recovery. Every run ends with the invariants of harness.invariants checked."""
+during recovery. Every run ends with the invariants of harness.invariants checked.
+
+Every run starts from the same random node state (``RIG_SEED=<n>``, else the rig's
+fixed default): devices up or down with their own MTU, MAC and VF settings, foreign
+links in the host and in the pod, so the invariant "the kernel equals its first
+snapshot" catches a restore bug on every crash path."""
 
 from __future__ import annotations
 
@@ -8,14 +13,42 @@ from pathlib import Path
 
 import pytest
 
+from fakekernel.lab import load_lab
+from fakekernel.model import diff
 from harness.crash import crash_run, is_recovery_boundary, is_undo_boundary, reference
+from harness.inprocess import DEFAULT_LAB, SANDBOX, InProcessLab
 from harness.pytest_plugin import RigStats
-from harness.scenarios import TOPOLOGIES
+from harness.rig import _Collector, summarize
+from harness.scenarios import DEFAULT_SEED, SEED_ENV, TOPOLOGIES, start_state_seed
+
+SEED = start_state_seed()
+REPRODUCE = f"starting state seed {SEED}: reproduce with {SEED_ENV}={SEED}"
 
 
 @pytest.fixture(scope="module", params=TOPOLOGIES)
 def topology(request: pytest.FixtureRequest) -> str:
+    print(f"\nrig crash runs of {request.param}: {REPRODUCE}")
     return str(request.param)
+
+
+def test_crash_runs_start_from_a_random_state_with_a_pod_interface(tmp_path: Path) -> None:
+    lab = InProcessLab(tmp_path)
+    try:
+        changes = diff(load_lab(DEFAULT_LAB).snapshot(), lab.model.snapshot())
+        pod = lab.model.list_links(lab.model.namespace(SANDBOX))
+    finally:
+        lab.close()
+    fields = {line.split(": ")[1] for line in changes if line.startswith("~ ")}
+    assert {"up", "mtu", "mac", "vlan", "trust", "link_state", "max_tx_rate"} <= fields, REPRODUCE
+    assert any(line.startswith("+ link") for line in changes), "no foreign link planted"
+    assert [lk.name for lk in pod] == ["eth0"]
+
+
+def test_the_summary_reports_the_start_state_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SEED_ENV, "4242")
+    assert summarize("fake", "fake://", _Collector(), 1.0)["start_state_seed"] == 4242
+    monkeypatch.delenv(SEED_ENV)
+    assert summarize("fake", "fake://", _Collector(), 1.0)["start_state_seed"] == DEFAULT_SEED
 
 
 @pytest.mark.timeout(900)
@@ -36,7 +69,7 @@ def test_crash_at_every_point(
         rig_stats.add("invariant_violations", len(result.violations))
         if not result.ok:
             failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
-    assert not failures, "\n".join(failures[:10])
+    assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
 @pytest.mark.timeout(900)
@@ -54,7 +87,7 @@ def test_compound_crash_at_every_undo_boundary(
         second_crashes += result.crashes == 2
         if not result.ok:
             failures.append(f"{point}: {result.violations}")
-    assert not failures, "\n".join(failures[:10])
+    assert not failures, "\n".join([REPRODUCE, *failures[:10]])
     # The last undo boundary has nothing after it; every other one got its second crash.
     assert second_crashes >= len(undo_points) - 1
 
@@ -72,5 +105,5 @@ def test_compound_crash_during_recovery(topology: str, tmp_path: Path, rig_stats
         second_crashes += result.crashes == 2
         if not result.ok:
             failures.append(f"{point}: {result.violations}")
-    assert not failures, "\n".join(failures[:10])
+    assert not failures, "\n".join([REPRODUCE, *failures[:10]])
     assert second_crashes > 0, "no run crashed a second time during recovery"
