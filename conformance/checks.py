@@ -18,6 +18,7 @@ from plugins.sdk import (
     Aborted,
     AlreadyExists,
     ConfigError,
+    DataLoss,
     FailedPrecondition,
     NetworkPluginError,
     PreparedState,
@@ -391,8 +392,12 @@ def check_damaged_journal(target: Target, work: Path) -> None:
         expect(not node.endpoint.info().ready, "a service with a corrupt journal reports ready")
         try:
             node.endpoint.remove_network(target.remove())
-        except Unavailable:
-            pass
+        except DataLoss:
+            pass  # permanent: "retry later" (UNAVAILABLE) would be a lie
+        except Unavailable as exc:
+            raise ConformanceError(
+                f"a corrupt journal was reported as transient (UNAVAILABLE): {exc}"
+            ) from exc
         else:
             raise ConformanceError("a cleanup was answered from a corrupt journal")
         _restored(node, attached, "a corrupt journal")

@@ -60,8 +60,14 @@ class ServiceProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(
-        self, crash_at: str | None = None, trace: Path | None = None, timeout: float = 30
+        self,
+        crash_at: str | None = None,
+        trace: Path | None = None,
+        timeout: float = 30,
+        *,
+        wait_ready: bool = True,
     ) -> None:
+        """Start the process; wait until every socket reports ready (or only answers)."""
         env = {k: v for k, v in os.environ.items() if k not in (ENV_ARM, ENV_MODE, ENV_TRACE)}
         if crash_at:
             env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
@@ -86,7 +92,10 @@ class ServiceProcess:
         for socket in self.sockets:
             with self.client(socket) as client:
                 try:
-                    client.wait_ready(timeout)
+                    if wait_ready:
+                        client.wait_ready(timeout)
+                    else:
+                        client.wait_answering(timeout)
                 except Exception as exc:
                     raise RuntimeError(f"{self.name} did not become ready: see {self.log}") from exc
 

@@ -130,3 +130,8 @@ class EndpointInfo:
     state_namespace: str
     ready: bool
     descriptor_json: str
+    fault: str = ""
+    """Why the endpoint will not become ready by itself (a damaged journal), or ``""``.
+
+    Host-side only (not on the wire): a call while ``fault`` is set is ``DATA_LOSS``
+    with this text, not the ``UNAVAILABLE`` of a service that is still recovering."""

@@ -149,6 +149,17 @@ class PluginClient:
             convert.inspect_response_from_pb,
         )
 
+    def wait_answering(self, deadline_s: float) -> EndpointInfo:
+        """GetInfo once the socket accepts connections, ready or not (e.g. a damaged journal)."""
+        return self._call(
+            "GetInfo",
+            self._stub.GetInfo,
+            pb.GetInfoRequest(),
+            convert.info_from_pb,
+            timeout=deadline_s,
+            wait_for_ready=True,
+        )
+
     def wait_ready(self, deadline_s: float) -> EndpointInfo:
         """Poll GetInfo until the plugin reports ready, for at most ``deadline_s`` seconds.
 

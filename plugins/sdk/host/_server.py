@@ -227,12 +227,17 @@ class _Servicer(pb_grpc.NetworkPluginServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
         failure: tuple[grpc.StatusCode, str]
         try:
-            ready = (not gated) or self._service.info().ready
+            info = self._service.info() if gated else None
         except Exception as exc:
             failure = self._failed(rpc, "info()", exc)
         else:
-            if not ready:
-                failure = (grpc.StatusCode.UNAVAILABLE, f"{self._socket}: {_NOT_READY}")
+            if info is not None and not info.ready:
+                # A damaged journal never heals by itself: say so, not "retry later".
+                failure = (
+                    (grpc.StatusCode.DATA_LOSS, f"{self._socket}: {info.fault}")
+                    if info.fault
+                    else (grpc.StatusCode.UNAVAILABLE, f"{self._socket}: {_NOT_READY}")
+                )
             else:
                 try:
                     with self._in_flight.track(self._socket, rpc) as entry:

@@ -115,7 +115,9 @@ class Runner:
         self._damaged: dict[tuple[str, str], str] = {}
         for record in store.damaged if store is not None else ():
             self._damaged[(record.partition, record.scope)] = record.describe()
-            log.error("journal record damaged: %s", record.describe())
+            log.error(
+                "journal %s fails its checksum; its scope stays unavailable", record.describe()
+            )
         self._check_effects()
 
     def _check_effects(self) -> None:
@@ -213,10 +215,7 @@ class Runner:
 
     def _require_store(self) -> Store:
         if self._store is None:
-            raise DataLoss(
-                f"journal unavailable: {self._unavailable}; every scope stays unavailable "
-                "until an operator restores the journal or reconciles the node"
-            )
+            raise DataLoss(self._journal_fault())
         if not self._ready:
             raise Unavailable("recovering: not ready")
         if self._store.failure is not None and not self._store.clear_fault():
@@ -225,6 +224,15 @@ class Runner:
                 raise failure
             raise JournalFault(self._store.state_dir, f"the journal writer failed ({failure})")
         return self._store
+
+    def _journal_fault(self) -> str:
+        """Why no scope can be served, for good: the journal could not be opened."""
+        if self._store is not None:
+            return ""
+        return (
+            f"journal unavailable: {self._unavailable}; every scope stays unavailable "
+            "until an operator restores the journal or reconciles the node"
+        )
 
     def _check_intact(self, partition: str, scope: str, step: str) -> None:
         """A scope with a damaged record is never served: nothing in it can be trusted."""
@@ -803,6 +811,7 @@ class Runner:
             state_namespace=reg.endpoint.state_namespace,
             ready=self._ready and self._store is not None,
             descriptor_json=canonical_json(d.to_json()),
+            fault=self._journal_fault(),
         )
 
     # -- responses -------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import JournalUnavailable
+from ._errors import JournalFault, JournalUnavailable
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 _FORMAT = "dranp-journal-lease/v1"
@@ -82,8 +82,8 @@ class Lease:
             runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             path = lease_path(runtime_dir, state_dir)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise JournalUnavailable(
+        except OSError as exc:  # the runtime dir's problem, not the journal's: nothing is lost
+            raise JournalFault(
                 state_dir, f"cannot open the journal lease in {runtime_dir}: {exc.strerror}"
             ) from exc
         boot = boot_id()
@@ -91,7 +91,7 @@ class Lease:
             text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
         except OSError as exc:
             os.close(fd)
-            raise JournalUnavailable(state_dir, f"cannot read {path}: {exc.strerror}") from exc
+            raise JournalFault(state_dir, f"cannot read {path}: {exc.strerror}") from exc
         lease = cls(path, fd, state_dir, boot)
         if not text:
             return lease, None
