@@ -16,9 +16,9 @@ import pytest
 
 from fakekernel.lab import build_model, parse_lab_yaml
 from fakekernel.model import FakeKernelModel, diff
-from plugins.effects.linux import MoveLink, RenameLink, SetLinkMTU, SetVFConfig
+from plugins.effects.linux import AttachMember, MoveLink, RenameLink, SetLinkMTU, SetVFConfig
 from plugins.effects.linux._common import describe, ns_json
-from plugins.kernel import Link, LinkChanges, VFChanges
+from plugins.kernel import Link, LinkChanges, LinkSpec, VFChanges
 from plugins.kernel._crashing import CrashingKernel
 from plugins.sdk._requests import CleanupStatus
 from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash, UndoOutcome
@@ -92,7 +92,7 @@ def test_vfs_that_started_up_come_home_identical_after_a_full_lifecycle(
     assert vf(busy_node.model, VF0["pciAddress"]).up
 
 
-# -- each VF executor on its own ----------------------------------------------------------
+# -- each executor that changes a VF, on its own ------------------------------------------
 
 PCI = VF0["pciAddress"]
 
@@ -130,15 +130,40 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
         lambda m: {"name": "net1"},
         lambda m: {"link": {"pciAddress": PCI}},
     ),
+    "attach-member": (
+        AttachMember,
+        lambda m: {
+            "member": {"id": "h", "type": "KernelInterface/v1", "description": {"pciAddress": PCI}}
+        },
+        lambda m: {"bond": our_bond(m)},
+    ),
 }
+
+
+def our_bond(model: FakeKernelModel) -> dict[str, Any]:
+    bond = model.get_link(model.namespace("pod-a"), name="bond0")
+    assert bond is not None
+    return {**describe(bond, "link:dranp:ours"), "marker": "dranp:ours"}
+
+
+def changes(case: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    found = diff(before, after)
+    if case == "attach-member":
+        # The bond's own address belongs to create-bond: Linux hands the bond a new random
+        # address when its last slave leaves.
+        found = [c for c in found if not c.startswith("~ link 'bond0'")]
+    return found
 
 
 def prepared(case: str) -> FakeKernelModel:
     # Renaming an UP link needs Linux >= 6.2; on older kernels the VF is never up here.
     model = lab_model(live_rename=case == "rename-link")
     start_busy(model, PCI)
-    if case == "rename-link":
-        moved_in(model, up=True)
+    if case in ("rename-link", "attach-member"):
+        moved_in(model, up=True)  # as the pod may have it
+    if case == "attach-member":
+        bond = LinkSpec(kind="bond", name="bond0", alias="dranp:ours", mtu=1500)
+        model.create_link(model.namespace("pod-a"), bond)
     return model
 
 
@@ -157,7 +182,7 @@ def test_apply_then_undo_restores_every_attribute_of_a_busy_vf(case: str) -> Non
     assert diff(initial, model.snapshot()) != [], "apply changed nothing"
     result = executor.undo(ctx, before, outputs)
     assert result.outcome is UndoOutcome.UNDONE, result
-    assert diff(initial, model.snapshot()) == []
+    assert changes(case, initial, model.snapshot()) == []
     assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.ABSENT  # idempotent
 
 
@@ -183,7 +208,7 @@ def test_a_crash_between_undo_kernel_calls_still_restores_everything(case: str) 
         # A new process undoes again from the same before-image.
         result = CASES[case][0](model).undo(ctx, before, outputs)
         assert result.outcome is not UndoOutcome.QUARANTINED, (point, result)
-        assert diff(initial, model.snapshot()) == [], point
+        assert changes(case, initial, model.snapshot()) == [], point
 
 
 def test_a_vf_back_home_before_its_undo_gets_its_name_and_admin_state_back() -> None:

@@ -323,16 +323,22 @@ class AttachMember:
             return UndoResult(
                 UndoOutcome.QUARANTINED, f"{member.name} is enslaved to a foreign master"
             )
-        if member.master is not None:
+        released = member.master is not None
+        if released:
             member = self.kernel.set_link(member.ns, member.ifindex, LinkChanges(master=0))
-        # Releasing restores MTU and MAC and closes the link; restore only what we own.
+        # Releasing gives back the MTU and MAC enslaving took and closes the link, which
+        # apply had to take down to enslave it: give back what the before-image says
+        # (also when a crash came between the release and this call).
         fix = LinkChanges(
             mtu=before["mtu"] if member.mtu != before["mtu"] else None,
             mac=before["mac"] if member.mac != before["mac"] else None,
             up=True if before["up"] and not member.up else None,
         )
-        if (fix.mtu, fix.mac, fix.up) != (None, None, None):
+        fixed = (fix.mtu, fix.mac, fix.up) != (None, None, None)
+        if fixed:
             self.kernel.set_link(member.ns, member.ifindex, fix)
+        if not (released or fixed):
+            return UndoResult(UndoOutcome.ABSENT, "member already released, as it was")
         return UndoResult(UndoOutcome.UNDONE)
 
 
