@@ -5,6 +5,11 @@ restart them from their journals (the kernel keeps what happened), then either
 retry the interrupted phase and finish (``retry``), or abandon the attachment and
 clean up (``cleanup``). Compound runs crash a second time during the recovery or
 during the undo that follows. Every run ends with the invariants checked.
+
+Every lab here, the reference's included, starts from the random state of the rig's
+seed (``harness.inprocess``): the same devices up, the same MTUs, MACs and VF settings,
+so a retry's responses must equal the reference's, and the kernel must come back to
+that state, not to the kernel's defaults.
 """
 
 from __future__ import annotations
