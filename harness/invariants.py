@@ -8,7 +8,9 @@
   foreign was touched;
 - no double ownership: the node authority holds no claim after cleanup;
 - the journals agree: every operation the coordinator recorded is, in the plugin's
-  journal, in the state the coordinator believes.
+  journal, in the state the coordinator believes;
+- every coordinator call is closed (succeeded, cleaned or abandoned): none is left
+  requested, failed, pending or quarantined.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fakekernel.model import diff
-from plugins.coordinator._journal import CoordinatorJournal
+from plugins.coordinator._journal import CLOSED_CALL_STATES, CoordinatorJournal
 from plugins.kernel import Link, NsRef
 from plugins.sdk._requests import OperationState
 from plugins.sdk.host import PluginCallError
@@ -59,7 +61,7 @@ def journal_disagreements(journal: CoordinatorJournal, clients: dict[str, Any]) 
             problems.append(f"{call.operation_id}: plugin journal unreadable: {exc}")
             continue
         if not seen.found:
-            if call.state not in ("failed", "requested"):
+            if call.state not in ("failed", "requested", "abandoned"):
                 problems.append(
                     f"{call.operation_id}: coordinator says {call.state}, plugin has no record"
                 )
@@ -75,6 +77,15 @@ def journal_disagreements(journal: CoordinatorJournal, clients: dict[str, Any]) 
     return problems
 
 
+def open_calls(journal: CoordinatorJournal) -> list[str]:
+    """Calls the coordinator still owes an outcome, a retry, a cleanup or an operator."""
+    return [
+        f"{c.operation_id}: coordinator call left {c.state}"
+        for c in journal.calls()
+        if c.state not in CLOSED_CALL_STATES
+    ]
+
+
 def violations(
     before: dict[str, Any],
     model: InspectableKernel,
@@ -86,6 +97,7 @@ def violations(
     found = leaks(model)
     found += [f"claim still held: {c.resource} by {c.holder}" for c in journal.claims()]
     found += journal_disagreements(journal, clients)
+    found += open_calls(journal)
     found += kernel_differences(before, model, sandbox)
     return found
 

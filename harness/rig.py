@@ -30,6 +30,7 @@ SUMMARY_COUNTS = (
     "crash_runs_inprocess",
     "crash_runs_sigkill",
     "compound_crash_runs",
+    "coordinator_crash_runs",
     "random_schedules",
     "invariant_violations",
 )
@@ -56,6 +57,7 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
         summary["crash_runs_inprocess"]
         + summary["crash_runs_sigkill"]
         + summary["compound_crash_runs"]
+        + summary["coordinator_crash_runs"]
     )
     summary.update(
         tests_passed=collector.outcomes["passed"],
