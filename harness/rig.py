@@ -33,6 +33,8 @@ SUMMARY_COUNTS = (
     "coordinator_crash_runs",
     "random_schedules",
     "invariant_violations",
+    "io_faults_injected",
+    "io_fault_violations",
 )
 
 
