@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from plugins.sdk import Aborted
+from plugins.sdk.store import Txn
 
 from ._journal import CoordinatorJournal
 
@@ -36,13 +37,13 @@ class NodeAuthority:
 
     def claim(self, holder: str, claims: Sequence[ResourceClaim]) -> None:
         """Durably claim every resource for ``holder``, all or nothing."""
-        with self._journal.transaction() as db:
+
+        def claim_all(t: Txn) -> None:  # a refusal raises: the whole write is rolled back
             for c in sorted(claims, key=lambda c: c.resource):
-                rows = db.execute(
-                    "SELECT holder, mode, grp FROM claims WHERE resource = ? AND holder != ?",
-                    (c.resource, holder),
-                ).fetchall()
-                for other, mode, group in rows:
+                for row in t.select("claims", {"resource": c.resource}):
+                    other, mode, group = row["holder"], row["mode"], row["grp"]
+                    if other == holder:
+                        continue
                     if c.mode == "exclusive" or mode == "exclusive":
                         raise Aborted(
                             f"{c.resource} is held by {other} ({mode}); {holder} cannot claim it {c.mode}"
@@ -52,15 +53,17 @@ class NodeAuthority:
                             f"{c.resource} is shared by {other} as {group}; {c.group} cannot coexist on it "
                             "until those allocations are released and cleaned"
                         )
-                db.execute(
-                    "INSERT OR REPLACE INTO claims VALUES (?,?,?,?)",
-                    (c.resource, holder, c.mode, c.group),
+                t.put(
+                    "claims",
+                    {"resource": c.resource, "holder": holder, "mode": c.mode, "grp": c.group},
+                    key=["resource", "holder"],
                 )
+
+        self._journal.write(claim_all)
 
     def release(self, holder: str) -> None:
         """Only after the holder's cleanup receipts say CLEANED."""
-        with self._journal.transaction() as db:
-            db.execute("DELETE FROM claims WHERE holder = ?", (holder,))
+        self._journal.write(lambda t: t.delete("claims", {"holder": holder}))
 
     @contextmanager
     def mutating(self, resources: Sequence[str]) -> Iterator[None]:

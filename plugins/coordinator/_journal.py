@@ -2,8 +2,12 @@
 
 It shares operation identities with the plugin journals (the coordinator mints
 every operation id), so after a crash on either side the two can be compared.
-SQLite with WAL and synchronous=FULL, one writer per state directory, explicit
-BEGIN IMMEDIATE transactions, like the plugin store.
+
+It runs on the plugin store's durable core (``plugins.sdk.store``), with its own
+format: a journal id and format version with ordered migrations, the single-writer
+lock, group commit under WAL and ``synchronous=FULL``, a checksum on every row, the
+lease of this boot, and never recreated silently. A coordinator that forgot what it
+requested would hand the same resources out twice.
 
 A call is *open* while the coordinator still owes it something (an outcome, a retry, a
 cleanup or an operator) and *closed* once nothing more will happen to it; docs/coordinator.md
@@ -12,21 +16,28 @@ has the transitions.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from plugins.sdk import NetworkPluginError
+from plugins.sdk.store import (
+    NO_FAULTS,
+    JournalFormat,
+    JournalUnavailable,
+    Migration,
+    Reader,
+    StorageFaults,
+    Store,
+    Txn,
+)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS calls (
+T = TypeVar("T")
+
+_V1: Final = """
+CREATE TABLE calls (
     operation_id TEXT PRIMARY KEY,
     unit TEXT NOT NULL,          -- preparation or attachment id
     step TEXT NOT NULL,
@@ -37,25 +48,56 @@ CREATE TABLE IF NOT EXISTS calls (
     state TEXT NOT NULL,         -- OPEN_CALL_STATES or CLOSED_CALL_STATES
     response_json TEXT,
     error TEXT,
-    seq INTEGER NOT NULL
+    seq INTEGER NOT NULL UNIQUE,
+    checksum TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS calls_by_unit ON calls (unit, step);
-CREATE TABLE IF NOT EXISTS units (
+CREATE INDEX calls_by_unit ON calls (unit, step, seq);
+CREATE TABLE units (
     unit TEXT PRIMARY KEY,
     kind TEXT NOT NULL,          -- preparation or attachment
     topology TEXT NOT NULL,
     state TEXT NOT NULL,         -- preparing, prepared, connecting, ready, failed, removing, removed, unprepared
-    detail_json TEXT NOT NULL
+    detail_json TEXT NOT NULL,
+    checksum TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS claims (
+CREATE TABLE claims (
     resource TEXT NOT NULL,      -- physical resource or domain key, e.g. pci:0000:03:10.0
     holder TEXT NOT NULL,        -- the preparation that holds it
     mode TEXT NOT NULL,          -- exclusive or shared
     grp TEXT NOT NULL,           -- compatibility group for shared claims ('' for exclusive)
+    checksum TEXT NOT NULL,
     PRIMARY KEY (resource, holder)
 );
+INSERT INTO meta (key, value) VALUES ('commits', '0')
 """
 
+CALL_COLUMNS: Final = (
+    "operation_id",
+    "unit",
+    "step",
+    "plugin",
+    "hook",
+    "generation",
+    "request_json",
+    "state",
+    "response_json",
+    "error",
+    "seq",
+)
+
+COORDINATOR_JOURNAL: Final = JournalFormat(
+    "dra-networkplugins/coordinator-journal",
+    (Migration(1, _V1),),
+    {
+        "calls": CALL_COLUMNS,
+        "units": ("unit", "kind", "topology", "state", "detail_json"),
+        "claims": ("resource", "holder", "mode", "grp"),
+    },
+)
+"""The coordinator journal's format (the plugin journal's is ``PLUGIN_JOURNAL``)."""
+
+LEGACY_DB: Final = "coordinator.db"
+"""The database of coordinators before the durable core (no journal id, no checksums)."""
 
 OPEN_CALL_STATES = ("requested", "failed", "pending", "quarantined")
 """``requested``: journaled before the RPC, outcome unknown. ``failed``: the plugin refused a
@@ -94,52 +136,78 @@ class Claim:
     group: str
 
 
-_OPEN = ", ".join(f"'{state}'" for state in OPEN_CALL_STATES)
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _call(row: Mapping[str, Any]) -> Call:
+    return Call(
+        row["operation_id"],
+        row["unit"],
+        row["step"],
+        row["plugin"],
+        row["hook"],
+        row["generation"],
+        json.loads(row["request_json"]),
+        row["state"],
+        json.loads(row["response_json"]) if row["response_json"] else None,
+        row["error"],
+    )
+
+
+def _one_call(t: Reader, operation_id: str) -> dict[str, Any] | None:
+    rows = t.select("calls", {"operation_id": operation_id})
+    return rows[0] if rows else None
 
 
 class CoordinatorJournal:
-    def __init__(self, state_dir: Path) -> None:
+    """The coordinator's durable journal; opening it never creates one silently over a lost one.
+
+    ``runtime_dir`` keeps the lease of this boot (see ``plugins.sdk.store``): a journal
+    that lost acknowledged commits, was replaced, or whose files are gone is refused
+    (``JournalUnavailable``) instead of being served or recreated.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        runtime_dir: Path | None = None,
+        faults: StorageFaults = NO_FAULTS,
+    ) -> None:
         self.state_dir = state_dir
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock_fd = os.open(state_dir / "writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(self._lock_fd)
-            raise JournalError(f"coordinator journal {state_dir} has another writer") from exc
-        self._db = sqlite3.connect(
-            state_dir / "coordinator.db", isolation_level=None, check_same_thread=False
+        if (state_dir / LEGACY_DB).exists():
+            raise JournalUnavailable(
+                state_dir,
+                f"{LEGACY_DB} is a coordinator journal without identity or checksums; it "
+                "cannot be trusted or migrated in place (drain the node, then remove it)",
+            )
+        self._store = Store.open(
+            state_dir, runtime_dir=runtime_dir, faults=faults, journal_format=COORDINATOR_JOURNAL
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
-        self._mutex = threading.RLock()
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by this process (each one fsync)."""
+        return self._store.commits
 
     def close(self) -> None:
-        with self._mutex:
-            self._db.close()
-            os.close(self._lock_fd)
+        self._store.close()
 
     def abandon(self) -> None:
-        """Simulate a crash of the coordinator: drop the connection and the writer lock.
+        """Simulate a crash of the coordinator: stop without committing anything pending."""
+        self._store.abandon()
 
-        Nothing is committed on the way out (SQLite discards an open transaction), so a
-        new journal on the same directory sees exactly what a restarted process would.
-        """
-        self._db.close()
-        os.close(self._lock_fd)
+    def write(self, fn: Callable[[Txn], T]) -> T:
+        """One atomic, durable change (``fn`` runs on the writer thread; keep it short)."""
+        return self._store.write(fn)
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._mutex:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def read(self, fn: Callable[[Reader], T]) -> T:
+        return self._store.read(fn)
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -150,39 +218,44 @@ class CoordinatorJournal:
         open call is ``requested`` again: until its response arrives nobody knows its
         outcome. A re-send of a closed call stays closed: the plugin replays it.
         """
-        with self.transaction() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM calls").fetchone()[0]
-            db.execute(
-                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(operation_id) "
-                f"DO UPDATE SET state = 'requested' WHERE state IN ({_OPEN})",
-                (
-                    call.operation_id,
-                    call.unit,
-                    call.step,
-                    call.plugin,
-                    call.hook,
-                    call.generation,
-                    json.dumps(call.request, sort_keys=True),
-                    call.state,
-                    None,
-                    None,
-                    seq,
-                ),
-            )
+
+        def record(t: Txn) -> None:
+            existing = _one_call(t, call.operation_id)
+            if existing is not None:
+                if existing["state"] in OPEN_CALL_STATES and existing["state"] != "requested":
+                    t.put("calls", {**existing, "state": "requested"}, key=["operation_id"])
+                return
+            row = {
+                "operation_id": call.operation_id,
+                "unit": call.unit,
+                "step": call.step,
+                "plugin": call.plugin,
+                "hook": call.hook,
+                "generation": call.generation,
+                "request_json": json.dumps(call.request, sort_keys=True),
+                "state": call.state,
+                "response_json": None,
+                "error": None,
+                "seq": t.count("calls") + 1,  # calls are never deleted: count + 1 is new
+            }
+            t.put("calls", row, key=["operation_id"])
+
+        self.write(record)
 
     def finish_call(
         self, operation_id: str, state: str, response: Any = None, error: str | None = None
     ) -> None:
-        with self.transaction() as db:
-            db.execute(
-                "UPDATE calls SET state = ?, response_json = ?, error = ? WHERE operation_id = ?",
-                (
-                    state,
-                    None if response is None else json.dumps(response, sort_keys=True),
-                    error,
-                    operation_id,
-                ),
+        def finish(t: Txn) -> None:
+            existing = _one_call(t, operation_id)
+            if existing is None:
+                raise JournalError(f"call {operation_id} was never recorded")
+            t.put(
+                "calls",
+                {**existing, "state": state, "response_json": _dumps(response), "error": error},
+                key=["operation_id"],
             )
+
+        self.write(finish)
 
     def finish_cleanup(self, operation_id: str, receipt: Any) -> list[str]:
         """Record a CLEANED cleanup receipt and close every open call of its unit and step.
@@ -192,80 +265,69 @@ class CoordinatorJournal:
         cleanup's operation id and receipt) as its response; its error text is kept.
         Returns the operation ids it closed.
         """
-        with self.transaction() as db:
-            row = db.execute(
-                "SELECT unit, step FROM calls WHERE operation_id = ?", (operation_id,)
-            ).fetchone()
-            if row is None:
+
+        def finish(t: Txn) -> list[str]:
+            cleanup = _one_call(t, operation_id)
+            if cleanup is None:
                 raise JournalError(f"cleanup {operation_id} was never recorded")
-            db.execute(
-                "UPDATE calls SET state = 'cleaned', response_json = ?, error = NULL "
-                "WHERE operation_id = ?",
-                (json.dumps(receipt, sort_keys=True), operation_id),
+            t.put(
+                "calls",
+                {**cleanup, "state": "cleaned", "response_json": _dumps(receipt), "error": None},
+                key=["operation_id"],
             )
-            open_calls = db.execute(
-                "SELECT operation_id, state FROM calls WHERE unit = ? AND step = ? "
-                f"AND operation_id != ? AND state IN ({_OPEN}) ORDER BY seq",
-                (row[0], row[1], operation_id),
-            ).fetchall()
-            for closed, was in open_calls:
-                evidence = {"was": was, "cleanup": operation_id, "receipt": receipt}
-                db.execute(
-                    "UPDATE calls SET state = 'abandoned', response_json = ? WHERE operation_id = ?",
-                    (json.dumps(evidence, sort_keys=True), closed),
+            closed = []
+            step_calls = t.select(
+                "calls", {"unit": cleanup["unit"], "step": cleanup["step"]}, order_by="seq"
+            )
+            for row in step_calls:
+                if row["operation_id"] == operation_id or row["state"] not in OPEN_CALL_STATES:
+                    continue
+                evidence = {"was": row["state"], "cleanup": operation_id, "receipt": receipt}
+                t.put(
+                    "calls",
+                    {**row, "state": "abandoned", "response_json": _dumps(evidence)},
+                    key=["operation_id"],
                 )
-        return [closed for closed, _ in open_calls]
+                closed.append(row["operation_id"])
+            return closed
+
+        return self.write(finish)
 
     def calls(self, unit: str | None = None) -> list[Call]:
-        with self._mutex:
-            rows = self._db.execute(
-                "SELECT * FROM calls WHERE (? IS NULL OR unit = ?) ORDER BY seq", (unit, unit)
-            ).fetchall()
-        return [
-            Call(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                json.loads(r[6]),
-                r[7],
-                json.loads(r[8]) if r[8] else None,
-                r[9],
-            )
-            for r in rows
-        ]
+        where = None if unit is None else {"unit": unit}
+        return [_call(row) for row in self.read(lambda r: r.select("calls", where, order_by="seq"))]
 
     def call(self, operation_id: str) -> Call | None:
-        return next((c for c in self.calls() if c.operation_id == operation_id), None)
+        row = self.read(lambda r: _one_call(r, operation_id))
+        return None if row is None else _call(row)
 
     # -- units ------------------------------------------------------------------------------
 
     def set_unit(
         self, unit: str, kind: str, topology: str, state: str, detail: dict[str, Any] | None = None
     ) -> None:
-        with self.transaction() as db:
-            db.execute(
-                "INSERT INTO units VALUES (?,?,?,?,?) ON CONFLICT(unit) DO UPDATE SET state = excluded.state, "
-                "detail_json = excluded.detail_json",
-                (unit, kind, topology, state, json.dumps(detail or {}, sort_keys=True)),
+        def put(t: Txn) -> None:
+            rows = t.select("units", {"unit": unit})
+            # A unit's kind and topology are set when it is first recorded.
+            first = rows[0] if rows else {"unit": unit, "kind": kind, "topology": topology}
+            t.put(
+                "units",
+                {**first, "state": state, "detail_json": json.dumps(detail or {}, sort_keys=True)},
+                key=["unit"],
             )
 
+        self.write(put)
+
     def unit(self, unit: str) -> tuple[str, dict[str, Any]] | None:
-        with self._mutex:
-            row = self._db.execute(
-                "SELECT state, detail_json FROM units WHERE unit = ?", (unit,)
-            ).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
+        rows = self.read(lambda r: r.select("units", {"unit": unit}))
+        return None if not rows else (rows[0]["state"], json.loads(rows[0]["detail_json"]))
 
     # -- claims -----------------------------------------------------------------------------
 
     def claims(self, resource: str | None = None) -> list[Claim]:
-        with self._mutex:
-            rows = self._db.execute(
-                "SELECT resource, holder, mode, grp FROM claims WHERE (? IS NULL OR resource = ?) "
-                "ORDER BY resource, holder",
-                (resource, resource),
-            ).fetchall()
-        return [Claim(*r) for r in rows]
+        where = None if resource is None else {"resource": resource}
+        rows = self.read(lambda r: r.select("claims", where))
+        return sorted(
+            (Claim(r["resource"], r["holder"], r["mode"], r["grp"]) for r in rows),
+            key=lambda c: (c.resource, c.holder),
+        )

@@ -113,6 +113,19 @@ class Reader:
             )
         return row[:-1]
 
+    def count(self, table: str, where: Mapping[str, object] | None = None) -> int:
+        """How many rows of a sealed table match ``where`` (checksums are not read)."""
+        columns = self._columns(table)
+        if any(c not in columns for c in (where or {})):
+            raise StoreError(f"count in {table}: unknown column in {where}")
+        clauses = [f"{c} = ?" for c in (where or {})]
+        rows = self._rows(
+            f"SELECT count(*) FROM {table}"
+            + (f" WHERE {' AND '.join(clauses)}" if clauses else ""),
+            list((where or {}).values()),
+        )
+        return int(rows[0][0])
+
     def scope(self, partition: str, scope: str) -> ScopeRecord | None:
         rows = self._rows(
             f"SELECT {_SCOPE_COLUMNS}, checksum FROM scopes WHERE partition = ? AND scope = ?",
