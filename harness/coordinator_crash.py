@@ -13,7 +13,6 @@ only the coordinator's process dies. Every run ends with the invariants checked.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from plugins.coordinator._journal import CoordinatorJournal
 from plugins.coordinator._runtime import Coordinator
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
+from .crash import Reference, RunResult
 from .inprocess import InProcessLab, LocalClient
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
@@ -43,25 +43,6 @@ def commit_of(point: str) -> str:
     return point.rsplit("/", 1)[1].partition(".")[0].partition(":")[0]
 
 
-@dataclass
-class CoordinatorReference:
-    points: list[str]
-    results: dict[str, Any]
-
-
-@dataclass
-class CoordinatorRun:
-    point: str
-    path: str
-    crashed_phase: str
-    violations: list[str] = field(default_factory=list)
-    replay_mismatch: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations and not self.replay_mismatch
-
-
 def start_coordinator(lab: InProcessLab, crash: CrashPoints | None = None) -> None:
     """Replace the lab's coordinator by a new one started from the journal on disk.
 
@@ -75,7 +56,7 @@ def start_coordinator(lab: InProcessLab, crash: CrashPoints | None = None) -> No
     lab.coordinator = Coordinator(lab.journal, clients, crash=crash)
 
 
-def coordinator_reference(topology: str, root: Path | None = None) -> CoordinatorReference:
+def coordinator_reference(topology: str, root: Path | None = None) -> Reference:
     """An uncrashed lifecycle: the coordinator boundaries it reaches, in order, and results."""
     lab = InProcessLab(root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")))
     try:
@@ -83,7 +64,7 @@ def coordinator_reference(topology: str, root: Path | None = None) -> Coordinato
         start_coordinator(lab, crash)
         life = Lifecycle(topology, lab)
         life.run()
-        return CoordinatorReference(list(crash.reached), dict(life.results))
+        return Reference(list(crash.reached), dict(life.results))
     finally:
         lab.close()
 
@@ -106,8 +87,8 @@ def _forget_all_but_the_journal(life: Lifecycle, start: int) -> None:
 
 
 def coordinator_crash_run(
-    topology: str, point: str, path: str, root: Path, *, ref: CoordinatorReference | None = None
-) -> CoordinatorRun:
+    topology: str, point: str, path: str, root: Path, *, ref: Reference | None = None
+) -> RunResult:
     """Crash the coordinator at ``point``, restart it, then retry or clean up; invariants."""
     lab = InProcessLab(root)
     before = lab.model.snapshot()
@@ -116,7 +97,7 @@ def coordinator_crash_run(
         life = Lifecycle(topology, lab)
         crashed = _run_until_crash(life)
         if crashed is None:
-            return CoordinatorRun(point, path, "-", [f"{point} was not reached"])
+            return RunResult(point, path, 0, "-", [f"{point} was not reached"])
         start_coordinator(lab)
         start = crashed if path == "retry" else max(crashed, PHASES.index("remove"))
         _forget_all_but_the_journal(life, start)
@@ -131,6 +112,6 @@ def coordinator_crash_run(
             if differing:
                 mismatch = f"{differing} after the restart differ from the uncrashed run"
         found = violations(before, lab.model, lab.journal, dict(lab.coordinator.clients))
-        return CoordinatorRun(point, path, PHASES[crashed], found, mismatch)
+        return RunResult(point, path, 1, PHASES[crashed], found, mismatch)
     finally:
         lab.close()

@@ -21,6 +21,8 @@ from plugins.coordinator._journal import Call, CoordinatorJournal
 from plugins.sdk import DataLoss
 from plugins.sdk.store import JournalUnavailable
 
+from ..journal_damage import sqlite_backup
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Records two calls, answers "ack" after each durable commit, then waits for SIGKILL.
@@ -52,7 +54,7 @@ def _crashed_writer(state: Path, run: Path, ops: list[str], backup: Path | None 
     try:
         for i, op in enumerate(ops):
             if i == 1 and backup is not None:
-                _backup(state / "journal.db", backup)
+                sqlite_backup(state / "journal.db", backup)
             proc.stdin.write(op + "\n")
             proc.stdin.flush()
             assert proc.stdout.readline().strip() == f"ack {op}"
@@ -62,16 +64,6 @@ def _crashed_writer(state: Path, run: Path, ops: list[str], backup: Path | None 
         proc.stdin.close()
         proc.stdout.close()
     assert (state / "journal.db-wal").exists()
-
-
-def _backup(db: Path, dest: Path) -> None:
-    source = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
-    target = sqlite3.connect(dest)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
 
 
 def _refused(state: Path, run: Path, match: str) -> None:

@@ -15,7 +15,6 @@ real socket:
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from harness.services import ServiceProcess
 from plugins.sdk.host import PluginCallError, PluginClient
 
+from ..journal_damage import flip_first, sqlite_backup
 from . import node as n
 from .toy import ToyKernel
 
@@ -59,7 +59,7 @@ class Lab:
         self.service.start()
         with self.client() as client:
             client.node_prepare(n.prepare())
-            _backup(self.state / "journal.db", self.backup)  # what a backup job would hold
+            sqlite_backup(self.state / "journal.db", self.backup)  # what a backup job would hold
             client.connect_network(n.connect(name=NEEDLE))
         self.service.kill()
         assert (self.state / "journal.db-wal").exists()  # a crash, not a clean close
@@ -76,23 +76,6 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         yield lab
     finally:
         lab.close()
-
-
-def _backup(db: Path, dest: Path) -> None:
-    source = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
-    target = sqlite3.connect(dest)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-
-
-def _flip_first(path: Path, needle: str) -> None:
-    data = path.read_bytes()
-    at = data.find(needle.encode())
-    assert at >= 0, f"{needle} is not in {path.name}"
-    path.write_bytes(data[:at] + b"X" + data[at + 1 :])
 
 
 def delete_wal(lab: Lab) -> None:
@@ -117,7 +100,7 @@ def every_file(lab: Lab) -> None:
 def flipped_in_wal(lab: Lab) -> None:
     # WAL frames carry SQLite's checksums: the log ends at the altered frame, and the
     # commits after it are lost, which the lease's count reports.
-    _flip_first(lab.state / "journal.db-wal", NEEDLE)
+    flip_first(lab.state / "journal.db-wal", NEEDLE)
 
 
 WHOLE_JOURNAL: dict[str, Callable[[Lab], None]] = {
@@ -163,7 +146,7 @@ def test_a_flipped_record_makes_its_scope_unavailable_and_others_served(lab: Lab
     lab.service.start()
     lab.service.stop()  # a clean stop checkpoints: the records now live in journal.db
     attached = lab.kernel()
-    _flip_first(lab.state / "journal.db", NEEDLE)
+    flip_first(lab.state / "journal.db", NEEDLE)
     lab.service.start()
     with lab.client() as client:
         _refused(lambda: client.inspect("op-connect", "att-1"), "InspectOperation")

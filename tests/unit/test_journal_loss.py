@@ -23,6 +23,7 @@ import pytest
 from plugins.sdk import DataLoss
 from plugins.sdk.store import JournalUnavailable, Store
 
+from ..journal_damage import sqlite_backup
 from .test_store import P, insert, op, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,17 +83,6 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "state", tmp_path / "run"
 
 
-def backup(state_dir: Path, dest: Path) -> None:
-    """A consistent copy, as an operator's backup job would take it (SQLite's backup API)."""
-    source = sqlite3.connect(f"{(state_dir / 'journal.db').as_uri()}?mode=ro", uri=True)
-    target = sqlite3.connect(dest)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-
-
 def crashed_after(state_dir: Path, runtime_dir: Path, before_call: Callable[[], None]) -> None:
     """Acknowledge op-1, run ``before_call``, acknowledge op-2 and op-3, then SIGKILL."""
     writer = Writer(state_dir, runtime_dir)
@@ -144,7 +134,7 @@ def test_deleted_wal_is_lost_commits(dirs: tuple[Path, Path], sidecars: tuple[st
 def test_journal_replaced_by_an_older_copy(dirs: tuple[Path, Path], tmp_path: Path) -> None:
     state_dir, runtime_dir = dirs
     copy = tmp_path / "backup.db"
-    crashed_after(state_dir, runtime_dir, lambda: backup(state_dir, copy))
+    crashed_after(state_dir, runtime_dir, lambda: sqlite_backup(state_dir / "journal.db", copy))
     for suffix in ("-wal", "-shm"):
         (state_dir / f"journal.db{suffix}").unlink()
     shutil.copyfile(copy, state_dir / "journal.db")
