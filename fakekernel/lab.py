@@ -47,8 +47,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import yaml
-
 from plugins.kernel import (
     BondInfo,
     Kernel,
@@ -61,6 +59,7 @@ from plugins.kernel import (
     VFChanges,
     VFConfig,
 )
+from plugins.sdk import YAMLLoadError, load_yaml_documents
 
 from ._links import SETUP_MTU_BOUNDS
 from ._vfs import CAPABILITIES
@@ -95,12 +94,15 @@ def load_lab(path: str | Path) -> FakeKernelModel:
 
 
 def parse_lab_yaml(text: str, source: str = "lab") -> dict[str, Any]:
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise LabError(f"{source}: not valid YAML: {e}") from None
-    if data is None:
+    try:  # the SDK's one strict loader: duplicate keys, aliases and odd tags refused
+        documents = load_yaml_documents(text, source)
+    except YAMLLoadError as e:
+        raise LabError(f"not valid YAML: {e}") from None
+    if not documents:
         return {}
+    if len(documents) > 1:
+        raise LabError(f"{source}: a lab is one YAML document, got {len(documents)}")
+    data = documents[0]
     if not isinstance(data, dict):
         raise LabError(f"{source}: a lab is a mapping, got {type(data).__name__}")
     return data
@@ -532,22 +534,3 @@ class _Reader:
     def mapping(self, key: str) -> list[tuple[str, _Reader]]:
         section = self.get(key, dict, {})
         return [(str(k), _Reader(v, f"{self.where}.{key}.{k}")) for k, v in section.items()]
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a mapping key given twice instead of keeping the last."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)

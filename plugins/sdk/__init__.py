@@ -72,10 +72,18 @@ from ._types import (
     Sharing,
     StepKind,
 )
+from ._yaml import (
+    MAX_YAML_BYTES,
+    YAMLLoadError,
+    load_yaml_documents,
+    load_yaml_file,
+    load_yaml_mapping,
+)
 
 __all__ = [
     "DEFAULT_BUNDLE_ROOT",
     "KERNEL_INTERFACE",
+    "MAX_YAML_BYTES",
     "PREPARED_VF",
     "SHARED_PARENT",
     "Aborted",
@@ -131,11 +139,15 @@ __all__ = [
     "UnprepareCall",
     "VFAllocation",
     "WrongStepKind",
+    "YAMLLoadError",
     "canonical_json",
     "check_interface_name",
     "decode_into",
     "digest",
     "effect",
+    "load_yaml_documents",
+    "load_yaml_file",
+    "load_yaml_mapping",
     "new_plan",
     "parse_config_json",
     "undo_connect",

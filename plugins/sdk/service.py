@@ -30,10 +30,9 @@ from types import FrameType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-import yaml
-
 from ._errors import NetworkPluginError, RegistrationError
 from ._registry import Registry
+from ._yaml import YAMLLoadError, load_yaml_documents
 from .host import Host, read_token
 from .runner import CrashPoints, EffectRegistry, Runner
 from .store import JournalFault, JournalUnavailable, Store
@@ -79,13 +78,18 @@ class ServiceConfig:
             raise RegistrationError(f"service config {path}: {_one_line(problem)}")
 
         try:
-            data = yaml.safe_load(path.read_text())
+            text = path.read_bytes()
         except OSError as exc:
             refuse(_os_cause(exc))
-        except (UnicodeDecodeError, yaml.YAMLError) as exc:
-            refuse(f"not valid YAML: {exc}")
-        if not isinstance(data, dict):
+        # The one strict loader: a repeated key, an alias or a non-JSON tag is refused
+        # with its line and column, never silently resolved.
+        try:
+            documents = load_yaml_documents(text, str(path))
+        except YAMLLoadError as exc:
+            refuse(f"not valid YAML: {exc.problem} (line {exc.line}, column {exc.column})")
+        if len(documents) != 1 or not isinstance(documents[0], dict):
             refuse("not a mapping")
+        data = documents[0]
         unknown = sorted(str(k) for k in set(data) - _CONFIG_KEYS)
         missing = sorted(set(_REQUIRED_KEYS) - set(data))
         if unknown or missing:

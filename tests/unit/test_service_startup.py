@@ -162,6 +162,22 @@ def test_a_config_that_is_not_yaml_is_refused(node: Node) -> None:
     node.refuse(f"service config {node.config}: not valid YAML")
 
 
+def test_a_config_with_a_duplicate_key_is_refused_with_its_place(node: Node) -> None:
+    """PyYAML would keep the second value silently: the service must not guess."""
+    text = node.config.read_text()
+    node.config.write_text(text + "stateDir: /somewhere/else\n")
+    line = len(text.splitlines()) + 1
+    node.refuse(
+        f"service config {node.config}: not valid YAML: duplicate key 'stateDir' (first at line ",
+        f"(line {line}, column 1)",
+    )
+
+
+def test_a_config_with_an_alias_is_refused(node: Node) -> None:
+    node.config.write_text(node.config.read_text() + "bootId: &b x\nextra: *b\n")
+    node.refuse(f"service config {node.config}: not valid YAML: alias *b is not allowed")
+
+
 def test_a_missing_config_is_refused(node: Node) -> None:
     node.config.unlink()
     node.refuse(f"service config {node.config}: No such file or directory (ENOENT)")
