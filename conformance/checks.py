@@ -17,7 +17,9 @@ from fakekernel.model import diff
 from plugins.sdk import (
     Aborted,
     AlreadyExists,
+    CleanupStatus,
     ConfigError,
+    ConnectResponse,
     DataLoss,
     FailedPrecondition,
     NetworkPluginError,
@@ -25,7 +27,6 @@ from plugins.sdk import (
     Unavailable,
     WrongStepKind,
 )
-from plugins.sdk._requests import CleanupStatus, ConnectResponse
 from plugins.sdk.host import Host as GrpcHost
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
@@ -141,8 +142,7 @@ def check_wrong_step_kind(target: Target, work: Path) -> None:
         raise NotApplicable("an Allocation root has every hook")
     node = TargetNode(target, work / "node")
     try:
-        from plugins.sdk import Hook
-        from plugins.sdk._requests import PrepareRequest
+        from plugins.sdk import Hook, PrepareRequest
 
         request = PrepareRequest(envelope(Hook.NODE_PREPARE, "p", "prep-1", "step-1"), None, "{}")
         for call in (

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plugins.kernel._crashing import CrashingKernel
-from plugins.sdk import PreparedState
-from plugins.sdk._requests import ConnectRequest
+from plugins.sdk import ConnectRequest, PreparedState
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import JournalUnavailable, Store
 

@@ -18,17 +18,19 @@ from fakekernel.model import FakeKernelModel
 from plugins.kernel import Kernel, LinkChanges, LinkSpec
 from plugins.sdk import (
     AllocationBinding,
+    CleanupRequest,
+    ConnectRequest,
     Grant,
     Hook,
     NamespaceHandle,
     OperationEnvelope,
     PreparedState,
+    PrepareRequest,
     Registry,
     ResourceHandle,
     SandboxHandle,
     Sharing,
 )
-from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
 from plugins.sdk.runner import EffectRegistry
 
 DEFAULT_LAB = Path(__file__).resolve().parent.parent / "fakekernel" / "labs" / "default.yaml"

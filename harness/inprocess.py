@@ -25,16 +25,19 @@ from plugins.coordinator._journal import CoordinatorJournal
 from plugins.coordinator._runtime import Coordinator
 from plugins.effects.linux import linux_effects
 from plugins.kernel._crashing import CrashingKernel
-from plugins.sdk import NamespaceHandle, NetworkPluginError, Registry, SandboxHandle
-from plugins.sdk._requests import (
+from plugins.sdk import (
     CleanupRequest,
     CleanupResponse,
     ConnectRequest,
     ConnectResponse,
     EndpointInfo,
     InspectResponse,
+    NamespaceHandle,
+    NetworkPluginError,
     PrepareRequest,
     PrepareResponse,
+    Registry,
+    SandboxHandle,
 )
 from plugins.sdk.host import PluginCallError
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from fakekernel.model import diff
 from plugins.coordinator._journal import CLOSED_CALL_STATES, CoordinatorJournal
 from plugins.kernel import Link, NsRef
-from plugins.sdk._requests import OperationState
+from plugins.sdk import OperationState
 from plugins.sdk.host import PluginCallError
 
 MARKER = "dranp:"

@@ -10,8 +10,7 @@ from pathlib import Path
 from labs.fake import FakeLab
 from plugins.coordinator._journal import CoordinatorJournal
 from plugins.coordinator._runtime import Coordinator, StepFailed
-from plugins.sdk import SandboxHandle
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus, SandboxHandle
 
 from .crash import RunResult
 from .invariants import violations

@@ -62,18 +62,16 @@ from plugins.kernel.linux._nsfs import (
 from plugins.kernel.linux.netns import create_namespace, delete_namespace
 from plugins.sdk import (
     AllocationBinding,
+    CleanupRequest,
+    CleanupStatus,
+    ConnectRequest,
     Hook,
     NamespaceHandle,
     OperationEnvelope,
     PreparedState,
+    PrepareRequest,
     SandboxHandle,
     Sharing,
-)
-from plugins.sdk._requests import (
-    CleanupRequest,
-    CleanupStatus,
-    ConnectRequest,
-    PrepareRequest,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
 

@@ -19,20 +19,18 @@ from functools import partial
 from typing import Any, TypeVar
 
 from plugins.sdk import (
+    CleanupRequest,
+    CleanupResponse,
+    CleanupStatus,
+    ConnectRequest,
     FailedPrecondition,
     Grant,
     Hook,
     OperationEnvelope,
     PreparedState,
+    PrepareRequest,
     ResourceHandle,
     SandboxHandle,
-)
-from plugins.sdk._requests import (
-    CleanupRequest,
-    CleanupResponse,
-    CleanupStatus,
-    ConnectRequest,
-    PrepareRequest,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints

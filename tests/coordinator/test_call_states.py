@@ -22,7 +22,7 @@ from plugins.coordinator._journal import (
     CoordinatorJournal,
 )
 from plugins.coordinator._runtime import StepFailed
-from plugins.sdk._requests import ConnectRequest, OperationState
+from plugins.sdk import ConnectRequest, OperationState
 from plugins.sdk.host import PluginCallError
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 

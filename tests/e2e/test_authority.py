@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from plugins.coordinator import AllocatedDevice
-from plugins.sdk import Aborted, Sharing
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import Aborted, CleanupStatus, Sharing
 
 from .node import Node, compiled
 

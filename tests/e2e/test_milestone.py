@@ -11,7 +11,7 @@ import pytest
 
 from fakekernel.model import diff
 from plugins.coordinator._runtime import StepFailed
-from plugins.sdk._requests import CleanupStatus, OperationState
+from plugins.sdk import CleanupStatus, OperationState
 
 from .node import Node, compiled
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakekernel.model import diff
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus
 
 from .node import Node, compiled
 

@@ -18,21 +18,19 @@ from plugins.effects.linux import linux_effects
 from plugins.kernel._crashing import CrashingKernel
 from plugins.sdk import (
     AllocationBinding,
+    CleanupRequest,
+    CleanupResponse,
+    ConnectRequest,
     Grant,
     Hook,
     NamespaceHandle,
     OperationEnvelope,
     PreparedState,
+    PrepareRequest,
     Registry,
     ResourceHandle,
     SandboxHandle,
     Sharing,
-)
-from plugins.sdk._requests import (
-    CleanupRequest,
-    CleanupResponse,
-    ConnectRequest,
-    PrepareRequest,
 )
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import Store

@@ -11,14 +11,16 @@ import pytest
 from fakekernel.model import diff
 from plugins.kernel import LinkChanges, LinkSpec
 from plugins.sdk import (
+    CleanupStatus,
     ConfigError,
+    ConnectRequest,
+    EffectState,
     FailedPrecondition,
     Grant,
     Hook,
     PrerequisiteError,
     ResourceHandle,
 )
-from plugins.sdk._requests import CleanupStatus, ConnectRequest, EffectState
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
 from .node import BOND_CONFIG, VF0, VF1, FakeNode, envelope

@@ -20,7 +20,7 @@ from plugins.effects.linux import AttachMember, MoveLink, RenameLink, SetLinkMTU
 from plugins.effects.linux._common import describe, ns_json
 from plugins.kernel import Link, LinkChanges, LinkSpec, VFChanges
 from plugins.kernel._crashing import CrashingKernel
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus
 from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash, UndoOutcome
 
 from .node import LAB, VF0, VF1, FakeNode

@@ -16,8 +16,17 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from plugins.effects.linux._common import temp_name
-from plugins.sdk import AllocationBinding, Grant, Hook, PreparedState, ResourceHandle
-from plugins.sdk._requests import CleanupRequest, CleanupResponse, ConnectRequest, PrepareRequest
+from plugins.sdk import (
+    AllocationBinding,
+    CleanupRequest,
+    CleanupResponse,
+    ConnectRequest,
+    Grant,
+    Hook,
+    PreparedState,
+    PrepareRequest,
+    ResourceHandle,
+)
 from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash
 from tests.effects.node import (
     BOND_CONFIG,

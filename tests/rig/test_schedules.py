@@ -51,8 +51,7 @@ from hypothesis.stateful import (
 from fakekernel.model import diff
 from harness.pytest_plugin import RigStats
 from plugins.kernel import LinkChanges, LinkSpec
-from plugins.sdk import Aborted, FailedPrecondition
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import Aborted, CleanupStatus, FailedPrecondition
 from plugins.sdk.runner import SimulatedCrash
 
 from .schedules import VFS, Attachment, RigNode, Step, chain, share

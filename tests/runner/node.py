@@ -8,13 +8,16 @@ from typing import Any
 
 from plugins.sdk import (
     AllocationBinding,
+    CleanupRequest,
+    ConnectRequest,
     Hook,
     NamespaceHandle,
     OperationEnvelope,
+    OperationState,
+    PrepareRequest,
     SandboxHandle,
     Sharing,
 )
-from plugins.sdk._requests import CleanupRequest, ConnectRequest, OperationState, PrepareRequest
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner, SimulatedCrash
 from plugins.sdk.store import NO_FAULTS, JournalUnavailable, StorageFaults, Store
 

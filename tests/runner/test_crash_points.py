@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
 from . import node as n

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 
 from harness.pytest_plugin import RigStats
-from plugins.sdk import Unavailable
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus, Unavailable
 from plugins.sdk.runner import CrashPoints
 from plugins.sdk.store import JournalFault, storage_failure
 

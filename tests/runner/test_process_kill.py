@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness.services import ServiceProcess
-from plugins.sdk._requests import CleanupStatus
+from plugins.sdk import CleanupStatus
 from plugins.sdk.host import PluginCallError, PluginClient
 
 from . import node as n

@@ -11,11 +11,13 @@ import pytest
 from plugins.sdk import (
     Aborted,
     AlreadyExists,
+    CleanupStatus,
     ConfigError,
     DataLoss,
+    EffectState,
     FailedPrecondition,
+    OperationState,
 )
-from plugins.sdk._requests import CleanupStatus, EffectState, OperationState
 from plugins.sdk.runner import CrashPoints
 from plugins.sdk.store import StoreLocked
 

@@ -13,19 +13,6 @@ from hypothesis import strategies as st
 from plugins.api.networkplugin.v1alpha1 import pb
 from plugins.sdk import (
     AllocationBinding,
-    Grant,
-    Hook,
-    InvalidArgument,
-    NamespaceHandle,
-    OperationEnvelope,
-    PreparedState,
-    Requirements,
-    ResourceHandle,
-    SandboxHandle,
-    Sharing,
-    StepKind,
-)
-from plugins.sdk._requests import (
     CleanupRequest,
     CleanupResponse,
     CleanupStatus,
@@ -34,10 +21,21 @@ from plugins.sdk._requests import (
     EffectState,
     EffectStatus,
     EndpointInfo,
+    Grant,
+    Hook,
     InspectResponse,
+    InvalidArgument,
+    NamespaceHandle,
+    OperationEnvelope,
     OperationState,
+    PreparedState,
     PrepareRequest,
     PrepareResponse,
+    Requirements,
+    ResourceHandle,
+    SandboxHandle,
+    Sharing,
+    StepKind,
 )
 from plugins.sdk.host import (
     cleanup_request_from_pb,

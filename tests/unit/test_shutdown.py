@@ -25,20 +25,18 @@ from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from harness.services import ServiceProcess
 from plugins.sdk import (
     AllocationBinding,
-    Hook,
-    NamespaceHandle,
-    OperationEnvelope,
-    PreparedState,
-    SandboxHandle,
-    Sharing,
-)
-from plugins.sdk._requests import (
     CleanupRequest,
     CleanupStatus,
     ConnectRequest,
     EffectState,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
     OperationState,
+    PreparedState,
     PrepareRequest,
+    SandboxHandle,
+    Sharing,
 )
 from plugins.sdk.host import PluginCallError
 from plugins.sdk.service import EXIT_UNFINISHED

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from plugins.sdk import AlreadyExists, DataLoss, Hook
-from plugins.sdk._requests import CleanupStatus, EffectState, OperationState
+from plugins.sdk import AlreadyExists, CleanupStatus, DataLoss, EffectState, Hook, OperationState
 from plugins.sdk.store import (
     NONTERMINAL_STATES,
     SCHEMA_VERSION,
