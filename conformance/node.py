@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plugins.kernel._crashing import CrashingKernel
+from plugins.kernel import CrashingKernel
 from plugins.sdk import ConnectRequest, PreparedState
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import JournalUnavailable, Store

@@ -16,8 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from plugins.coordinator._journal import CoordinatorJournal
-from plugins.coordinator._runtime import Coordinator
+from plugins.coordinator import Coordinator, CoordinatorJournal
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
 from .crash import Reference, RunResult

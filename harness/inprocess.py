@@ -21,10 +21,9 @@ from typing import Any, TypeVar
 from fakekernel.lab import load_lab, plant_pod_interface, randomize_start_state
 from fakekernel.model import FakeKernelModel
 from plugins import bond, links, vf
-from plugins.coordinator._journal import CoordinatorJournal
-from plugins.coordinator._runtime import Coordinator
+from plugins.coordinator import Coordinator, CoordinatorJournal
 from plugins.effects.linux import linux_effects
-from plugins.kernel._crashing import CrashingKernel
+from plugins.kernel import CrashingKernel
 from plugins.sdk import (
     CleanupRequest,
     CleanupResponse,

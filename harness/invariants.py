@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fakekernel.model import diff
-from plugins.coordinator._journal import CLOSED_CALL_STATES, CoordinatorJournal
+from plugins.coordinator import CLOSED_CALL_STATES, CoordinatorJournal
 from plugins.kernel import Link, NsRef
 from plugins.sdk import OperationState
 from plugins.sdk.host import PluginCallError

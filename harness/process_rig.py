@@ -8,8 +8,7 @@ import signal
 from pathlib import Path
 
 from labs.fake import FakeLab
-from plugins.coordinator._journal import CoordinatorJournal
-from plugins.coordinator._runtime import Coordinator, StepFailed
+from plugins.coordinator import Coordinator, CoordinatorJournal, StepFailed
 from plugins.sdk import CleanupStatus, SandboxHandle
 
 from .crash import RunResult

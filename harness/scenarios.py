@@ -20,14 +20,14 @@ from typing import Any, Protocol
 from plugins import bond, links, vf
 from plugins.coordinator import (
     AllocatedDevice,
+    Allocator,
     CompiledTopology,
+    Coordinator,
     load_inventory,
     load_policies,
     load_topology,
     validate_topology,
 )
-from plugins.coordinator._cel import Allocator
-from plugins.coordinator._runtime import Coordinator
 from plugins.sdk import PreparedState, Registry, SandboxHandle
 
 REPO = Path(__file__).resolve().parent.parent

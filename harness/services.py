@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from plugins.sdk.host import PluginClient
-from plugins.sdk.runner._crash import ENV_ARM, ENV_MODE, ENV_TRACE
+from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
 REPO = Path(__file__).resolve().parent.parent
 

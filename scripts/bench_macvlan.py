@@ -50,16 +50,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.services import ServiceProcess
-from plugins.coordinator._policy import DRIVER_DOMAIN
-from plugins.coordinator._runtime import operation_id, root_id
-from plugins.kernel.linux._nsfs import (
+from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
+from plugins.kernel.linux.netns import (
     CLONE_NEWNET,
     THREAD_NETNS,
     check_call,
+    create_namespace,
+    delete_namespace,
     libc,
     run_in_netns,
 )
-from plugins.kernel.linux.netns import create_namespace, delete_namespace
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,

@@ -1,6 +1,7 @@
 """The node coordinator: topology and exposure-policy manifests, validation, CEL allocation,
 and its journal (the call states are public: the rig checks that none is left open)."""
 
+from ._authority import NodeAuthority
 from ._cel import (
     AllocatedDevice,
     AllocationError,
@@ -38,6 +39,7 @@ from ._policy import (
     parse_policy,
     qualify,
 )
+from ._runtime import Coordinator, StepFailed, operation_id, root_id
 from ._topology import (
     API_VERSION,
     Allocation,
@@ -75,6 +77,7 @@ __all__ = [
     "CompiledSelector",
     "CompiledStep",
     "CompiledTopology",
+    "Coordinator",
     "CoordinatorJournal",
     "Device",
     "DeviceExposurePolicy",
@@ -84,6 +87,7 @@ __all__ = [
     "Inventory",
     "ManifestError",
     "NetworkTopology",
+    "NodeAuthority",
     "PluginRef",
     "PortSource",
     "PublishedDevice",
@@ -91,6 +95,7 @@ __all__ = [
     "Selector",
     "SelectorError",
     "Step",
+    "StepFailed",
     "SupportedPlugin",
     "TopologyError",
     "TopologyErrors",
@@ -102,10 +107,12 @@ __all__ = [
     "load_topology",
     "load_yaml_documents",
     "load_yaml_file",
+    "operation_id",
     "parse_inventory",
     "parse_policy",
     "parse_topology",
     "publish",
     "qualify",
+    "root_id",
     "validate_topology",
 ]

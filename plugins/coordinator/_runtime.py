@@ -33,8 +33,7 @@ from plugins.sdk import (
     SandboxHandle,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints
-from plugins.sdk.runner._semantic import to_json_value
+from plugins.sdk.runner import CrashPoints, to_json_value
 
 from ._authority import NodeAuthority, ResourceClaim
 from ._cel import AllocatedDevice

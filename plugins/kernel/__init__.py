@@ -1,5 +1,6 @@
 """The one kernel interface shared by every lab tier."""
 
+from ._crashing import CrashingKernel
 from ._protocol import Kernel
 from ._types import (
     BondInfo,
@@ -13,9 +14,11 @@ from ._types import (
     VFConfig,
     kernel_error,
 )
+from ._url import open_kernel
 
 __all__ = [
     "BondInfo",
+    "CrashingKernel",
     "Kernel",
     "KernelError",
     "Link",
@@ -26,4 +29,5 @@ __all__ = [
     "VFChanges",
     "VFConfig",
     "kernel_error",
+    "open_kernel",
 ]

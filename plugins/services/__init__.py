@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
-from plugins.kernel._crashing import CrashingKernel
-from plugins.kernel._url import open_kernel
+from plugins.kernel import CrashingKernel, open_kernel
 from plugins.sdk import Registry
 from plugins.sdk.runner import CrashPoints, EffectRegistry
 from plugins.sdk.service import main

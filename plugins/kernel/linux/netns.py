@@ -28,10 +28,21 @@ from ._nsfs import (
     check_call,
     libc,
     read_boot_id,
+    run_in_netns,
     run_on_throwaway_thread,
 )
 
-__all__ = ["create_namespace", "delete_namespace", "namespace_handle"]
+# The low-level pieces are public too: benchmarks and labs enter namespaces the same way.
+__all__ = [
+    "CLONE_NEWNET",
+    "THREAD_NETNS",
+    "check_call",
+    "create_namespace",
+    "delete_namespace",
+    "libc",
+    "namespace_handle",
+    "run_in_netns",
+]
 
 MS_BIND = 0x1000
 MNT_DETACH = 0x2

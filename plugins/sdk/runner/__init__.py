@@ -1,6 +1,6 @@
 """The durable operation runner, effect executor contract and crash points."""
 
-from ._crash import CrashMode, CrashPoints, SimulatedCrash
+from ._crash import ENV_ARM, ENV_MODE, ENV_TRACE, CrashMode, CrashPoints, SimulatedCrash
 from ._effects import (
     EffectContext,
     EffectExecutor,
@@ -10,9 +10,12 @@ from ._effects import (
     UndoResult,
 )
 from ._runner import EndpointRunner, Runner
-from ._semantic import request_semantics, semantic_digest
+from ._semantic import request_semantics, semantic_digest, to_json_value
 
 __all__ = [
+    "ENV_ARM",
+    "ENV_MODE",
+    "ENV_TRACE",
     "CrashMode",
     "CrashPoints",
     "EffectContext",
@@ -26,4 +29,5 @@ __all__ = [
     "UndoResult",
     "request_semantics",
     "semantic_digest",
+    "to_json_value",
 ]
