@@ -106,6 +106,9 @@ class FakeKernelClient:
     def open_namespace(self, handle: NamespaceHandle) -> NsRef:
         return decode(NsRef, self._call("open_namespace", handle=handle))
 
+    def list_namespaces(self) -> list[NsRef]:
+        return decode(list[NsRef], self._call("list_namespaces"))
+
     def list_links(self, ns: NsRef) -> list[Link]:
         return decode(list[Link], self._call("list_links", ns=ns))
 

@@ -65,6 +65,14 @@ class FakeKernelModel:
             raise fail(errno.ESTALE, f"{handle.path} now names a different namespace")
         return ns.ref
 
+    def list_namespaces(self) -> list[NsRef]:
+        """The host, then every other namespace by mount path (as LinuxKernel orders one
+        directory: by name). The model has no processes, so every other namespace is a
+        mount under /run/netns."""
+        host = self._s.host.ref
+        others = [ns.ref for ns in self._s.namespaces.values() if ns.ref != host]
+        return [host, *sorted(others, key=lambda ref: ref.path)]
+
     # -- Kernel: links ---------------------------------------------------------------------
 
     def list_links(self, ns: NsRef) -> list[Link]:

@@ -39,6 +39,7 @@ KERNEL_METHODS = (
     "boot_id",
     "host_namespace",
     "open_namespace",
+    "list_namespaces",
     "list_links",
     "get_link",
     "find_device",

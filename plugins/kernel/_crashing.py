@@ -40,6 +40,9 @@ class CrashingKernel:
     def open_namespace(self, handle: NamespaceHandle) -> NsRef:
         return self.inner.open_namespace(handle)
 
+    def list_namespaces(self) -> list[NsRef]:
+        return self.inner.list_namespaces()
+
     def list_links(self, ns: NsRef) -> list[Link]:
         return self.inner.list_links(ns)
 

@@ -31,6 +31,17 @@ class Kernel(Protocol):
         """
         ...
 
+    def list_namespaces(self) -> list[NsRef]:
+        """Every network namespace this backend can reach, for a node-wide scan.
+
+        ``host_namespace()`` first, then every other namespace exactly once (by nsfs
+        device and inode), in a deterministic order each backend documents. Read-only:
+        nothing stays open for the namespaces listed. Each ref can be passed to
+        ``list_links`` and the other calls; a namespace that dies in between fails
+        there as it would for ``open_namespace`` (ENOENT or ESTALE), never here.
+        """
+        ...
+
     def list_links(self, ns: NsRef) -> list[Link]: ...
 
     def get_link(

@@ -426,6 +426,22 @@ def open_namespace_estale_and_enoent(w: World) -> None:
     w.create(a, veth("va", "vb"))  # the old ref names what the path no longer does
 
 
+@scenario("veth")
+def list_namespaces_follows_namespace_life(w: World) -> None:
+    w.attempt(w.kernel.list_namespaces, "list: the host alone")
+    b = w.ns("b")
+    a = w.ns("a")
+    w.create(b, veth("vb", "va", peer_ns=a))
+    listed = w.attempt(w.kernel.list_namespaces, "list: the host, then by name")
+    for ref in listed[1] if listed[0] == "ok" else []:
+        if not w.hidden(ref):  # each listed ref is usable as it is
+            w.attempt(lambda ref=ref: w.kernel.list_links(ref), f"links of {w.label_of(ref)}")
+    w.kill_ns("a")
+    w.attempt(w.kernel.list_namespaces, "list: a is gone")
+    w.ns("a")  # a new namespace at the same path
+    w.attempt(w.kernel.list_namespaces, "list: the new a")
+
+
 # -- alias and unknown links -----------------------------------------------------------
 
 

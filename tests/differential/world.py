@@ -197,6 +197,9 @@ class World:
             }
         if isinstance(result, NsRef):
             return self.label_of(result)
+        if isinstance(result, list) and result and all(isinstance(r, NsRef) for r in result):
+            # list_namespaces: the order (host first, then by mount path) is compared too
+            return [self.label_of(r) for r in result if not self.hidden(r)]
         if isinstance(result, list):
             # list_links is in ifindex order, and ifindexes are not compared
             rows = [self._summary(r) for r in result if not _is_loopback(r)]
@@ -206,6 +209,10 @@ class World:
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
         """(namespace label, ifindex) of a veth's peer."""
         raise NotImplementedError
+
+    def hidden(self, ref: NsRef) -> bool:
+        """A namespace of the backend's own machinery, left out of what is compared."""
+        return False
 
     def observe(self) -> dict[str, Any]:
         """Every live namespace of this world: its links, normalized and sorted by name."""
@@ -346,7 +353,9 @@ class LinuxWorld(World):
         self._handles: dict[str, NamespaceHandle] = {}
         self._made: list[str] = []  # every path created, for close()
         host = self._create("host")
-        self.lk = LinuxKernel(host)
+        # list_namespaces sees the world's directory only: not the machine's own mounts,
+        # nor its processes' namespaces (the fake has no processes).
+        self.lk = LinuxKernel(host, namespace_dirs=(directory,), proc_dir=None)
         self.kernel = self.lk
         self._handles[HOST] = host
         self._refs[HOST] = self.lk.host_namespace()
@@ -395,6 +404,10 @@ class LinuxWorld(World):
     def observe(self) -> dict[str, Any]:
         self._peers = self._veth_peers()
         return super().observe()
+
+    def hidden(self, ref: NsRef) -> bool:
+        watch = self._watch
+        return watch is not None and (ref.device, ref.inode) == (watch.device, watch.inode)
 
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
         if link.peer is None:

@@ -6,8 +6,9 @@ import errno
 from dataclasses import replace
 
 from fakekernel import FakeKernelModel
-from plugins.kernel import BondInfo, LinkChanges, NsRef
+from plugins.kernel import BondInfo, CrashingKernel, LinkChanges, LinkSpec, NsRef
 from plugins.sdk import NamespaceHandle
+from plugins.sdk.runner import CrashPoints
 
 from .helpers import kernel_error, link, mk
 
@@ -152,3 +153,39 @@ def test_namespace_death_releases_bond_slaves(m: FakeKernelModel, host: NsRef, p
 def test_the_host_namespace_cannot_be_deleted_by_name(m: FakeKernelModel) -> None:
     with kernel_error(errno.ENOENT):
         m.delete_namespace("")
+
+
+def test_list_namespaces_follows_namespace_life(m: FakeKernelModel, host: NsRef) -> None:
+    assert m.list_namespaces() == [host]
+    zeta, pod, alpha = (m.add_namespace(n) for n in ("zeta", "pod", "alpha"))
+    # the host first, then by mount path, as LinuxKernel lists a directory (not creation order)
+    assert m.list_namespaces() == [host, alpha, pod, zeta]
+    m.delete_namespace("pod")
+    assert m.list_namespaces() == [host, alpha, zeta]
+    again = m.add_namespace("pod")  # same path, a new namespace: listed under its new identity
+    listed = m.list_namespaces()
+    assert listed == [host, alpha, again, zeta]
+    assert pod not in listed
+    assert len({(ref.device, ref.inode) for ref in listed}) == len(listed)
+    for ref in listed:  # each one usable as it is, and the same the other calls return
+        m.list_links(ref)
+        assert m.open_namespace(handle(ref)) == ref
+
+
+def test_list_namespaces_puts_the_host_first_whatever_its_path() -> None:
+    m = FakeKernelModel(host_path="/run/netns/zz-host")
+    a = m.add_namespace("a")
+    assert m.list_namespaces() == [m.host_namespace(), a]
+
+
+def test_list_namespaces_is_not_a_crash_point(m: FakeKernelModel, host: NsRef) -> None:
+    points = CrashPoints()
+    k = CrashingKernel(m, points)
+    with points.scope("test", "op-1"):
+        assert k.list_namespaces() == m.list_namespaces()
+        assert points.reached == []
+        k.create_link(host, LinkSpec("dummy", "d0"))  # the first crash point of the effect
+    assert points.reached == [
+        "test/op-1/-/kernel#1.create_link.before",
+        "test/op-1/-/kernel#1.create_link.after",
+    ]

@@ -71,6 +71,21 @@ def test_a_veth_into_another_namespace_over_the_socket(client: FakeKernelClient)
     assert client.namespace("pod") == pod
 
 
+def test_list_namespaces_over_the_socket(
+    kernel: FakeKernelProcess, client: FakeKernelClient
+) -> None:
+    host = client.host_namespace()
+    pod, alpha = client.add_namespace("pod"), client.add_namespace("alpha")
+    with kernel.client() as service:  # another connection, as a service process has
+        assert service.list_namespaces() == [host, alpha, pod]
+        client.delete_namespace("alpha")
+        assert service.list_namespaces() == [host, pod]
+        assert service.list_links(pod) == []
+    local: FakeKernelModel = load_lab(DEFAULT_LAB)
+    local.add_namespace("pod")
+    assert client.list_namespaces() == local.list_namespaces()
+
+
 def test_the_process_and_an_in_process_model_agree(client: FakeKernelClient) -> None:
     local: FakeKernelModel = load_lab(DEFAULT_LAB)
     scenario(client, client.add_namespace("pod"))

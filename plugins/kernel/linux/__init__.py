@@ -4,6 +4,6 @@
 namespaces for tests and labs.
 """
 
-from .kernel import UNKNOWN_NAMESPACE_INODE, LinuxKernel
+from .kernel import DEFAULT_NAMESPACE_DIRS, UNKNOWN_NAMESPACE_INODE, LinuxKernel
 
-__all__ = ["UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
+__all__ = ["DEFAULT_NAMESPACE_DIRS", "UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]

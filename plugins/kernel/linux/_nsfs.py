@@ -24,11 +24,11 @@ import fcntl
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
-from .._types import kernel_error
+from .._types import KernelError, kernel_error
 
 T = TypeVar("T")
 
@@ -99,6 +99,53 @@ def open_netns(path: str, expect: Identity | None = None) -> tuple[int, Identity
         os.close(fd)
         raise
     return fd, ident
+
+
+def mounted_netns_identity(path: str, known: Collection[Identity] = ()) -> Identity | None:
+    """The namespace a mount path names now, or None if it names no network namespace.
+
+    None if the path is gone (or a dangling link), is not a regular file (a
+    directory, a FIFO or a device is never opened), or is a plain file (the empty
+    mount point of ``ip netns add`` before the mount) or another kind of namespace.
+    An identity in ``known`` is already verified to be a network namespace: it is
+    returned from ``stat`` alone. A new one is checked on an opened descriptor, which
+    is closed before returning: nothing stays open.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    if identity_of(st) in known:
+        return identity_of(st)
+    try:
+        fd, ident = open_netns(path)
+    except FileNotFoundError:
+        return None  # unmounted and removed since the stat
+    except KernelError as exc:
+        if exc.code == errno.EINVAL:
+            return None
+        raise
+    os.close(fd)
+    return ident
+
+
+def process_netns_identity(path: str) -> Identity | None:
+    """The namespace of ``/proc/<pid>/ns/net``, or None if that process is out of reach.
+
+    A process can exit at any moment of a scan, and each way it shows is skipped:
+    its ``/proc/<pid>`` is gone (ENOENT); it is a zombie whose namespaces were
+    already released (ENOENT from ``ns_get_path``); or it was reaped between the
+    lookup of the entry and the read of the link (EACCES: ``proc_ns_get_link`` finds
+    no task). EACCES/EPERM also come from the ptrace access check (an LSM, Yama): a
+    process we may not inspect does not give us its namespace either. ESRCH is
+    skipped for the same reason as ENOENT, should a kernel answer it.
+    """
+    try:
+        return stat_identity(path)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
 
 
 def _nstype(fd: int) -> int:

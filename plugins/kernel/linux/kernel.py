@@ -18,6 +18,12 @@ fails with ENOENT (path gone) or ESTALE (path names another namespace), as
 ``open_namespace`` would. ``release_namespace`` drops one explicitly, ``close``
 drops all.
 
+``list_namespaces`` finds namespaces without holding them: it stats (and, for a
+mount path seen for the first time, opens, checks and closes) every candidate
+path, and returns refs by path. A listed namespace is held only once it is used,
+and is then dropped like any other when its path stops naming it (a
+``/proc/<pid>/ns/net`` path stops when the process exits).
+
 Errors
 ------
 Every public method runs under ``_errors.translated``: it raises ``KernelError``
@@ -31,7 +37,7 @@ import errno
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -60,13 +66,15 @@ from ._errors import kernel_errors, netlink_error, translated
 from ._nsfs import (
     Identity,
     current_thread_identity,
+    mounted_netns_identity,
     open_netns,
+    process_netns_identity,
     read_boot_id,
     run_in_netns,
     stat_identity,
 )
 
-__all__ = ["UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
+__all__ = ["DEFAULT_NAMESPACE_DIRS", "PROC_DIR", "UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
 
 IFNAMSIZ = 16
 U32_MAX = 0xFFFFFFFF
@@ -74,6 +82,10 @@ U32_MAX = 0xFFFFFFFF
 # opened: device/inode 0 and the path "netnsid:<id>" (the id as seen from the link).
 UNKNOWN_NAMESPACE_INODE = 0
 _NSID_UNASSIGNED = (-1, U32_MAX)
+# Where ``ip netns add`` (iproute2's NETNS_RUN_DIR) and CNI runtimes mount named
+# namespaces; /var/run is usually a link to /run, and duplicates are dropped by identity.
+DEFAULT_NAMESPACE_DIRS = ("/run/netns", "/var/run/netns")
+PROC_DIR = "/proc"
 
 
 @dataclass(eq=False)
@@ -129,10 +141,24 @@ class LinuxKernel:
 
     ``host_namespace`` is the approved host namespace mount, given by configuration
     (a path such as ``/run/netns/host``, or a ``NamespaceHandle`` to verify); it is
-    never guessed.
+    never guessed. ``namespace_dirs`` and ``proc_dir`` say where ``list_namespaces``
+    looks: the directories where namespaces are mounted, and the proc filesystem
+    whose processes' namespaces it lists (e.g. ``/host/proc`` in a container that
+    mounts the node's; ``None``: no process scan).
     """
 
-    def __init__(self, host_namespace: str | os.PathLike[str] | NamespaceHandle) -> None:
+    def __init__(
+        self,
+        host_namespace: str | os.PathLike[str] | NamespaceHandle,
+        *,
+        namespace_dirs: Iterable[str | os.PathLike[str]] = DEFAULT_NAMESPACE_DIRS,
+        proc_dir: str | os.PathLike[str] | None = PROC_DIR,
+    ) -> None:
+        if isinstance(namespace_dirs, str | os.PathLike):
+            # a str is an Iterable[str] too: its characters would be scanned as directories
+            raise TypeError("namespace_dirs is a collection of directories, not one path")
+        self._namespace_dirs = tuple(os.fspath(d) for d in namespace_dirs)
+        self._proc_dir = None if proc_dir is None else os.fspath(proc_dir)
         self._lock = threading.RLock()
         self._spaces: dict[Identity, _Namespace] = {}
         self._closed = False
@@ -202,6 +228,40 @@ class LinuxKernel:
         self._sweep()
         space = self._register(handle.path, expect)
         return self._ref_of(space, handle.path)
+
+    @translated
+    def list_namespaces(self) -> list[NsRef]:
+        """The host namespace, then each other namespace once, by the first path found.
+
+        Paths are tried in this order: the entries of each of ``namespace_dirs`` (in
+        the configured order, entries by name; a missing directory is skipped), then
+        ``<proc_dir>/<pid>/ns/net`` by ascending pid, then the paths of namespaces
+        opened here that neither names (by path). A mounted namespace is therefore
+        listed under its mount path even when processes live in it. What vanishes
+        during the scan (a process that exits, a mount removed) is left out.
+        """
+        self._sweep()  # drop what died: its stale path must not be listed
+        host = (self._host.device, self._host.inode)
+        found: dict[Identity, str] = {host: self._host.path}
+        for directory in self._namespace_dirs:
+            for path in _directory_entries(directory):
+                key = mounted_netns_identity(path, found)
+                if key is not None:
+                    found.setdefault(key, path)
+        if self._proc_dir is not None:
+            for path in _process_netns_paths(self._proc_dir):
+                key = process_netns_identity(path)
+                if key is not None:
+                    found.setdefault(key, path)
+        with self._lock:
+            opened = sorted((s.paths[0], s.key) for s in self._spaces.values())
+        for path, key in opened:
+            found.setdefault(key, path)
+        return [self._host] + [
+            NsRef(device=key[0], inode=key[1], boot_id=self._boot_id, path=path)
+            for key, path in found.items()
+            if key != host
+        ]
 
     # -- Kernel: links ---------------------------------------------------------------------
 
@@ -601,6 +661,24 @@ class LinuxKernel:
         if msg is None:
             raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
         return to_vfs(msg)
+
+
+# -- list_namespaces: candidate paths ----------------------------------------------------
+
+
+def _directory_entries(directory: str) -> list[str]:
+    """The paths in ``directory``, by name; none if it does not exist (yet)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [os.path.join(directory, name) for name in sorted(names)]
+
+
+def _process_netns_paths(proc_dir: str) -> list[str]:
+    """``<proc_dir>/<pid>/ns/net`` of every process listed now, by ascending pid."""
+    pids = sorted((n for n in os.listdir(proc_dir) if n.isascii() and n.isdigit()), key=int)
+    return [os.path.join(proc_dir, pid, "ns", "net") for pid in pids]
 
 
 # -- encoding checks the kernel would make, for values that cannot even be encoded -------
