@@ -409,6 +409,32 @@ def check_damaged_journal(target: Target, work: Path) -> None:
         node.close()
 
 
+def check_lost_journal(target: Target, work: Path) -> None:
+    """Journal files and lease both gone: what the node still holds is never called CLEANED.
+
+    The journal's silence proves nothing here; only the node can. Whatever the plugin
+    left in the kernel for the attachment must make the cleanup QUARANTINED (or PENDING)
+    and stay untouched.
+    """
+    node = TargetNode(target, work / "node")
+    try:
+        _connect(node, _prepare(node))
+        node.close()
+        for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
+            (node.root / "state" / name).unlink(missing_ok=True)
+        attached = node.host.model.snapshot()
+        node.start()  # a fresh journal: nothing told it a journal existed before
+        receipt = node.endpoint.remove_network(target.remove())
+        expect(
+            receipt.status is not CleanupStatus.CLEANED,
+            "a lost journal's attachment was reported CLEANED while its objects exist: "
+            f"{receipt.detail}",
+        )
+        _restored(node, attached, "a cleanup answered from a lost journal")
+    finally:
+        node.close()
+
+
 def check_concurrent_duplicates(target: Target, work: Path) -> None:
     node = TargetNode(target, work / "node")
     try:
@@ -493,6 +519,7 @@ CHECKS: dict[str, Callable[[Target, Path], Any]] = {
     "repeated-cleanup": check_repeated_cleanup,
     "foreign-object": check_foreign_object,
     "damaged-journal": check_damaged_journal,
+    "lost-journal": check_lost_journal,
     "concurrent-duplicates": check_concurrent_duplicates,
     "inspect-read-only": check_inspect_read_only,
     "external-change": check_external_change,

@@ -117,7 +117,11 @@ class CreateDummy:
 
 
 def dummy_effects(kernel: Kernel) -> EffectRegistry:
-    """The dummy executor plus the project's approved set-link-up executor."""
-    from plugins.effects.linux import SetLinkUp
+    """The dummy executor plus the project's approved set-link-up executor.
 
-    return EffectRegistry([CreateDummy(kernel), SetLinkUp(kernel)])
+    Its markers sit in link aliases like the project's own, so the project's node-wide
+    scan finds what it leaves behind when no journal record is left.
+    """
+    from plugins.effects.linux import SetLinkUp, evidence_scan
+
+    return EffectRegistry([CreateDummy(kernel), SetLinkUp(kernel)], evidence=evidence_scan(kernel))

@@ -312,3 +312,56 @@ def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
     assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
     assert toy.toy.observable() == initial
     toy.close()
+
+
+# -- a scope the journal has no record of ------------------------------------------------------
+
+
+def _lose_the_journal(toy: ToyNode) -> None:
+    """Journal gone (and no lease to notice it): the node must be the second witness."""
+    toy.close()
+    for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
+        (toy.state_dir / name).unlink(missing_ok=True)
+    toy.start()
+
+
+def test_unrecorded_scope_with_our_objects_on_the_node_is_quarantined_not_cleaned(
+    tmp_path: Path,
+) -> None:
+    toy = ToyNode(tmp_path)
+    toy.endpoint.node_prepare(n.prepare())
+    toy.endpoint.connect_network(n.connect())
+    attached = toy.toy.observable()
+    _lose_the_journal(toy)
+
+    removed = toy.endpoint.remove_network(n.remove())
+    assert removed.status is CleanupStatus.QUARANTINED
+    assert "object data0" in removed.detail
+    assert "ownership evidence" in removed.detail
+    assert toy.toy.observable() == attached  # never deleted on a guess
+    assert toy.endpoint.inspect("op-remove", "att-1").state is OperationState.QUARANTINED
+    toy.close()
+
+
+def test_unrecorded_scope_with_nothing_on_the_node_is_cleaned_saying_why(tmp_path: Path) -> None:
+    toy = ToyNode(tmp_path)
+    toy.endpoint.node_prepare(n.prepare())
+    toy.endpoint.connect_network(n.connect())
+    # Another attachment's objects do not count: the scan is per scope.
+    removed = toy.endpoint.remove_network(n.remove(op="op-r9", scope="att-9"))
+    assert removed.status is CleanupStatus.CLEANED
+    assert "no object on the node carries" in removed.detail
+    toy.close()
+
+
+def test_unrecorded_scope_on_a_node_that_cannot_be_scanned_is_pending(tmp_path: Path) -> None:
+    toy = ToyNode(tmp_path)
+
+    def unreachable(prefix: str) -> list[tuple[str, str]]:
+        raise OSError(5, "the kernel did not answer")
+
+    toy.runner._effects.evidence = unreachable
+    removed = toy.endpoint.remove_network(n.remove(op="op-r9", scope="att-9"))
+    assert removed.status is CleanupStatus.PENDING
+    assert "could not be scanned" in removed.detail
+    toy.close()

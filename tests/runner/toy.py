@@ -110,6 +110,14 @@ class ToyKernel:
     def mutations(self) -> dict[str, int]:
         return self.state()["mutations"]  # type: ignore[no-any-return]
 
+    def evidence(self, prefix: str) -> list[tuple[str, str]]:
+        """The toy's node-wide scan: objects whose owner marker starts with ``prefix``."""
+        return [
+            (obj["owner"], f"object {name}")
+            for name, obj in sorted(self.state()["objects"].items())
+            if obj["owner"].startswith(prefix)
+        ]
+
 
 class CreateObject:
     kind = CREATE
@@ -260,7 +268,9 @@ class LinkObjects:
 
 
 def toy_effects(toy: ToyKernel) -> EffectRegistry:
-    return EffectRegistry([CreateObject(toy), SetSetting(toy), LinkObjects(toy)])
+    return EffectRegistry(
+        [CreateObject(toy), SetSetting(toy), LinkObjects(toy)], evidence=toy.evidence
+    )
 
 
 @dataclass(frozen=True)

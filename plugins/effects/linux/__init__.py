@@ -5,6 +5,7 @@ from __future__ import annotations
 from plugins.kernel import Kernel
 from plugins.sdk.runner import EffectRegistry
 
+from ._common import evidence_scan
 from ._links import (
     AttachMember,
     CreateBond,
@@ -30,7 +31,8 @@ def linux_effects(kernel: Kernel) -> EffectRegistry:
             CreateVLAN(kernel),
             CreateSharedChild(kernel),
             HoldSharedParent(kernel),
-        ]
+        ],
+        evidence=evidence_scan(kernel),
     )
 
 
@@ -45,5 +47,6 @@ __all__ = [
     "SetLinkMTU",
     "SetLinkUp",
     "SetVFConfig",
+    "evidence_scan",
     "linux_effects",
 ]

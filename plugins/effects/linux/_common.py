@@ -15,7 +15,7 @@ from typing import Any
 
 from plugins.kernel import Kernel, Link, NsRef
 from plugins.sdk import FailedPrecondition, NamespaceHandle
-from plugins.sdk.runner import EffectContext
+from plugins.sdk.runner import EffectContext, EvidenceScan
 
 NAMESPACE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -105,3 +105,22 @@ def locate(kernel: Kernel, description: Mapping[str, Any]) -> Link | None:
     if link is None or (marker and link.alias != marker):
         return None
     return link
+
+
+def evidence_scan(kernel: Kernel) -> EvidenceScan:
+    """Every link on the node whose marker starts with a prefix, in every namespace.
+
+    Markers sit in the ifalias of the links we create; this finds them wherever they
+    are, including namespaces no journal record names any more.
+    """
+
+    def scan(prefix: str) -> list[tuple[str, str]]:
+        found = []
+        for ns in kernel.list_namespaces():
+            for link in kernel.list_links(ns):
+                if link.alias and link.alias.startswith(prefix):
+                    where = ns.path or f"namespace {ns.device}:{ns.inode}"
+                    found.append((link.alias, f"{link.kind} {link.name} in {where}"))
+        return found
+
+    return scan

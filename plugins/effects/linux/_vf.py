@@ -222,10 +222,12 @@ class SetLinkMTU:
 class MoveLink:
     """MoveVF step 1: move the prepared VF into the sandbox under a temporary name.
 
-    Remembers the VF's home name and administrative state: a namespace move closes a
-    running device, so a VF that was up at home arrives down in the sandbox, and
-    compensation must bring it up again once it is home. Compensation returns the VF
-    to the host namespace under its original name and never deletes it.
+    Remembers the VF's home name, administrative state and alias: a namespace move
+    closes a running device, so a VF that was up at home arrives down in the sandbox,
+    and compensation must bring it up again once it is home. In the sandbox the VF
+    carries our marker as its alias, the ownership evidence a node-wide scan attributes
+    to this attachment even when no journal record is left. Compensation returns the
+    VF to the host namespace under its original name and alias and never deletes it.
     """
 
     kind: str = "linux/move-link/v1"
@@ -264,7 +266,7 @@ class MoveLink:
         if link.ns.key != host.key:
             raise FailedPrecondition(f"VF {self._pci(ctx)} is not in the host namespace")
         open_ns(self.kernel, ctx.payload["to"])  # the sandbox must exist before we start
-        return {"name": link.name, "up": link.up}
+        return {"name": link.name, "up": link.up, "alias": link.alias or ""}
 
     def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
         pci = self._pci(ctx)
@@ -274,6 +276,8 @@ class MoveLink:
             if link.ns.key != self.kernel.host_namespace().key:
                 raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
             link = self.kernel.move_link(link.ns, link.ifindex, target, new_name=temp_name(ctx))
+        if "alias" in before and link.alias != ctx.marker:  # older records: no evidence
+            link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=ctx.marker))
         return {"link": describe(link, _physical(pci))}
 
     def undo(
@@ -283,7 +287,11 @@ class MoveLink:
         if link is None:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
         host = self.kernel.host_namespace()
-        moved = renamed = False
+        moved = renamed = unmarked = False
+        if "alias" in before and link.alias == ctx.marker:
+            # Our evidence goes before the VF does: at home it has its own alias back.
+            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(alias=before["alias"]))
+            unmarked = True
         if link.ns.key != host.key:
             # No need to take it down first: the move closes a running device itself,
             # and its admin state in the sandbox ends there.
@@ -302,7 +310,7 @@ class MoveLink:
             # Down is how our move leaves it (also after a crash between the move home
             # and this call), so the before-image is what it gets back.
             self.kernel.set_link(host, link.ifindex, LinkChanges(up=True))
-        elif not (moved or renamed):
+        elif not (moved or renamed or unmarked):
             return UndoResult(UndoOutcome.ABSENT, "VF already home, as it was")
         return UndoResult(UndoOutcome.UNDONE, "VF had returned; name restored" if renamed else "")
 

@@ -5,9 +5,11 @@ from ._effects import (
     EffectContext,
     EffectExecutor,
     EffectRegistry,
+    EvidenceScan,
     Observation,
     UndoOutcome,
     UndoResult,
+    scope_evidence,
 )
 from ._runner import EndpointRunner, Runner
 from ._semantic import request_semantics, semantic_digest, to_json_value
@@ -22,12 +24,14 @@ __all__ = [
     "EffectExecutor",
     "EffectRegistry",
     "EndpointRunner",
+    "EvidenceScan",
     "Observation",
     "Runner",
     "SimulatedCrash",
     "UndoOutcome",
     "UndoResult",
     "request_semantics",
+    "scope_evidence",
     "semantic_digest",
     "to_json_value",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,8 +57,28 @@ class EffectContext:
 
     @property
     def marker(self) -> str:
-        """Ownership evidence deterministic from the operation identity (stable across restarts)."""
-        return "dranp:" + digest([self.partition, self.operation_id, self.effect_id])[7:23]
+        """Ownership evidence deterministic from the operation identity (stable across restarts).
+
+        It starts with the scope's evidence prefix (``scope_evidence``), so a node-wide
+        scan can attribute an object to a preparation or attachment with no journal record.
+        """
+        own = digest([self.partition, self.operation_id, self.effect_id])[7:23]
+        return scope_evidence(self.partition, self.scope) + own
+
+
+MARKER_PREFIX = "dranp:"
+"""Every marker starts with this: nothing else on a node carries it."""
+
+
+def scope_evidence(partition: str, scope: str) -> str:
+    """The prefix of every marker one logical plugin leaves for one preparation or attachment."""
+    return f"{MARKER_PREFIX}{digest([partition, scope])[7:15]}:"
+
+
+EvidenceScan = Callable[[str], list[tuple[str, str]]]
+"""``scan(prefix)``: every kernel object, anywhere on the node, whose ownership evidence
+starts with ``prefix``, as ``(marker, description for a person)``. Raises when the node
+cannot be scanned."""
 
 
 class EffectExecutor(Protocol):
@@ -100,7 +120,11 @@ def _payload_validator(schema_json: str) -> jsonschema.Draft202012Validator:
 class EffectRegistry:
     """The executors a service is approved to run, by versioned kind."""
 
-    def __init__(self, executors: Iterable[EffectExecutor]) -> None:
+    def __init__(
+        self, executors: Iterable[EffectExecutor], *, evidence: EvidenceScan | None = None
+    ) -> None:
+        self.evidence = evidence
+        """Scans the node for ownership evidence (None: these executors leave none to scan)."""
         self._executors: dict[str, EffectExecutor] = {}
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
         for ex in executors:

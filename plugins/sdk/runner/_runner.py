@@ -64,7 +64,7 @@ from ..store import (
     Txn,
 )
 from ._crash import CrashPoints
-from ._effects import EffectContext, EffectRegistry, UndoOutcome
+from ._effects import EffectContext, EffectRegistry, UndoOutcome, scope_evidence
 from ._semantic import Request, request_semantics, semantic_digest, to_json_value
 
 log = logging.getLogger(__name__)
@@ -658,13 +658,63 @@ class Runner:
             op_status, effect_statuses = self._undo_operation(cleanup_op, op)
             statuses.extend(effect_statuses)
             overall = _worse(overall, op_status)
-        detail = (
-            ""
-            if targets
-            else f"no recorded {target.target_hook.value} for scope {scope} in this journal, "
-            "which is intact (every record verified; no acknowledged commit lost in this boot)"
+        if not targets:
+            return self._cleanup_unrecorded(partition, scope, target.target_hook)
+        return CleanupResponse(overall, "", tuple(statuses))
+
+    def _cleanup_unrecorded(self, partition: str, scope: str, hook: Hook) -> CleanupResponse:
+        """A scope this intact journal never recorded: CLEANED only if the node agrees.
+
+        Intent is durable before every mutation, so an intact journal's silence proves no
+        call of ours changed the kernel for this scope. The scan is the second witness,
+        for what the journal cannot see (a journal lost together with its lease): an object
+        carrying this plugin's evidence for the scope is never deleted on a guess.
+        """
+        missing = f"no recorded {hook.value} for scope {scope} in this journal"
+        intact = "the journal is intact (every record verified; no acknowledged commit lost)"
+        if self._effects.evidence is None:
+            return CleanupResponse(
+                CleanupStatus.CLEANED,
+                f"{missing}; {intact}; these executors leave no evidence to scan for",
+            )
+        try:
+            found = self._unrecorded_evidence(partition, scope)
+        except Exception as exc:  # unknown is not absent
+            return CleanupResponse(
+                CleanupStatus.PENDING,
+                f"{missing}, and the node could not be scanned for this plugin's ownership "
+                f"evidence ({exc}); retry",
+            )
+        if found:
+            return CleanupResponse(
+                CleanupStatus.QUARANTINED,
+                f"{missing}, but the node holds objects carrying this plugin's ownership "
+                f"evidence for it: {'; '.join(found)}; left for an operator to reconcile",
+            )
+        return CleanupResponse(
+            CleanupStatus.CLEANED,
+            f"{missing}; {intact}, and no object on the node carries this plugin's "
+            "ownership evidence for it",
         )
-        return CleanupResponse(overall, detail, tuple(statuses))
+
+    def _unrecorded_evidence(self, partition: str, scope: str) -> list[str]:
+        """Objects marked for ``scope`` whose marker no recorded effect of the scope owns."""
+        scan = self._effects.evidence
+        assert scan is not None
+        store = self._require_store()
+
+        def recorded(r: Reader) -> set[str]:
+            markers = set()
+            for op in r.operations(partition, scope=scope):
+                for e in r.effects(partition, op.operation_id):
+                    ctx = EffectContext(partition, op.operation_id, e.effect_id, scope, op.step, {})
+                    markers.add(ctx.marker)
+            return markers
+
+        known = store.read(recorded)
+        return [
+            what for marker, what in scan(scope_evidence(partition, scope)) if marker not in known
+        ]
 
     def _check_no_attachments(
         self, reg: Registration, partition: str, prepares: list[OperationRecord]
