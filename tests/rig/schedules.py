@@ -79,10 +79,11 @@ class RigNode(FakeNode):
         super().start(crash or ArmableCrashPoints())
 
 
-def owned_names(partition: str, operation_id: str, effect_id: str) -> tuple[str, str]:
+def owned_names(partition: str, operation_id: str, effect_id: str, scope: str) -> tuple[str, str]:
     """(ifalias marker, temporary name) a link created by that effect carries: the
-    ownership evidence of ``plugins.effects.linux._common``."""
-    ctx = EffectContext(partition, operation_id, effect_id, "", "", {})
+    ownership evidence of ``plugins.effects.linux`` (the marker starts with the scope's
+    evidence prefix, so the scope is part of it)."""
+    ctx = EffectContext(partition, operation_id, effect_id, scope, "", {})
     return ctx.marker, temp_name(ctx)
 
 
@@ -238,12 +239,14 @@ def chain(node: FakeNode, gen: int) -> Attachment:
         ("bond/v1alpha1", f"conn-bond0-{att}", "create-bond", "connect-bond"),
         ("vlan/v1alpha1", f"conn-vlan-{att}", "create-child", "connect-vlan"),
     ):
-        for evidence in owned_names(partition, op, effect):
+        for evidence in owned_names(partition, op, effect, att):
             a.owned[evidence] = step
     for v in VFS:
         pci = v.attributes["pciAddress"]
         a.vfs[pci] = f"connect-{v.root}"
-        a.vf_temp[pci] = owned_names("sriov/v1alpha1", f"conn-{v.root}-{att}", "move-vf.move")[1]
+        a.vf_temp[pci] = owned_names("sriov/v1alpha1", f"conn-{v.root}-{att}", "move-vf.move", att)[
+            1
+        ]
     return a
 
 
@@ -292,6 +295,6 @@ def share(node: FakeNode, gen: int) -> Attachment:
             lambda: node.endpoints["macvlan"].node_unprepare(unprep_req),
         ),
     ]
-    for evidence in owned_names("macvlan/v1alpha1", f"conn-{root}-{att}", "create-child"):
+    for evidence in owned_names("macvlan/v1alpha1", f"conn-{root}-{att}", "create-child", att):
         b.owned[evidence] = "connect-mv0"
     return b

@@ -557,7 +557,8 @@ class Schedules(RuleBasedStateMachine):
                 ),
                 None,
             )
-            if alias.startswith("dranp:"):
+            if alias.startswith("dranp:") and link_id not in vf_ids:
+                # A VF carries its mover's marker while away; VFs are judged above.
                 assert owner is not None, f"{lk['name']} carries unknown marker {alias}"
             if owner is not None:
                 a, step = owner
