@@ -19,6 +19,12 @@ import pytest
 from harness.stats import STATS_DIR_ENV
 
 LAB_MARKERS = ("netns", "vm", "sriov")
+MARKERS = {
+    "fake": "needs neither root nor a lab (unit tests and the fake-kernel tier)",
+    "netns": "real Linux network namespaces on this kernel (root)",
+    "vm": "the QEMU VM lab booting Debian's kernel",
+    "sriov": "real SR-IOV NIC hosts from an Ansible inventory",
+}
 STATS_KEY = pytest.StashKey["RigStats"]()
 
 
@@ -34,6 +40,10 @@ class RigStats:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, not only in this repository's pyproject, so --strict-markers
+    # holds in any repository that installs the kit (the pytest11 entry point).
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
     config.stash[STATS_KEY] = RigStats()
 
 
