@@ -17,6 +17,14 @@ def sqlite_backup(db: Path, dest: Path) -> None:
         target.close()
 
 
+def replace_once(path: Path, needle: str, replacement: str) -> None:
+    """Overwrite the one occurrence of ``needle`` in ``path`` with a same-length text."""
+    data = path.read_bytes()
+    assert data.count(needle.encode()) == 1, f"{needle!r} must occur once in {path.name}"
+    assert len(needle) == len(replacement)
+    path.write_bytes(data.replace(needle.encode(), replacement.encode()))
+
+
 def flip_first(path: Path, needle: str) -> None:
     """Alter the first byte of the first occurrence of ``needle`` in ``path``."""
     data = path.read_bytes()

@@ -27,7 +27,7 @@ import pytest
 from harness.pytest_plugin import RigStats
 from plugins.sdk import CleanupStatus, Unavailable
 from plugins.sdk.runner import CrashPoints
-from plugins.sdk.store import JournalFault, storage_failure
+from plugins.sdk.store import SITES, JournalFault, storage_failure
 
 from .node import ToyNode
 from .test_crash_points import LIFECYCLE, assert_no_double_apply, run_lifecycle_step
@@ -49,6 +49,7 @@ class Fault:
         self.cleared = False
 
     def check(self, site: str) -> None:
+        assert site in SITES, f"the store asked about an undeclared site {site!r}"
         self.calls += 1
         if self.at is not None and not self.cleared and self.calls >= self.at:
             self.injected += 1

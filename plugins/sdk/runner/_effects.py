@@ -123,8 +123,8 @@ class EffectRegistry:
     def __init__(
         self, executors: Iterable[EffectExecutor], *, evidence: EvidenceScan | None = None
     ) -> None:
+        # Scans the node for ownership evidence (None: these executors leave none to scan).
         self.evidence = evidence
-        """Scans the node for ownership evidence (None: these executors leave none to scan)."""
         self._executors: dict[str, EffectExecutor] = {}
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
         for ex in executors:

@@ -55,7 +55,6 @@ from .._requests import (
 from .._types import Hook, PreparedState, ResourceHandle, StepKind
 from ..store import (
     EffectRecord,
-    JournalFault,
     JournalUnavailable,
     OperationRecord,
     Reader,
@@ -218,11 +217,7 @@ class Runner:
             raise DataLoss(self._journal_fault())
         if not self._ready:
             raise Unavailable("recovering: not ready")
-        if self._store.failure is not None and not self._store.clear_fault():
-            failure = self._store.failure
-            if isinstance(failure, NetworkPluginError):
-                raise failure
-            raise JournalFault(self._store.state_dir, f"the journal writer failed ({failure})")
+        self._store.ensure_writable()
         return self._store
 
     def _journal_fault(self) -> str:

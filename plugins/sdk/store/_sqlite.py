@@ -766,6 +766,11 @@ class Store:
         error.__cause__ = self._failure
         return error
 
+    def ensure_writable(self) -> None:
+        """Raise the writer's failure (classified) unless it is clear or clears now."""
+        if self.failure is not None and not self.clear_fault():
+            raise self._failed_error()
+
     def clear_fault(self) -> bool:
         """Serve again after a storage fault: start the next batch on a fresh connection.
 
