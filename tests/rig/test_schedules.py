@@ -21,7 +21,7 @@ retrying after crashes (and after giving a VF its name back), requires every rec
 to be CLEANED, and then requires the kernel to equal the initial one plus exactly the
 foreign links still there.
 
-Every run is seeded (``RIG_SEED=<n>``, else the fixed ``DEFAULT_SEED``): the seed is printed in the
+Every run is seeded (``RIG_SEED=<n>``, else ``harness.scenarios.DEFAULT_SEED``): the seed is printed in the
 summary and attached to a failure, and reproduces the whole run; the
 ``@reproduce_failure`` blob Hypothesis prints reproduces the one failing schedule.
 ``SCHEDULES_RUN``/``SCHEDULES_FINISHED``/``STATS``/``CRASHED_AT`` count what ran.
@@ -29,7 +29,6 @@ summary and attached to a failure, and reproduces the whole run; the
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -50,6 +49,7 @@ from hypothesis.stateful import (
 
 from fakekernel.model import diff
 from harness.pytest_plugin import RigStats
+from harness.scenarios import start_state_seed
 from plugins.kernel import LinkChanges, LinkSpec
 from plugins.sdk import Aborted, CleanupStatus, FailedPrecondition
 from plugins.sdk.runner import SimulatedCrash
@@ -63,10 +63,9 @@ STATS: Counter[str] = Counter()
 CRASHED_AT: Counter[str] = Counter()  # "<hook> <phase>" of every crash that fired
 _RAN = False
 
-RIG_SEED = int(os.environ["RIG_SEED"]) if os.environ.get("RIG_SEED") else None
-# A fixed default keeps CI reproducible; RIG_SEED=<n> explores (and replays) other schedules.
-DEFAULT_SEED = 20261129
-SEED = RIG_SEED if RIG_SEED is not None else DEFAULT_SEED
+# The rig's one seed (harness.scenarios): a fixed default keeps CI reproducible;
+# RIG_SEED=<n> explores (and replays) other schedules.
+SEED = start_state_seed()
 
 CRASH_PATTERNS = (
     "*/intent.after-commit",
