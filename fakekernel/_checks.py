@@ -5,13 +5,13 @@ from __future__ import annotations
 import errno
 import re
 
+from plugins.kernel import IFNAMSIZ, check_interface_name
+
 from ._state import LinkState, State, fail
 
-IFNAMSIZ = 16
 IFALIASZ = 256
 ZERO_MAC = "00:00:00:00:00:00"
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-_C_SPACE = frozenset(" \t\n\v\f\r")  # isspace() in the kernel's C locale
 
 
 def name_policy(name: str) -> None:
@@ -26,19 +26,12 @@ def alias_policy(alias: str) -> None:
         raise fail(errno.ERANGE, f"alias is longer than {IFALIASZ - 1} bytes")
 
 
-def valid_name(name: str) -> bool:
-    """dev_valid_name (net/core/dev.c)."""
-    if not name or len(name.encode()) >= IFNAMSIZ or name in (".", ".."):
-        return False
-    return not any(c in "/:" or c in _C_SPACE for c in name)
-
-
 def claim_name(state: State, ns: int, name: str, owner: LinkState | None = None) -> str:
     """dev_get_valid_name: the name ``name`` resolves to in ``ns`` (a "%d" pattern is allocated).
 
     EINVAL for an invalid name or pattern, EEXIST if taken by another link.
     """
-    if not valid_name(name):
+    if check_interface_name(name) is not None:  # dev_valid_name
         raise fail(errno.EINVAL, f"invalid interface name {name!r}")
     if "%" in name:
         # __dev_alloc_name: exactly one "%d", the smallest free number wins.

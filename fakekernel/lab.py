@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from plugins.kernel import (
+    PCI_ADDRESS,
     BondInfo,
     Kernel,
     KernelError,
@@ -76,7 +77,6 @@ __all__ = [
 ]
 
 DEFAULT_LAB = Path(__file__).parent / "labs" / "default.yaml"
-_PCI = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
 _PCI_NAME = re.compile(r"^enp(\d+)s(\d+)f(\d+)$")
 T = TypeVar("T")
 
@@ -171,7 +171,7 @@ def _pf(model: FakeKernelModel, r: _Reader, nics: dict[str, dict[str, Any]]) -> 
         vf_rid = rid + nic["vf_offset"] + nic["vf_stride"] * i
         if vf_rid > 0xFFFF:
             raise LabError(f"{r.where}.num_vfs: VF {i} runs past the PCI bus range")
-        vf_pci = f"{pci[:4]}:{vf_rid >> 8:02x}:{(vf_rid >> 3) & 0x1F:02x}.{vf_rid & 7}"
+        vf_pci = f"{_domain(pci)}:{vf_rid >> 8:02x}:{(vf_rid >> 3) & 0x1F:02x}.{vf_rid & 7}"
         vfs.append((f"{name}v{i}", vf_pci, _mac_of(vf_pci)))
     pf = _kernel(
         r.where,
@@ -469,15 +469,19 @@ def _pci_of(r: _Reader, name: str) -> str:
         if bus > 0xFF or slot > 0x1F or fn > 7:
             raise LabError(f"{r.where}.pci: {name!r} encodes no valid PCI address")
         pci = f"0000:{bus:02x}:{slot:02x}.{fn}"
-    if not _PCI.match(pci):
+    if not PCI_ADDRESS.match(pci):
         raise LabError(f"{r.where}.pci: {pci!r} is not DDDD:BB:SS.F")
     return pci
 
 
+def _domain(pci: str) -> str:
+    return pci.rsplit(":", 2)[0]
+
+
 def _rid(pci: str) -> int:
-    m = _PCI.match(pci)
-    assert m is not None
-    _, bus, slot, fn = m.groups()
+    """The routing id (bus, device, function) of a checked PCI address."""
+    _, bus, rest = pci.rsplit(":", 2)
+    slot, fn = rest.split(".")
     return int(bus, 16) << 8 | int(slot, 16) << 3 | int(fn)
 
 

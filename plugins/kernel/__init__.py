@@ -3,6 +3,8 @@
 from ._crashing import CrashingKernel
 from ._protocol import Kernel
 from ._types import (
+    IFNAMSIZ,
+    PCI_ADDRESS,
     BondInfo,
     KernelError,
     Link,
@@ -12,11 +14,14 @@ from ._types import (
     NsRef,
     VFChanges,
     VFConfig,
+    check_interface_name,
     kernel_error,
 )
 from ._url import open_kernel
 
 __all__ = [
+    "IFNAMSIZ",
+    "PCI_ADDRESS",
     "BondInfo",
     "CrashingKernel",
     "Kernel",
@@ -28,6 +33,7 @@ __all__ = [
     "NsRef",
     "VFChanges",
     "VFConfig",
+    "check_interface_name",
     "kernel_error",
     "open_kernel",
 ]

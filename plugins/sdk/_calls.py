@@ -8,7 +8,6 @@ right before mutation: names, ifindexes and PCI addresses are observations only.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,22 +29,24 @@ from ._types import (
 
 T = TypeVar("T")
 
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-IFNAMSIZ = 16  # Linux: names are at most IFNAMSIZ - 1 bytes.
-
 
 def check_interface_name(name: str) -> str | None:
-    """Why ``name`` is not a usable Linux interface name, or None if it is."""
-    raw = name.encode()
-    if not 1 <= len(raw) < IFNAMSIZ:
-        return f"{name!r} must be 1..{IFNAMSIZ - 1} bytes"
-    if name in (".", ".."):
-        return f"{name!r} is reserved"
-    if any(c in name for c in "/:") or any(c.isspace() for c in name):
-        return f"{name!r} contains '/', ':' or whitespace"
-    if not name.isprintable() or not name.isascii():
-        return f"{name!r} must be printable ASCII"
-    return None
+    """Why ``name`` is not a usable interface name, or None if it is: the kernel's rule
+    (``plugins.kernel.check_interface_name``) and printable ASCII, so a name shows the
+    same in every log and tool."""
+    # Imported here, not at the top: plugins.kernel imports plugins.sdk while it loads.
+    from plugins.kernel import check_interface_name as kernel_rule
+
+    problem = kernel_rule(name)
+    if problem is None and not (name.isprintable() and name.isascii()):
+        problem = f"{name!r} must be printable ASCII"
+    return problem
+
+
+def _is_pci_address(text: str) -> bool:
+    from plugins.kernel import PCI_ADDRESS  # see check_interface_name
+
+    return PCI_ADDRESS.match(text) is not None
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class PrepareCall(_ConfiguredCall):
             raise self._fail(check, f"allocation {a.root_id} has no valid pfName")
         if not index.isdigit():
             raise self._fail(check, f"allocation {a.root_id} has no valid vfIndex")
-        if not _PCI_ADDRESS.match(pci):
+        if not _is_pci_address(pci):
             raise self._fail(check, f"allocation {a.root_id} has no valid pciAddress")
         return VFAllocation(a.root_id, pf, int(index), pci)
 
