@@ -42,8 +42,12 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "ConfigValidator",
     "JSONValue",
+    "SchemaProblem",
+    "compile_schema",
     "decode_into",
+    "json_path",
     "parse_config_json",
+    "schema_problems",
 ]
 
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
@@ -66,16 +70,21 @@ Path: TypeAlias = tuple[str | int, ...]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _path(parts: Sequence[str | int]) -> str:
-    out = ["$"]
+def json_path(parts: Sequence[str | int], root: str = "$") -> str:
+    """``$.vf.vlan``, ``$.members[1]``, ``$.capacity["dra.networking/macvlans"]``.
+
+    ``root`` names the document: a manifest's paths read ``spec.steps[0]`` with the root
+    ``""``, a lab's ``lab.pfs[0]``.
+    """
+    out = [root]
     for part in parts:
         if isinstance(part, int):
             out.append(f"[{part}]")
         elif _IDENT.fullmatch(part):
-            out.append(f".{part}")
+            out.append(f".{part}" if out != [""] else part)
         else:
             out.append(f"[{json.dumps(part)}]")
-    return "".join(out)
+    return "".join(out) or "$"
 
 
 def _show(value: object, limit: int = 60) -> str:
@@ -184,20 +193,24 @@ def _check_tree(value: object, parts: Path) -> None:
     if isinstance(value, dict):
         if isinstance(value, _Duplicated):
             key = value.duplicate
-            raise ConfigError(_path((*parts, key)), "duplicate-key", f"duplicate key {_quote(key)}")
+            raise ConfigError(
+                json_path((*parts, key)), "duplicate-key", f"duplicate key {_quote(key)}"
+            )
         for key, item in value.items():
             if _SURROGATE.search(key):
-                raise ConfigError(_path(parts), "encoding", "key contains a lone UTF-16 surrogate")
+                raise ConfigError(
+                    json_path(parts), "encoding", "key contains a lone UTF-16 surrogate"
+                )
             _check_tree(item, (*parts, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_tree(item, (*parts, index))
     elif isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(_path(parts), "non-finite", "number must be finite")
+        raise ConfigError(json_path(parts), "non-finite", "number must be finite")
     elif isinstance(value, _OutOfRange):
-        raise ConfigError(_path(parts), "range", "integer does not fit in 64 bits")
+        raise ConfigError(json_path(parts), "range", "integer does not fit in 64 bits")
     elif isinstance(value, str) and _SURROGATE.search(value):
-        raise ConfigError(_path(parts), "encoding", "string contains a lone UTF-16 surrogate")
+        raise ConfigError(json_path(parts), "encoding", "string contains a lone UTF-16 surrogate")
 
 
 def parse_config_json(
@@ -306,11 +319,23 @@ def _properties(
     yield from _ORIGINAL["properties"](validator, allowed, instance, schema)
 
 
+def _property_names(
+    validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    # jsonschema reports a bad key at the enclosing object; report it at the key itself,
+    # like an unknown key.
+    if not validator.is_type(instance, "object"):
+        return
+    for key in instance:
+        yield from validator.descend(instance=key, schema=value, path=key)
+
+
 _StrictValidator: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     validators={
         "additionalProperties": _additional_properties,
         "properties": _properties,
+        "propertyNames": _property_names,
         "unevaluatedProperties": _unevaluated_properties,
     },
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
@@ -398,6 +423,43 @@ def _precedence(candidate: tuple[Path, str, str]) -> tuple[Any, ...]:
     parts, rule, message = candidate
     ordered_parts = tuple((0, p) if isinstance(p, int) else (1, p) for p in parts)
     return (len(parts), _RULE_RANK.get(rule, 3), ordered_parts, rule, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaProblem:
+    """One way a JSON value fails its schema: where, which rule, and why."""
+
+    parts: Path
+    rule: str
+    message: str
+
+    def path(self, root: str = "$") -> str:
+        return json_path(self.parts, root)
+
+    def line(self, root: str = "$") -> str:
+        """The one-line form every schema error uses: ``$.a.b: <why> [<rule>]``."""
+        return f"{self.path(root)}: {self.message} [{self.rule}]"
+
+    def __str__(self) -> str:
+        return self.line()
+
+
+def compile_schema(schema: Mapping[str, Any]) -> Validator:
+    """A strict Draft 2020-12 validator for ``schema``; ValueError if it is no valid schema."""
+    schema = copy.deepcopy(dict(schema))
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
+    validator: Validator = _StrictValidator(schema)
+    return validator
+
+
+def schema_problems(validator: Validator, value: object) -> tuple[SchemaProblem, ...]:
+    """Every problem of ``value`` (bounded), the most explanatory first (see _precedence)."""
+    errors = itertools.islice(validator.iter_errors(value), _MAX_SCHEMA_ERRORS)
+    candidates = sorted({c for e in errors for c in _candidates(e)}, key=_precedence)
+    return tuple(SchemaProblem(*candidate) for candidate in candidates)
 
 
 # --- step 4: cross-field rules ------------------------------------------------------------
@@ -494,7 +556,7 @@ class _CrossFieldRule:
             ok = not comparable or cast(float, first) <= cast(float, second)
             where = first_parts
         if not ok:
-            raise ConfigError(_path(where), f"cross-field:{self.id}", self.message)
+            raise ConfigError(json_path(where), f"cross-field:{self.id}", self.message)
 
 
 # --- the validator ------------------------------------------------------------------------
@@ -512,16 +574,11 @@ class ConfigValidator:
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         _check_limits(max_bytes, max_depth)
-        schema = copy.deepcopy(dict(schema))
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
+        self._validator = compile_schema(schema)
         rules = tuple(_CrossFieldRule.parse(spec) for spec in cross_field_rules)
         ids = [rule.id for rule in rules]
         if len(set(ids)) != len(ids):
             raise ValueError(f"duplicate cross-field rule ids in {ids}")
-        self._validator = _StrictValidator(schema)
         self._rules = rules
         self._max_bytes = max_bytes
         self._max_depth = max_depth
@@ -529,11 +586,10 @@ class ConfigValidator:
     def validate(self, raw: bytes | str) -> dict[str, JSONValue]:
         """Steps 1-4; returns the plain JSON object."""
         doc = parse_config_json(raw, max_bytes=self._max_bytes, max_depth=self._max_depth)
-        errors = itertools.islice(self._validator.iter_errors(doc), _MAX_SCHEMA_ERRORS)
-        candidates = [c for e in errors for c in _candidates(e)]
-        if candidates:
-            parts, rule, message = min(candidates, key=_precedence)
-            raise ConfigError(_path(parts), rule, message)
+        problems = schema_problems(self._validator, doc)
+        if problems:
+            first = problems[0]
+            raise ConfigError(first.path(), first.rule, first.message)
         for cross_field in self._rules:
             cross_field.check(doc)
         return doc
@@ -644,7 +700,7 @@ def _type_name(hint: Any) -> str:
 def _decode_value(value: object, hint: Any, parts: Path) -> object:
     def mismatch() -> ConfigError:
         return ConfigError(
-            _path(parts), "type", f"must be of type {_type_name(hint)}, got {_got(value)}"
+            json_path(parts), "type", f"must be of type {_type_name(hint)}, got {_got(value)}"
         )
 
     if (union := _union_args(hint)) is not None:
@@ -667,7 +723,7 @@ def _decode_value(value: object, hint: Any, parts: Path) -> object:
         if any(type(value) is type(c) and value == c for c in choices):
             return value
         raise ConfigError(
-            _path(parts), "enum", f"must be one of {_show(list(choices))}, got {_got(value)}"
+            json_path(parts), "enum", f"must be one of {_show(list(choices))}, got {_got(value)}"
         )
     if origin is tuple:
         if not isinstance(value, list | tuple):
@@ -690,7 +746,7 @@ def _decode_value(value: object, hint: Any, parts: Path) -> object:
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            raise ConfigError(_path(parts), "non-finite", "number must be finite")
+            raise ConfigError(json_path(parts), "non-finite", "number must be finite")
         return number
     return value
 
@@ -701,18 +757,20 @@ def _decode_object(obj: Mapping[Any, object], cls: type[Any], parts: Path) -> ob
     for key in obj:
         if key not in known:
             name = key if isinstance(key, str) else repr(key)
-            raise ConfigError(_path((*parts, name)), "unknown-key", f"unknown key {_quote(name)}")
+            raise ConfigError(
+                json_path((*parts, name)), "unknown-key", f"unknown key {_quote(name)}"
+            )
     kwargs: dict[str, object] = {}
     for field in plan:
         if field.key in obj:
             kwargs[field.name] = _decode_value(obj[field.key], field.hint, (*parts, field.key))
         elif field.required:
             message = f"missing required field {_quote(field.key)}"
-            raise ConfigError(_path((*parts, field.key)), "required", message)
+            raise ConfigError(json_path((*parts, field.key)), "required", message)
     try:
         return cls(**kwargs)
     except ValueError as exc:  # a __post_init__ check rejecting the value
-        raise ConfigError(_path(parts), "invalid", str(exc)) from exc
+        raise ConfigError(json_path(parts), "invalid", str(exc)) from exc
 
 
 def decode_into(obj: Mapping[str, object], cls: type[T]) -> T:
