@@ -15,7 +15,7 @@ from typing import Any
 
 from plugins.kernel import Kernel, Link, NsRef
 from plugins.sdk import FailedPrecondition, NamespaceHandle
-from plugins.sdk.runner import EffectContext, EvidenceScan
+from plugins.sdk.runner import EffectContext
 
 NAMESPACE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -73,14 +73,31 @@ def describe(link: Link, physical: str, **extra: Any) -> dict[str, Any]:
     return out
 
 
+class MarkedByAnotherKind(FailedPrecondition):
+    """A link carries our marker but is not the kind of link we create: never adopted.
+
+    A marker is unique to one effect of one operation, so only a copy made by hand (or
+    a bug) puts it on a link of another kind; that link is left for an operator.
+    """
+
+
 def find_owned(kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str) -> Link | None:
-    """Our link in ``ns``: it carries our marker, or (before marking) our temporary name."""
+    """Our ``kind`` link in ``ns``: it carries our marker, or (before marking) our temporary name.
+
+    Raises ``MarkedByAnotherKind`` when the marker sits on a link of another kind.
+    """
+    unmarked = None
     for link in kernel.list_links(ns):
         if link.alias == ctx.marker:
+            if link.kind != kind:
+                raise MarkedByAnotherKind(
+                    f"{link.kind} {link.name} carries the marker of our {kind} link; "
+                    "it is not ours and is left alone"
+                )
             return link
         if link.name == temp_name(ctx) and link.kind == kind and not link.alias:
-            return link
-    return None
+            unmarked = link  # the marker decides if both exist: keep looking for it
+    return unmarked
 
 
 def require_name_free(kernel: Kernel, ns: NsRef, name: str, ours: Link | None) -> None:
@@ -105,22 +122,3 @@ def locate(kernel: Kernel, description: Mapping[str, Any]) -> Link | None:
     if link is None or (marker and link.alias != marker):
         return None
     return link
-
-
-def evidence_scan(kernel: Kernel) -> EvidenceScan:
-    """Every link on the node whose marker starts with a prefix, in every namespace.
-
-    Markers sit in the ifalias of the links we create; this finds them wherever they
-    are, including namespaces no journal record names any more.
-    """
-
-    def scan(prefix: str) -> list[tuple[str, str]]:
-        found = []
-        for ns in kernel.list_namespaces():
-            for link in kernel.list_links(ns):
-                if link.alias and link.alias.startswith(prefix):
-                    where = ns.path or f"namespace {ns.device}:{ns.inode}"
-                    found.append((link.alias, f"{link.kind} {link.name} in {where}"))
-        return found
-
-    return scan
