@@ -90,7 +90,8 @@ class Plugin(AllocationRoot):
         plan = new_plan()
         if self.kind is Kind.VLAN:
             (port,) = contract.inputs
-            (parent,) = call.require_local_interfaces(port.name, port.min, port.max)
+            # One parent is what a VLAN has; the descriptor may only narrow that.
+            (parent,) = call.require_local_interfaces(port.name, 1, 1)
             vlan = call.config(VLANConfig)
             spec = effects.create_vlan(parent, sandbox, name, vlan.vlan_id, vlan.mtu, vlan.protocol)
         else:
