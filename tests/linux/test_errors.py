@@ -75,6 +75,8 @@ def test_bad_mtu_is_einval(kernel: LinuxKernel, ns_a: NsRef, va: int) -> None:
     with pytest.raises(KernelError) as create:
         kernel.create_link(ns_a, LinkSpec(kind="veth", name="vz", peer_name="vz1", mtu=10))
     assert [code_of(e) for e in (low, high, create)] == [errno.EINVAL] * 3
+    # the kernel's extended-ack text comes along (NETLINK_EXT_ACK)
+    assert "mtu less than device minimum" in str(low.value)
 
 
 def test_macvlan_mtu_above_the_parent_is_einval(
