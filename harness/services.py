@@ -1,7 +1,10 @@
 """Launch plugin services as real processes, each with its own config, token and state.
 
-A service is started with ``python -m <module> [args] --config FILE``; crash points
-can be armed through the environment (``NETWORKPLUGIN_CRASH_AT`` / ``_MODE``).
+A service is started with ``python -m <module> [args] --config FILE``: the very command a
+deployment runs. To arm a crash point or trace the points reached, the same service
+main is started through the test kit's launcher instead
+(``python -m harness.crashing_service <module> [args] ...``), which reads
+``NETWORKPLUGIN_CRASH_AT`` / ``_MODE`` / ``_TRACE``; a service program never does.
 Readiness is waited for over the real socket (GetInfo ready=true), with a deadline.
 """
 
@@ -20,6 +23,7 @@ from plugins.sdk.host import PluginClient
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
 REPO = Path(__file__).resolve().parent.parent
+LAUNCHER = "harness.crashing_service"
 
 
 class ServiceProcess:
@@ -73,12 +77,15 @@ class ServiceProcess:
             env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
         if trace:
             env[ENV_TRACE] = str(trace)
+        # Unarmed, the rig runs exactly the deployed command; only an armed or traced
+        # run goes through the launcher, the one place that reads the crash variables.
+        program = [LAUNCHER, *self.command] if crash_at or trace else self.command
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
-                    *self.command,
+                    *program,
                     "--config",
                     str(self.config),
                     "--log-level",

@@ -31,11 +31,11 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from ._errors import NetworkPluginError, RegistrationError
-from ._registry import Registry
+from ._registry import Registration, Registry
 from ._yaml import YAMLLoadError, load_yaml_documents
 from .host import Host, read_token
-from .runner import CrashPoints, EffectRegistry, Runner
-from .store import JournalFault, JournalUnavailable, Store
+from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
+from .store import JournalFault, JournalUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -189,18 +189,32 @@ def _open_kernel(make_effects: EffectsFactory, url: str, crash: CrashPoints) -> 
         raise StartupRefused(f"kernel {url}: {path}: {_os_cause(exc)}") from None
 
 
-def _open_store(config: ServiceConfig) -> tuple[Store | None, str]:
+def _open_runner(
+    config: ServiceConfig,
+    registrations: Sequence[Registration],
+    effects: EffectRegistry,
+    kernel_boot_id: str,
+    crash: CrashPoints,
+) -> Runner:
+    """The runner over the journal; a damaged journal is served (every scope unavailable)."""
     state_dir = config.state_dir
     try:
-        return Store.open(state_dir, runtime_dir=config.runtime_dir), ""
-    except JournalUnavailable as exc:  # damaged: serve, but every scope stays unavailable
-        reason = _one_line(str(exc))
-        log.error("%s", reason)
-        return None, reason
+        runner = Runner.open(
+            state_dir,
+            registrations,
+            effects,
+            artifact_digest=artifact_digest(),
+            boot_id=config.boot_id or kernel_boot_id,
+            crash=crash,
+            runtime_dir=config.runtime_dir,
+        )
     except (OSError, sqlite3.Error, JournalFault) as exc:  # read-only, full, not writable
         raise StartupRefused(
             f"state directory {state_dir}: cannot open the journal: {_store_cause(exc, state_dir)}"
         ) from None
+    if runner.store is None:
+        log.error("%s", runner.unavailable_reason)
+    return runner
 
 
 def _store_cause(exc: BaseException, state_dir: Path) -> str:
@@ -222,7 +236,7 @@ def serve(
     make_registry: Callable[[], Registry],
     make_effects: EffectsFactory,
     *,
-    crash: CrashPoints | None = None,
+    crash: CrashPoints = NO_CRASH,
     stop: threading.Event | None = None,
     exit_process: bool = False,
 ) -> int:
@@ -233,24 +247,17 @@ def serve(
     still running (a kernel call that never answers), and in any case at most
     :data:`EXIT_MARGIN_S` after that. In-process callers leave it False and get
     :data:`EXIT_UNFINISHED` back instead.
+
+    ``crash`` is ``NO_CRASH`` in production: a service never arms crash points itself
+    (the test kit's launcher, ``harness.crashing_service``, injects its own).
     """
-    crash = crash or CrashPoints.from_environment()
     stop = stop or threading.Event()
     registrations = make_registry().seal()  # one invalid registration fails startup
     token = read_token(config.token_file)
     check_directories(config)
     effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
-    store, reason = _open_store(config)
+    runner = _open_runner(config, registrations, effects, kernel_boot_id, crash)
     try:
-        runner = Runner(
-            store,
-            registrations,
-            effects,
-            artifact_digest=artifact_digest(),
-            boot_id=config.boot_id or kernel_boot_id,
-            crash=crash,
-            unavailable_reason=reason,
-        )
         host = Host(config.socket_dir, token)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -268,8 +275,7 @@ def serve(
             ).start()
         host.start(runner.endpoints())  # GetInfo answers ready=false until recovery is done
     except BaseException:
-        if store is not None:
-            store.close()
+        runner.close()
         raise
     try:
         notes = runner.recover()
@@ -277,18 +283,17 @@ def serve(
         log.error("recovery stopped: %s", _one_line(str(exc)))
     except BaseException:
         host.stop(None)
-        if store is not None:
-            store.close()
+        runner.close()
         raise
     else:
-        for note in notes if store is not None else ():  # else: said once, above
+        for note in notes if runner.store is not None else ():  # else: said once, above
             log.warning("recovery: %s", note)
     log.info("serving %s", ", ".join(str(p) for p in host.socket_paths))
     stop.wait()
-    return _stop(host, store, config.shutdown_grace_seconds, exit_process=exit_process)
+    return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
 
 
-def _stop(host: Host, store: Store | None, grace: float, *, exit_process: bool) -> int:
+def _stop(host: Host, runner: Runner, grace: float, *, exit_process: bool) -> int:
     """Stop admitting, drain for ``grace`` s; exit without waiting for what still runs.
 
     A call still running after the grace period (typically blocked in a kernel call)
@@ -303,8 +308,7 @@ def _stop(host: Host, store: Store | None, grace: float, *, exit_process: bool) 
         if exit_process:
             _exit_now(EXIT_UNFINISHED)
         return EXIT_UNFINISHED
-    if store is not None:
-        store.close()
+    runner.close()
     return 0
 
 
@@ -347,7 +351,10 @@ def main(
     prog: str,
     make_registry: Callable[[], Registry],
     make_effects: EffectsFactory,
+    *,
+    crash: CrashPoints = NO_CRASH,
 ) -> int:
+    """A service's command line. ``crash``: only the test kit's launcher passes its own."""
     parser = argparse.ArgumentParser(prog=prog, description=f"{prog}: a NetworkPlugin service")
     parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
     parser.add_argument(
@@ -360,7 +367,11 @@ def main(
     logging.basicConfig(level=args.log_level, format=f"{prog} %(levelname)s %(name)s: %(message)s")
     try:
         return serve(
-            ServiceConfig.load(args.config), make_registry, make_effects, exit_process=True
+            ServiceConfig.load(args.config),
+            make_registry,
+            make_effects,
+            crash=crash,
+            exit_process=True,
         )
     except NetworkPluginError as exc:
         print(f"{prog}: {_one_line(str(exc))}", file=sys.stderr)

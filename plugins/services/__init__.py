@@ -2,25 +2,29 @@
 
 Each is the shared service plumbing (``plugins.sdk.service``) with its own
 registrations; all three run the same approved Linux executors on the kernel the
-administrator's config names.
+administrator's config names. They never read crash points from the environment:
+production runs ``NO_CRASH``. The test kit's launcher (``harness.crashing_service``)
+calls ``run`` with crash points of its own.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
 from plugins.kernel import CrashingKernel, open_kernel
 from plugins.sdk import Registry
-from plugins.sdk.runner import CrashPoints, EffectRegistry
-from plugins.sdk.service import main
+from plugins.sdk.runner import NO_CRASH, CrashPoints, EffectRegistry
+from plugins.sdk.service import EXIT_REFUSED, main
 
 
 def make_effects(kernel_url: str, crash: CrashPoints) -> tuple[EffectRegistry, str]:
     kernel = open_kernel(kernel_url)
-    return linux_effects(CrashingKernel(kernel, crash)), kernel.boot_id()
+    # Without crash points there is nothing to name around each call: no wrapper at all.
+    wrapped = kernel if crash is NO_CRASH else CrashingKernel(kernel, crash)
+    return linux_effects(wrapped), kernel.boot_id()
 
 
 def _registry(register: Callable[[Registry], None]) -> Callable[[], Registry]:
@@ -32,20 +36,34 @@ def _registry(register: Callable[[Registry], None]) -> Callable[[], Registry]:
     return make
 
 
+SERVICES: dict[str, Callable[[Registry], None]] = {
+    "networkplugin-vf": vf.register,
+    "networkplugin-bond": bond.register,
+    "networkplugin-links": links.register,
+}
+"""Each service by its program name: what it registers."""
+
+
+def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
+    """``NAME --config FILE [--log-level L]``: run the named service until it is stopped."""
+    name, *rest = argv or [""]
+    register = SERVICES.get(name)
+    if register is None:
+        print(
+            f"usage: python -m plugins.services {{{','.join(SERVICES)}}} --config FILE",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    return main(rest, name, _registry(register), make_effects, crash=crash)
+
+
 def vf_main() -> int:
-    return main(sys.argv[1:], "networkplugin-vf", _registry(vf.register), make_effects)
+    return run(["networkplugin-vf", *sys.argv[1:]])
 
 
 def bond_main() -> int:
-    return main(sys.argv[1:], "networkplugin-bond", _registry(bond.register), make_effects)
+    return run(["networkplugin-bond", *sys.argv[1:]])
 
 
 def links_main() -> int:
-    return main(sys.argv[1:], "networkplugin-links", _registry(links.register), make_effects)
-
-
-SERVICES: dict[str, Callable[[], int]] = {
-    "networkplugin-vf": vf_main,
-    "networkplugin-bond": bond_main,
-    "networkplugin-links": links_main,
-}
+    return run(["networkplugin-links", *sys.argv[1:]])

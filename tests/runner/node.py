@@ -19,7 +19,7 @@ from plugins.sdk import (
     Sharing,
 )
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner, SimulatedCrash
-from plugins.sdk.store import NO_FAULTS, JournalUnavailable, StorageFaults, Store
+from plugins.sdk.store import NO_FAULTS, StorageFaults, Store
 
 from .toy import ToyKernel, toy_effects, toy_registry
 
@@ -79,37 +79,30 @@ class ToyNode:
     def start(self, crash: CrashPoints | None = None) -> None:
         self.crash_points = crash or CrashPoints()
         self.toy = ToyKernel(self.toy_path, self.crash_points)
-        try:
-            self.store: Store | None = Store.open(self.state_dir, faults=self.faults)
-            reason = ""
-        except JournalUnavailable as exc:
-            self.store, reason = None, str(exc)
-        self.runner = Runner(
-            self.store,
-            toy_registry().seal(),
+        self.runner = Runner.open(
+            self.state_dir,
+            toy_registry(),
             toy_effects(self.toy),
             artifact_digest="sha256:toy-artifact",
             boot_id="boot-1",
             crash=self.crash_points,
-            unavailable_reason=reason,
+            faults=self.faults,
         )
+        self.store: Store | None = self.runner.store
         self.notes = self.runner.recover()
         self.endpoint: EndpointRunner = self.runner.endpoint("toy.sock")
 
     def crash(self) -> None:
         """An in-process crash: drop every in-memory object without a clean shutdown."""
-        if self.store is not None:
-            self.store.abandon()
+        self.runner.abandon()
         self.start()
 
     def restart(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        self.runner.close()
         self.start()
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        self.runner.close()
 
     def operations(self) -> int:
         assert self.store is not None

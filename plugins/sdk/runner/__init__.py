@@ -1,6 +1,18 @@
 """The durable operation runner, effect executor contract and crash points."""
 
-from ._crash import ENV_ARM, ENV_MODE, ENV_TRACE, CrashMode, CrashPoints, SimulatedCrash
+from ._crash import (
+    ENV_ARM,
+    ENV_MODE,
+    ENV_TRACE,
+    NO_CRASH,
+    Commit,
+    CrashMode,
+    CrashPoint,
+    CrashPoints,
+    Phase,
+    PhaseKind,
+    SimulatedCrash,
+)
 from ._effects import (
     EffectContext,
     EffectExecutor,
@@ -18,7 +30,10 @@ __all__ = [
     "ENV_ARM",
     "ENV_MODE",
     "ENV_TRACE",
+    "NO_CRASH",
+    "Commit",
     "CrashMode",
+    "CrashPoint",
     "CrashPoints",
     "EffectContext",
     "EffectExecutor",
@@ -26,6 +41,8 @@ __all__ = [
     "EndpointRunner",
     "EvidenceScan",
     "Observation",
+    "Phase",
+    "PhaseKind",
     "Runner",
     "SimulatedCrash",
     "UndoOutcome",

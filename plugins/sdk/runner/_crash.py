@@ -1,10 +1,15 @@
 """Named crash points: one primitive at every durable boundary and kernel call.
 
 Names are stable and deterministic: ``<hook>/<operation>/<effect>/<phase>``
-(``-`` for operation-level boundaries). A run can list the points it reached;
-a point can be armed to crash there, either in-process (raise ``SimulatedCrash``,
+(``-`` for operation-level boundaries); ``CrashPoint`` is the typed value and
+``CrashPoint.parse`` reads a name back. A run can list the points it reached; a
+point can be armed to crash there, either in-process (raise ``SimulatedCrash``,
 which nothing in the SDK catches, then the harness abandons every in-memory
 object) or by a real ``SIGKILL`` of the whole process.
+
+Production runs ``NO_CRASH``: it records nothing and can never crash. Only a test
+kit builds a ``CrashPoints`` (``from_environment`` is for its launcher of service
+processes, never for a service's own entry point).
 """
 
 from __future__ import annotations
@@ -12,14 +17,20 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 ENV_ARM = "NETWORKPLUGIN_CRASH_AT"
 ENV_MODE = "NETWORKPLUGIN_CRASH_MODE"
 ENV_TRACE = "NETWORKPLUGIN_CRASH_TRACE"
+
+UNSCOPED: Final = "-"
+"""The operation or effect part of a point hit outside an operation or effect."""
 
 
 class SimulatedCrash(BaseException):
@@ -29,6 +40,112 @@ class SimulatedCrash(BaseException):
 class CrashMode(enum.StrEnum):
     IN_PROCESS = "in-process"
     SIGKILL = "sigkill"
+
+
+class PhaseKind(enum.StrEnum):
+    """Which side of which kind of boundary a point is on."""
+
+    BEFORE_COMMIT = "before-commit"
+    AFTER_COMMIT = "after-commit"
+    BEFORE_KERNEL_CALL = "before"
+    AFTER_KERNEL_CALL = "after"
+
+    @property
+    def is_kernel_call(self) -> bool:
+        return self in (PhaseKind.BEFORE_KERNEL_CALL, PhaseKind.AFTER_KERNEL_CALL)
+
+
+class Commit(enum.StrEnum):
+    """The runner's journal commits, each bracketed by a before- and an after-commit point.
+
+    ``PENDING`` and ``TARGET`` name the operation a cleanup works on
+    (``pending:<operation>``): see ``Phase.commit``.
+    """
+
+    INTENT = "intent"
+    CAPTURED = "captured"
+    APPLYING = "applying"
+    APPLIED = "applied"
+    RESPONSE = "response"
+    FENCE = "fence"
+    PENDING = "pending"
+    UNDOING = "undoing"
+    UNDONE = "undone"
+    QUARANTINED = "quarantined"
+    TARGET = "target"
+    CLEANUP = "cleanup"
+    PROBE = "probe"
+    INTERRUPTED = "interrupted"
+
+
+_KERNEL_PHASE = re.compile(r"kernel#(?P<n>[1-9][0-9]*)\.(?P<method>[^./]+)\.(?P<kind>before|after)")
+_COMMIT_PHASE = re.compile(r"(?P<boundary>[^/]+)\.(?P<kind>before-commit|after-commit)")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One side of one boundary: a journal commit, or the Nth mutating kernel call.
+
+    ``boundary`` is the commit's name (``intent``, ``pending:op-1``; the coordinator
+    names its own) or the kernel method (``create_link``); ``call`` numbers the
+    mutating kernel calls of one effect from 1 (0 for a commit).
+    """
+
+    kind: PhaseKind
+    boundary: str
+    call: int = 0
+
+    @classmethod
+    def commit(cls, kind: PhaseKind, commit: Commit | str, operation_id: str = "") -> Phase:
+        name = f"{commit}:{operation_id}" if operation_id else str(commit)
+        return cls(kind, name)
+
+    @classmethod
+    def kernel(cls, kind: PhaseKind, call: int, method: str) -> Phase:
+        return cls(kind, method, call)
+
+    @classmethod
+    def parse(cls, text: str) -> Phase:
+        if m := _KERNEL_PHASE.fullmatch(text):
+            kind = (
+                PhaseKind.BEFORE_KERNEL_CALL
+                if m["kind"] == "before"
+                else PhaseKind.AFTER_KERNEL_CALL
+            )
+            return cls(kind, m["method"], int(m["n"]))
+        if m := _COMMIT_PHASE.fullmatch(text):
+            return cls(PhaseKind(m["kind"]), m["boundary"])
+        raise ValueError(f"{text!r} is not a crash-point phase")
+
+    def __str__(self) -> str:
+        if self.kind.is_kernel_call:
+            return f"kernel#{self.call}.{self.boundary}.{self.kind}"
+        return f"{self.boundary}.{self.kind}"
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """``<hook>/<operation>/<effect>/<phase>``; ``str()`` is the name the rig enumerates.
+
+    During cleanup the effect part is ``<target-operation>:<effect>``, so names are
+    unique in a run.
+    """
+
+    hook: str
+    operation: str
+    effect: str
+    phase: Phase
+
+    @classmethod
+    def parse(cls, name: str) -> CrashPoint:
+        parts = name.split("/")
+        if len(parts) != 4 or not all(parts):
+            raise ValueError(f"{name!r} is not a crash point <hook>/<operation>/<effect>/<phase>")
+        hook, operation, effect, phase = parts
+        return cls(hook, operation, effect, Phase.parse(phase))
+
+    def __str__(self) -> str:
+        return f"{self.hook}/{self.operation}/{self.effect}/{self.phase}"
 
 
 class CrashPoints:
@@ -52,6 +169,7 @@ class CrashPoints:
 
     @classmethod
     def from_environment(cls) -> CrashPoints:
+        """The test kit's launcher arms a service process through its environment."""
         trace = os.environ.get(ENV_TRACE)
         return cls(
             armed=os.environ.get(ENV_ARM) or None,
@@ -59,8 +177,13 @@ class CrashPoints:
             trace=Path(trace) if trace else None,
         )
 
+    @property
+    def reached_points(self) -> list[CrashPoint]:
+        """``reached`` as typed values."""
+        return [CrashPoint.parse(name) for name in self.reached]
+
     @contextlib.contextmanager
-    def scope(self, hook: str, operation_id: str, effect_id: str = "-") -> Iterator[None]:
+    def scope(self, hook: str, operation_id: str, effect_id: str = UNSCOPED) -> Iterator[None]:
         """Name the boundaries hit by this thread (including kernel calls) inside the block."""
         previous = getattr(self._local, "prefix", None), getattr(self._local, "kernel_calls", 0)
         self._local.prefix = f"{hook}/{operation_id}/{effect_id}"
@@ -70,8 +193,12 @@ class CrashPoints:
         finally:
             self._local.prefix, self._local.kernel_calls = previous
 
+    def at(self, phase: Phase) -> None:
+        """``hit`` with a typed phase."""
+        self.hit(str(phase))
+
     def hit(self, phase: str) -> None:
-        prefix = getattr(self._local, "prefix", None) or "-/-/-"
+        prefix = getattr(self._local, "prefix", None) or f"-/{UNSCOPED}/{UNSCOPED}"
         name = f"{prefix}/{phase}"
         with self._lock:
             self.reached.append(name)
@@ -96,3 +223,27 @@ class CrashPoints:
         if self.mode is CrashMode.SIGKILL:
             os.kill(os.getpid(), signal.SIGKILL)
         raise SimulatedCrash(name)
+
+
+class _NoCrash(CrashPoints):
+    """Production's crash points: records nothing, never crashes, keeps no per-thread state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @contextlib.contextmanager
+    def scope(self, hook: str, operation_id: str, effect_id: str = UNSCOPED) -> Iterator[None]:
+        yield
+
+    def at(self, phase: Phase) -> None:
+        return None
+
+    def hit(self, phase: str) -> None:
+        return None
+
+    def kernel_call(self, method: str) -> str:
+        return f"kernel#0.{method}"
+
+
+NO_CRASH: Final[CrashPoints] = _NoCrash()
+"""The do-nothing crash points every runner and service uses unless a test kit injects its own."""

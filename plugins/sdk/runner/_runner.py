@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .._calls import ConnectCall, PrepareCall, RemoveCall, UnprepareCall
@@ -37,7 +38,7 @@ from .._errors import (
     WrongStepKind,
 )
 from .._plan import CleanupPlan, Plan, canonical_json, digest, thaw_json
-from .._registry import Registration
+from .._registry import Registration, Registry
 from .._requests import (
     CleanupRequest,
     CleanupResponse,
@@ -54,15 +55,17 @@ from .._requests import (
 )
 from .._types import Hook, PreparedState, ResourceHandle, StepKind
 from ..store import (
+    NO_FAULTS,
     EffectRecord,
     JournalUnavailable,
     OperationRecord,
     Reader,
     ScopeRecord,
+    StorageFaults,
     Store,
     Txn,
 )
-from ._crash import CrashPoints
+from ._crash import NO_CRASH, CrashPoints
 from ._effects import EffectContext, EffectRegistry, UndoOutcome, scope_evidence
 from ._semantic import Request, request_semantics, semantic_digest, to_json_value
 
@@ -94,7 +97,7 @@ class Runner:
         *,
         artifact_digest: str,
         boot_id: str,
-        crash: CrashPoints | None = None,
+        crash: CrashPoints = NO_CRASH,
         unavailable_reason: str = "",
     ) -> None:
         self._store = store
@@ -102,7 +105,7 @@ class Runner:
         self._effects = effects
         self._artifact_digest = artifact_digest
         self._boot_id = boot_id
-        self._crash = crash or CrashPoints()
+        self._crash = crash
         self._regs = {r.endpoint.socket_name: r for r in registrations}
         self._ready = False
         self._lock = threading.Lock()
@@ -118,6 +121,66 @@ class Runner:
                 "journal %s fails its checksum; its scope stays unavailable", record.describe()
             )
         self._check_effects()
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: Path,
+        registrations: Registry | Sequence[Registration],
+        effects: EffectRegistry,
+        *,
+        artifact_digest: str,
+        boot_id: str,
+        crash: CrashPoints = NO_CRASH,
+        runtime_dir: Path | None = None,
+        faults: StorageFaults = NO_FAULTS,
+    ) -> Runner:
+        """Open the journal in ``state_dir`` and build the runner that owns it.
+
+        A journal that is damaged, lost or rolled back (``JournalUnavailable``) does not
+        stop the service: the runner serves without a store, every scope answers
+        ``DATA_LOSS`` with the reason (``unavailable_reason``), nothing is recreated.
+        Anything else that prevents opening (another writer holds the lock, the disk is
+        read-only or full) propagates: the caller cannot serve at all.
+        An unsealed ``Registry`` is sealed first, so an invalid registration fails
+        before the journal is touched.
+        """
+        if isinstance(registrations, Registry):
+            registrations = registrations.seal()
+        try:
+            store: Store | None = Store.open(state_dir, runtime_dir=runtime_dir, faults=faults)
+            reason = ""
+        except JournalUnavailable as exc:
+            store, reason = None, " ".join(str(exc).split())
+        try:
+            return cls(
+                store,
+                registrations,
+                effects,
+                artifact_digest=artifact_digest,
+                boot_id=boot_id,
+                crash=crash,
+                unavailable_reason=reason,
+            )
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+
+    def close(self) -> None:
+        """A clean stop: commit what is queued and release the journal."""
+        if self._store is not None:
+            self._store.close()
+
+    def abandon(self) -> None:
+        """A simulated crash: release the journal without committing anything pending."""
+        if self._store is not None:
+            self._store.abandon()
+
+    @property
+    def unavailable_reason(self) -> str:
+        """Why there is no journal to serve from ("" when there is one)."""
+        return self._unavailable
 
     def _check_effects(self) -> None:
         for reg in self._regs.values():
