@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from plugins.coordinator import Coordinator, CoordinatorJournal
+from labs import Node
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
 from .crash import Reference, RunResult
-from .inprocess import InProcessLab, LocalClient
+from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
@@ -42,22 +41,14 @@ def commit_of(point: str) -> str:
     return point.rsplit("/", 1)[1].partition(".")[0].partition(":")[0]
 
 
-def start_coordinator(lab: InProcessLab, crash: CrashPoints | None = None) -> None:
-    """Replace the lab's coordinator by a new one started from the journal on disk.
-
-    The old coordinator is abandoned as a crash would leave it: no clean shutdown, and
-    nothing it held in memory (clients, locks, results) is handed to the new one.
-    """
-    state_dir = lab.journal.state_dir
-    lab.journal.abandon()
-    lab.journal = CoordinatorJournal(state_dir)
-    clients: dict[str, Any] = {plugin: LocalClient(lab, plugin) for plugin in lab.endpoints}
-    lab.coordinator = Coordinator(lab.journal, clients, crash=crash)
+def start_coordinator(lab: Node, crash: CrashPoints | None = None) -> None:
+    """Replace the node's coordinator by a new one started from the journal on disk."""
+    lab.restart_coordinator(crash)
 
 
 def coordinator_reference(topology: str, root: Path | None = None) -> Reference:
     """An uncrashed lifecycle: the coordinator boundaries it reaches, in order, and results."""
-    lab = InProcessLab(root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")))
+    lab = in_process_node(root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")))
     try:
         crash = CrashPoints()
         start_coordinator(lab, crash)
@@ -89,8 +80,8 @@ def coordinator_crash_run(
     topology: str, point: str, path: str, root: Path, *, ref: Reference | None = None
 ) -> RunResult:
     """Crash the coordinator at ``point``, restart it, then retry or clean up; invariants."""
-    lab = InProcessLab(root)
-    before = lab.model.snapshot()
+    lab = in_process_node(root)
+    before = lab.kernel.snapshot()
     try:
         start_coordinator(lab, CrashPoints(armed=point))
         life = Lifecycle(topology, lab)
@@ -110,7 +101,7 @@ def coordinator_crash_run(
             ]
             if differing:
                 mismatch = f"{differing} after the restart differ from the uncrashed run"
-        found = violations(before, lab.model, lab.journal, dict(lab.coordinator.clients))
+        found = violations(before, lab.kernel, lab.journal, dict(lab.coordinator.clients))
         return RunResult(point, path, 1, PHASES[crashed], found, mismatch)
     finally:
         lab.close()

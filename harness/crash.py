@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labs import Node
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
-from .inprocess import InProcessLab
+from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
@@ -60,7 +61,7 @@ class RunResult:
 
 def reference(topology: str, root: Path | None = None) -> Reference:
     root = root or Path(tempfile.mkdtemp(prefix="rig-ref-"))
-    lab = InProcessLab(root)
+    lab = in_process_node(root)
     try:
         life = Lifecycle(topology, lab)
         life.run()
@@ -78,7 +79,7 @@ def _run_until_crash(life: Lifecycle, start: int = 0) -> int | None:
     return None
 
 
-def _restart(lab: InProcessLab, crash: CrashPoints | None = None) -> bool:
+def _restart(lab: Node, crash: CrashPoints | None = None) -> bool:
     """Restart the services; True if a crash armed for recovery fired during it."""
     try:
         lab.crash_services(crash)
@@ -97,8 +98,8 @@ def crash_run(
     ref: Reference | None = None,
 ) -> RunResult:
     """One crash (two with ``second``) at ``point``, then retry or cleanup, then invariants."""
-    lab = InProcessLab(root, crash=CrashPoints(armed=point))
-    before = lab.model.snapshot()
+    lab = in_process_node(root, crash=CrashPoints(armed=point))
+    before = lab.kernel.snapshot()
     try:
         life = Lifecycle(topology, lab)
         crashed = _run_until_crash(life)
@@ -125,7 +126,7 @@ def crash_run(
             for phase in ("prepare", "connect"):
                 if phase in life.results and life.results[phase] != ref.results[phase]:
                     mismatch = f"{phase} result after the crash differs from the uncrashed run"
-        found = violations(before, lab.model, lab.journal, dict(lab.coordinator.clients))
+        found = violations(before, lab.kernel, lab.journal, dict(lab.coordinator.clients))
         return RunResult(point, path, crashes, PHASES[crashed], found, mismatch)
     finally:
         lab.close()

@@ -7,12 +7,12 @@ import math
 import signal
 from pathlib import Path
 
-from labs.fake import FakeLab
-from plugins.coordinator import Coordinator, CoordinatorJournal, StepFailed
-from plugins.sdk import CleanupStatus, SandboxHandle
+from labs import SANDBOX, FakeServerLab, Node, service_of
+from plugins.coordinator import StepFailed
+from plugins.sdk import CleanupStatus
 
 from .crash import RunResult
-from .invariants import violations
+from .invariants import violations, without_namespace
 from .scenarios import PHASES, Lifecycle, compiled
 
 
@@ -32,10 +32,7 @@ def service_of_point(topology: str, point: str) -> str:
     """Which service process owns a crash point: the plugin of the operation's step."""
     operation = point.split("/")[1]
     step = operation.split(":")[1]
-    plugin = compiled(topology).steps[step].plugin
-    return {"sriov": "networkplugin-vf", "bond": "networkplugin-bond"}.get(
-        plugin, "networkplugin-links"
-    )
+    return service_of(compiled(topology).steps[step].plugin).name
 
 
 def renamed(point: str, n: int) -> str:
@@ -43,29 +40,22 @@ def renamed(point: str, n: int) -> str:
     return point.replace("claim-1.", f"claim-{n}.").replace("att-1:", f"att-{n}:")
 
 
-class ProcessRig:
-    """One fake lab of real processes, reused by many runs with fresh identities."""
+class ProcessRig(Node):
+    """A node of real service processes on the fake kernel server, reused by many runs
+    with fresh identities."""
 
     def __init__(self, root: Path) -> None:
-        self.lab = FakeLab(root / "lab")
-        self.lab.start()
-        self.journal = CoordinatorJournal(root / "coordinator")
-        self.coordinator = Coordinator(self.journal, self.lab.clients())
-        self._sandbox: SandboxHandle | None = None
-        assert self.lab.kernel is not None
-        self.baseline = self.lab.kernel.snapshot()
-
-    def sandbox(self, name: str = "pod-a") -> SandboxHandle:
-        if self._sandbox is None:
-            self._sandbox = self.lab.sandbox(name)
-        return self._sandbox
+        super().__init__(FakeServerLab(), root, processes=True)
+        # Each run ends with the pod deleted (the invariants delete it) and the next run's
+        # pod is a new namespace: the baseline is the node without one.
+        self.baseline = without_namespace(self.snapshot(), SANDBOX)
 
     def run(self, topology: str, point: str, n: int) -> RunResult:
         armed = renamed(point, n)
-        service = self.lab.services[service_of_point(topology, point)]
+        service = self.processes.processes[service_of_point(topology, point)]
         service.kill()
         service.start(crash_at=armed)
-        self._reconnect()
+        self.reconnect()
         life = Lifecycle(topology, self, claim=f"claim-{n}", attachment=f"att-{n}")
         crashed = None
         for index, phase in enumerate(PHASES):
@@ -88,24 +78,10 @@ class ProcessRig:
             if code != -signal.SIGKILL:
                 problems.append(f"{service.name} exited {code}, not by SIGKILL")
         service.start()  # recovers from its journal before it reports ready
-        self._reconnect()
+        self.reconnect()
         start = 0 if crashed is None else crashed
         life.run(start)
-        assert self.lab.kernel is not None
-        self._sandbox = None
         problems += violations(
-            self.baseline, self.lab.kernel, self.journal, dict(self.coordinator.clients)
+            self.baseline, self.kernel, self.journal, dict(self.coordinator.clients)
         )
         return RunResult(point, "retry", 1 if crashed is not None else 0, PHASES[start], problems)
-
-    def _reconnect(self) -> None:
-        """Fresh channels to the restarted service (like a coordinator noticing the restart)."""
-        for client in self.coordinator.clients.values():
-            client.close()
-        self.coordinator.clients.update(self.lab.clients())
-
-    def close(self) -> None:
-        for client in self.coordinator.clients.values():
-            client.close()
-        self.journal.close()
-        self.lab.close()

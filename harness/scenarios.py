@@ -10,14 +10,13 @@ is the rig's, ``RIG_SEED=<n>`` or the fixed default, so a failure reproduces.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from plugins import bond, links, vf
+from labs import DEFAULT_SEED, SEED_ENV, project_descriptors, start_state_seed
 from plugins.coordinator import (
     AllocatedDevice,
     Allocator,
@@ -28,32 +27,21 @@ from plugins.coordinator import (
     load_topology,
     validate_topology,
 )
-from plugins.sdk import PreparedState, Registry, SandboxHandle
+from plugins.sdk import PreparedState, SandboxHandle
 
 REPO = Path(__file__).resolve().parent.parent
 TOPOLOGY_DIR = REPO / "topologies"
 TOPOLOGIES = ("vf-bond-vlan", "macvlan", "ipvlan")
 PHASES = ("prepare", "connect", "remove", "unprepare")
-SEED_ENV = "RIG_SEED"
-# The rig's fixed default (the random schedules use it too): CI stays reproducible, and
-# RIG_SEED=<n> explores other starting states.
-DEFAULT_SEED = 20261129
-
-
-def start_state_seed() -> int:
-    """The seed of the labs' random starting states: RIG_SEED when set, else the default."""
-    value = os.environ.get(SEED_ENV, "")
-    return int(value) if value else DEFAULT_SEED
+__all__ = ["DEFAULT_SEED", "SEED_ENV", "start_state_seed"]
 
 
 @cache
 def compiled(name: str) -> CompiledTopology:
-    registry = Registry()
-    for register in (vf.register, bond.register, links.register):
-        register(registry)
-    descriptors = {r.name: r for r in registry.seal()}
     policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
-    return validate_topology(load_topology(TOPOLOGY_DIR / f"{name}.yaml"), descriptors, policies)
+    return validate_topology(
+        load_topology(TOPOLOGY_DIR / f"{name}.yaml"), project_descriptors(), policies
+    )
 
 
 def allocate(name: str) -> dict[str, AllocatedDevice]:
@@ -64,7 +52,8 @@ def allocate(name: str) -> dict[str, AllocatedDevice]:
 
 
 class HasCoordinator(Protocol):
-    coordinator: Coordinator
+    @property
+    def coordinator(self) -> Coordinator: ...
 
     def sandbox(self, name: str = ...) -> SandboxHandle: ...
 

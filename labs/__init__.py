@@ -1,0 +1,46 @@
+"""The test kit: labs (where a node's kernel is) and nodes (a lab, services, a crash plan).
+
+One abstraction for every tier. A suite (the rig, the conformance suite, end-to-end
+tests, benchmarks, a plugin author's own tests) builds a ``Node`` from a ``Lab``:
+
+    with Node(FakeModelLab(), tmp_path) as node:          # services in this process
+        node.coordinator.prepare(...)
+        node.crash_services()                             # abandon, recover from journals
+
+    with Node(FakeServerLab(), tmp_path, processes=True) as node:   # real programs
+        node.processes.crash(service="networkplugin-links")          # SIGKILL, restart
+"""
+
+from ._lab import SANDBOX, Lab, LabKernel
+from ._node import Node
+from ._seed import DEFAULT_SEED, SEED_ENV, start_state_seed
+from ._services import (
+    PROJECT_SERVICES,
+    InProcessServices,
+    LocalClient,
+    ProcessServices,
+    ServiceSpec,
+    project_descriptors,
+    service_of,
+)
+from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
+
+__all__ = [
+    "DEFAULT_LAB",
+    "DEFAULT_SEED",
+    "PROJECT_SERVICES",
+    "SANDBOX",
+    "SEED_ENV",
+    "FakeModelLab",
+    "FakeServerLab",
+    "InProcessServices",
+    "Lab",
+    "LabKernel",
+    "LocalClient",
+    "Node",
+    "ProcessServices",
+    "ServiceSpec",
+    "project_descriptors",
+    "service_of",
+    "start_state_seed",
+]

@@ -1,11 +1,12 @@
-"""The fake lab: the fake kernel server and the three real services on it.
+"""The fake tier's two labs: the kernel model in this process, or behind its server.
 
-Everything runs as separate processes talking over Unix sockets: the kernel model
-outlives any service crash, like a real kernel does, and the services are exactly
-the ones a node would run (``python -m plugins.services NAME``).
+``FakeModelLab`` keeps the model in the test process, so services hosted in-process can
+be crashed at any boundary thousands of times a run. ``FakeServerLab`` runs the model in
+its own process behind a Unix socket (``fake://PATH``): real service processes reach it
+like a node's services reach the kernel, and it outlives any of them.
 
-The node starts from a random state, the same for the same seed (``RIG_SEED``, see
-``harness.scenarios``), and every pod namespace gets an interface of its own, so a
+Both start from a random state, the same for the same seed (``RIG_SEED``, see
+``labs._seed``), and every pod namespace gets an interface of its own, so a
 restore bug cannot hide behind the kernel's defaults.
 """
 
@@ -15,85 +16,79 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
-from fakekernel.lab import plant_pod_interface, randomize_start_state
-from harness.scenarios import start_state_seed
-from harness.services import REPO, ServiceProcess
-from plugins.sdk import NamespaceHandle, SandboxHandle
-from plugins.sdk.host import PluginClient
+from fakekernel.lab import load_lab, plant_pod_interface, randomize_start_state
+from fakekernel.model import FakeKernelModel
+from plugins.kernel import NsRef
 
+from ._lab import Lab
+from ._seed import start_state_seed
+
+REPO = Path(__file__).resolve().parent.parent
 DEFAULT_LAB = REPO / "fakekernel" / "labs" / "default.yaml"
-SERVICES = {
-    "networkplugin-vf": ("sriov.sock",),
-    "networkplugin-bond": ("bond.sock",),
-    "networkplugin-links": ("vlan.sock", "ipvlan.sock", "macvlan.sock"),
-}
 log = logging.getLogger(__name__)
 
 
-class FakeLab:
+class FakeModelLab(Lab):
+    """The fake kernel model in this process (``randomize=False``: the lab file as written)."""
+
+    tier = "fake"
+
     def __init__(
-        self, root: Path | None = None, lab: Path = DEFAULT_LAB, *, start_seed: int | None = None
+        self,
+        lab: Path = DEFAULT_LAB,
+        *,
+        start_seed: int | None = None,
+        randomize: bool = True,
+        model: FakeKernelModel | None = None,
     ) -> None:
-        """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED)."""
+        """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED).
+        ``model``: a model the caller already built (it is used as it is)."""
         self.start_seed = start_state_seed() if start_seed is None else start_seed
-        # Unix socket paths are short (107 bytes): sockets live in a short /tmp dir.
-        self._short = Path(tempfile.mkdtemp(prefix="lab-", dir="/tmp"))
-        self.root = root or self._short
-        self.kernel_socket = self._short / "kernel.sock"
-        self.kernel_process = FakeKernelProcess(self.kernel_socket, lab)
-        self.kernel: FakeKernelClient | None = None
-        self.services: dict[str, ServiceProcess] = {}
-        for name, sockets in SERVICES.items():
-            self.services[name] = ServiceProcess(
-                name,
-                ["plugins.services", name],
-                self.root / name,
-                self._short / f"{name}.sock.d",
-                f"fake://{self.kernel_socket}",
-                sockets,
-            )
+        self.randomized = randomize and model is None
+        self.model = model if model is not None else load_lab(lab)
+        if self.randomized:
+            randomize_start_state(self.model, self.start_seed)
+            log.info("lab %s starts from random state seed %d", lab.name, self.start_seed)
 
-    def __enter__(self) -> FakeLab:
-        self.start()
-        return self
+    @property
+    def kernel(self) -> FakeKernelModel:
+        return self.model
 
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def furnish_sandbox(self, ns: NsRef) -> None:
+        if self.randomized:
+            plant_pod_interface(self.model, ns, self.start_seed)
 
-    def start(self) -> None:
-        self.kernel_process.start()
-        self.kernel = FakeKernelClient(self.kernel_socket)
-        randomize_start_state(self.kernel, self.start_seed)
+
+class FakeServerLab(Lab):
+    """The fake kernel in a server process, reached over ``fake://SOCKET``."""
+
+    tier = "fake"
+
+    def __init__(self, lab: Path = DEFAULT_LAB, *, start_seed: int | None = None) -> None:
+        self.start_seed = start_state_seed() if start_seed is None else start_seed
+        # Unix socket paths are short (107 bytes): the socket lives in a short /tmp dir.
+        self.short_dir = Path(tempfile.mkdtemp(prefix="lab-", dir="/tmp"))
+        self.socket = self.short_dir / "kernel.sock"
+        self.process = FakeKernelProcess(self.socket, lab)
+        self.process.start()
+        self.client = FakeKernelClient(self.socket)
+        randomize_start_state(self.client, self.start_seed)
         log.info("fake lab starts from random state seed %d", self.start_seed)
-        for service in self.services.values():
-            service.start()
+
+    @property
+    def kernel(self) -> FakeKernelClient:
+        return self.client
+
+    @property
+    def kernel_url(self) -> str:
+        return f"fake://{self.socket}"
+
+    def furnish_sandbox(self, ns: NsRef) -> None:
+        plant_pod_interface(self.client, ns, self.start_seed)
 
     def close(self) -> None:
-        for service in self.services.values():
-            service.kill()
-        if self.kernel is not None:
-            self.kernel.close()
-        self.kernel_process.stop()
-        shutil.rmtree(self._short, ignore_errors=True)
-
-    def service_of(self, plugin: str) -> ServiceProcess:
-        return next(s for s in self.services.values() if f"{plugin}.sock" in s.sockets)
-
-    def clients(self) -> dict[str, PluginClient]:
-        """One authenticated client per logical plugin, by plugin name."""
-        return {
-            sock.removesuffix(".sock"): service.client(sock)
-            for service in self.services.values()
-            for sock in service.sockets
-        }
-
-    def sandbox(self, name: str) -> SandboxHandle:
-        assert self.kernel is not None
-        ns = self.kernel.add_namespace(name)
-        plant_pod_interface(self.kernel, ns, self.start_seed)
-        return SandboxHandle(name, NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+        self.client.close()
+        self.process.stop()
+        shutil.rmtree(self.short_dir, ignore_errors=True)

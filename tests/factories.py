@@ -16,7 +16,6 @@ from plugins.sdk import (
     PrepareCall,
     PreparedState,
     Registration,
-    Registry,
     ResourceHandle,
     SandboxHandle,
     Sharing,
@@ -28,12 +27,9 @@ OTHER_NS = NamespaceHandle("/run/netns/pod-b", 4, 4026532999, BOOT)
 
 
 def registrations() -> dict[str, Registration]:
-    from plugins import bond, links, vf
+    from labs import project_descriptors
 
-    registry = Registry()
-    for register in (vf.register, bond.register, links.register):
-        register(registry)
-    return {r.name: r for r in registry.seal()}
+    return project_descriptors()
 
 
 def envelope(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from labs.fake import FakeLab
+from pathlib import Path
+
+from labs import FakeServerLab, Node
 
 
-def test_five_endpoints_answer_with_their_own_identity() -> None:
-    with FakeLab() as lab:
-        infos = {name: client.get_info() for name, client in lab.clients().items()}
+def test_five_endpoints_answer_with_their_own_identity(tmp_path: Path) -> None:
+    with Node(FakeServerLab(), tmp_path, processes=True, coordinator=False) as node:
+        infos = {name: client.get_info() for name, client in node.clients().items()}
         assert sorted(infos) == ["bond", "ipvlan", "macvlan", "sriov", "vlan"]
         assert all(info.ready for info in infos.values())
         assert {name: info.plugin_name for name, info in infos.items()} == {n: n for n in infos}

@@ -13,8 +13,9 @@ import pytest
 
 from fakekernel.model import diff
 from harness.coordinator_crash import coordinator_reference, start_coordinator
-from harness.inprocess import InProcessLab
+from harness.inprocess import in_process_node
 from harness.scenarios import PHASES, Lifecycle
+from labs import Node
 from plugins.coordinator._journal import (
     CLOSED_CALL_STATES,
     OPEN_CALL_STATES,
@@ -33,13 +34,13 @@ BETWEEN_RPC_AND_FINISH = f"Coordinator/ConnectNetwork/{CONNECT}/finish_call:succ
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[InProcessLab]:
-    lab = InProcessLab(tmp_path / "lab")
+def lab(tmp_path: Path) -> Iterator[Node]:
+    lab = in_process_node(tmp_path / "lab")
     yield lab
     lab.close()
 
 
-def killed_during_connect(lab: InProcessLab, point: str) -> Lifecycle:
+def killed_during_connect(lab: Node, point: str) -> Lifecycle:
     """Prepare, then connect with the coordinator dying at ``point``; a new one starts
     from the journal (the services and the kernel keep running)."""
     start_coordinator(lab, CrashPoints(armed=point))
@@ -51,14 +52,14 @@ def killed_during_connect(lab: InProcessLab, point: str) -> Lifecycle:
     return life
 
 
-def plugin_state(lab: InProcessLab, operation_id: str) -> OperationState | None:
+def plugin_state(lab: Node, operation_id: str) -> OperationState | None:
     call = lab.journal.call(operation_id)
     assert call is not None
     seen = lab.coordinator.clients[call.plugin].inspect(operation_id, "")
     return seen.state if seen.found else None
 
 
-def state(lab: InProcessLab, operation_id: str) -> str:
+def state(lab: Node, operation_id: str) -> str:
     call = lab.journal.call(operation_id)
     assert call is not None
     return call.state
@@ -73,7 +74,7 @@ def left_open(journal: CoordinatorJournal) -> list[str]:
     [(BETWEEN_RECORD_AND_RPC, None), (BETWEEN_RPC_AND_FINISH, OperationState.SUCCEEDED)],
 )
 def test_cleanup_after_a_coordinator_killed_mid_call_closes_the_call(
-    lab: InProcessLab, point: str, plugin_saw: OperationState | None
+    lab: Node, point: str, plugin_saw: OperationState | None
 ) -> None:
     life = killed_during_connect(lab, point)
     assert state(lab, CONNECT) == "requested"
@@ -98,7 +99,7 @@ def test_cleanup_after_a_coordinator_killed_mid_call_closes_the_call(
     [(BETWEEN_RECORD_AND_RPC, None), (BETWEEN_RPC_AND_FINISH, OperationState.SUCCEEDED)],
 )
 def test_retry_after_a_coordinator_killed_mid_call_resends_the_same_operation(
-    lab: InProcessLab, tmp_path: Path, point: str, plugin_saw: OperationState | None
+    lab: Node, tmp_path: Path, point: str, plugin_saw: OperationState | None
 ) -> None:
     life = killed_during_connect(lab, point)
     assert plugin_state(lab, CONNECT) is plugin_saw
@@ -111,7 +112,7 @@ def test_retry_after_a_coordinator_killed_mid_call_resends_the_same_operation(
         return real_connect(request)
 
     client.connect_network = spy  # type: ignore[method-assign]
-    before = lab.model.snapshot()
+    before = lab.kernel.snapshot()
     prepared = lab.coordinator.prepared_states(life.claim)  # the caller's copy died too
     assert prepared == life.results["prepare"]
 
@@ -124,11 +125,11 @@ def test_retry_after_a_coordinator_killed_mid_call_resends_the_same_operation(
     assert state(lab, CONNECT) == "succeeded"
     assert plugin_state(lab, CONNECT) is OperationState.SUCCEEDED
     # A call the plugin had finished is replayed: the kernel is not touched again.
-    assert (diff(before, lab.model.snapshot()) == []) is (plugin_saw is not None)
+    assert (diff(before, lab.kernel.snapshot()) == []) is (plugin_saw is not None)
     assert left_open(lab.journal) == []
 
 
-def test_a_failed_create_is_abandoned_by_its_steps_clean_removal(lab: InProcessLab) -> None:
+def test_a_failed_create_is_abandoned_by_its_steps_clean_removal(lab: Node) -> None:
     start_coordinator(lab)
     life = Lifecycle("macvlan", lab)
     life.run(stop=PHASES.index("connect"))
@@ -199,7 +200,7 @@ def test_journal_finish_cleanup_closes_only_its_steps_unfinished_calls(tmp_path:
         journal.close()
 
 
-def test_every_coordinator_journal_commit_is_between_two_crash_points(lab: InProcessLab) -> None:
+def test_every_coordinator_journal_commit_is_between_two_crash_points(lab: Node) -> None:
     crash = CrashPoints()
     start_coordinator(lab, crash)
     before = lab.journal.commits
@@ -216,7 +217,7 @@ def test_every_coordinator_journal_commit_is_between_two_crash_points(lab: InPro
     assert {c.state for c in lab.journal.calls()} <= set(CLOSED_CALL_STATES)
 
 
-def test_production_coordinator_has_no_crash_points(lab: InProcessLab) -> None:
+def test_production_coordinator_has_no_crash_points(lab: Node) -> None:
     assert lab.coordinator.crash is None  # the do-nothing default
     Lifecycle("macvlan", lab).run()
     assert not [p for p in lab.crash_points.reached if p.startswith("Coordinator/")]

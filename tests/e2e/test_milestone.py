@@ -36,13 +36,13 @@ def node(tmp_path: Path) -> Iterator[Node]:
 def test_sigkill_the_bond_service_mid_connect_then_remove(node: Node, point: str) -> None:
     topology = compiled("vf-bond-vlan")
     before = node.snapshot()
-    bond_service = node.lab.services["networkplugin-bond"]
+    bond_service = node.processes.processes["networkplugin-bond"]
     bond_service.kill()
     bond_service.start(crash_at=point)
 
     allocations = node.allocator.allocate(topology)
     prepared = node.coordinator.prepare("claim-1", topology, allocations)
-    sandbox = node.lab.sandbox("pod-a")
+    sandbox = node.sandbox("pod-a")
     with pytest.raises(StepFailed, match="step bond0"):
         node.coordinator.connect("att-1", "claim-1", topology, allocations, prepared, sandbox)
     assert bond_service.wait_exit() == -signal.SIGKILL
@@ -67,6 +67,5 @@ def test_sigkill_the_bond_service_mid_connect_then_remove(node: Node, point: str
             assert seen.state is OperationState.CLEANED, (call.operation_id, seen.state)
 
     # Nothing leaked, both VFs are back with their names and attributes, nothing foreign touched.
-    assert node.lab.kernel is not None
-    node.lab.kernel.delete_namespace("pod-a")
+    node.kernel.delete_namespace("pod-a")
     assert diff(before, node.snapshot()) == []

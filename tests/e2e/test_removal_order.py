@@ -26,11 +26,11 @@ def test_bond_and_vfs_wait_for_the_vlan_receipt(node: Node) -> None:
     allocations = node.allocator.allocate(topology)
     prepared = node.coordinator.prepare("claim-1", topology, allocations)
     node.coordinator.connect(
-        "att-1", "claim-1", topology, allocations, prepared, node.lab.sandbox("pod-a")
+        "att-1", "claim-1", topology, allocations, prepared, node.sandbox("pod-a")
     )
     attached = node.snapshot()
 
-    links = node.lab.services["networkplugin-links"]
+    links = node.processes.processes["networkplugin-links"]
     links.kill()  # the VLAN's service is down: no receipt can be had
     receipts = node.coordinator.remove("att-1")
     assert list(receipts) == ["data-vlan"]
@@ -41,6 +41,5 @@ def test_bond_and_vfs_wait_for_the_vlan_receipt(node: Node) -> None:
     receipts = node.coordinator.remove("att-1")
     assert [r.status for r in receipts.values()] == [CleanupStatus.CLEANED] * 4
     node.coordinator.unprepare("claim-1")
-    assert node.lab.kernel is not None
-    node.lab.kernel.delete_namespace("pod-a")
+    node.kernel.delete_namespace("pod-a")
     assert diff(before, node.snapshot()) == []

@@ -28,7 +28,7 @@ def test_topology_end_to_end(node: Node, name: str) -> None:
     allocations = node.allocator.allocate(topology)
     prepared = node.coordinator.prepare("claim-1", topology, allocations)
     assert sorted(prepared) == sorted(topology.prepare_order)
-    sandbox = node.lab.sandbox("pod-a")
+    sandbox = node.sandbox("pod-a")
     attachment = node.coordinator.connect(
         "att-1", "claim-1", topology, allocations, prepared, sandbox
     )
@@ -52,6 +52,5 @@ def test_topology_end_to_end(node: Node, name: str) -> None:
         topology.prepare_order
     )
     assert node.journal.claims() == []
-    assert node.lab.kernel is not None
-    node.lab.kernel.delete_namespace("pod-a")
+    node.kernel.delete_namespace("pod-a")
     assert diff(before, node.snapshot()) == []

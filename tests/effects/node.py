@@ -7,15 +7,12 @@ service), so ``crash()`` abandons the runners and stores but keeps the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fakekernel.lab import load_lab
 from fakekernel.model import FakeKernelModel
-from plugins import bond, links, vf
-from plugins.effects.linux import linux_effects
-from plugins.kernel._crashing import CrashingKernel
+from labs import DEFAULT_LAB, FakeModelLab, Node
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -23,24 +20,15 @@ from plugins.sdk import (
     ConnectRequest,
     Grant,
     Hook,
-    NamespaceHandle,
     OperationEnvelope,
     PreparedState,
     PrepareRequest,
-    Registry,
     ResourceHandle,
-    SandboxHandle,
     Sharing,
 )
-from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
-from plugins.sdk.store import Store
+from plugins.sdk.runner import CrashPoints
 
-LAB = Path(__file__).resolve().parents[2] / "fakekernel" / "labs" / "default.yaml"
-SERVICES: dict[str, Callable[[Registry], None]] = {
-    "vf": vf.register,
-    "bond": bond.register,
-    "links": links.register,
-}
+LAB = DEFAULT_LAB
 VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
 VF1 = {"pfName": "enp3s0f1", "vfIndex": "0", "pciAddress": "0000:03:10.1"}
 VF_CONFIG = {
@@ -56,50 +44,29 @@ def envelope(hook: Hook, op: str, scope: str, step: str) -> OperationEnvelope:
     return OperationEnvelope(op, hook, scope, step, 1, 1)
 
 
-class FakeNode:
+class FakeNode(Node):
+    """The three services' runners in-process on the lab file's model as written (no
+    random start: these tests set their own scenes), no coordinator; ``pod`` is the
+    sandbox every request names."""
+
     def __init__(
         self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None
     ) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.model = model or load_lab(LAB)
-        self.sandbox_ns = self.model.add_namespace("pod-a")
-        ns = self.sandbox_ns
-        self.sandbox = SandboxHandle(
-            "pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id)
-        )
-        self.start(crash)
+        self.fake = FakeModelLab(model=model or load_lab(LAB))
+        super().__init__(self.fake, root, crash=crash or self.crash_plan(), coordinator=False)
+        self.pod = self.sandbox()
+        self.pod_ns = self.model.open_namespace(self.pod.namespace)
 
-    def start(self, crash: CrashPoints | None = None) -> None:
-        self.crash_points = crash or CrashPoints()
-        kernel = CrashingKernel(self.model, self.crash_points)
-        self.stores: dict[str, Store] = {}
-        self.endpoints: dict[str, EndpointRunner] = {}
-        for service, register in SERVICES.items():
-            registry = Registry()
-            register(registry)
-            store = Store.open(self.root / service)
-            runner = Runner(
-                store,
-                registry.seal(),
-                linux_effects(kernel),
-                artifact_digest=f"sha256:{service}",
-                boot_id=self.model.boot_id(),
-                crash=self.crash_points,
-            )
-            runner.recover()
-            self.stores[service] = store
-            for socket, endpoint in runner.endpoints():
-                self.endpoints[socket.removesuffix(".sock")] = endpoint
+    @property
+    def model(self) -> FakeKernelModel:
+        return self.fake.model
+
+    def crash_plan(self) -> CrashPoints:
+        """The crash points of every incarnation of the services (after ``crash()`` too)."""
+        return CrashPoints()
 
     def crash(self) -> None:
-        for store in self.stores.values():
-            store.abandon()
-        self.start()
-
-    def close(self) -> None:
-        for store in self.stores.values():
-            store.close()
+        self.crash_services(self.crash_plan())
 
     # -- requests of the blueprint's VF/bond/VLAN topology --------------------------------------
 
@@ -121,7 +88,7 @@ class FakeNode:
     ) -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-{root}", "att-1", root),
-            self.sandbox,
+            self.pod,
             json.dumps(VF_CONFIG),
             interface_names={"interface": name},
             prepared=prepared,
@@ -135,7 +102,7 @@ class FakeNode:
     ) -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
-            self.sandbox,
+            self.pod,
             json.dumps(BOND_CONFIG),
             inputs={"members": members},
             interface_names={"interface": name},
@@ -147,7 +114,7 @@ class FakeNode:
     def connect_vlan(self, parent: ResourceHandle, name: str = "data0") -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, "conn-vlan", "att-1", "data-vlan"),
-            self.sandbox,
+            self.pod,
             json.dumps(VLAN_CONFIG),
             inputs={"parent": (parent,)},
             interface_names={"interface": name},
@@ -195,7 +162,7 @@ class FakeNode:
         mode = {"macvlan": "bridge", "ipvlan": "l2"}[kind]
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-{attachment}-{root}", attachment, root),
-            self.sandbox,
+            self.pod,
             json.dumps({"mode": mode, "mtu": 1500}),
             interface_names={"interface": name},
             prepared=prepared,
@@ -228,4 +195,4 @@ class FakeNode:
         ]
 
     def sandbox_links(self) -> dict[str, Any]:
-        return {link.name: link for link in self.model.list_links(self.sandbox_ns)}
+        return {link.name: link for link in self.model.list_links(self.pod_ns)}

@@ -34,7 +34,9 @@ def node(tmp_path: Path) -> Iterator[FakeNode]:
 
 
 def journal_rows(node: FakeNode) -> int:
-    return sum(len(s.read(lambda r: r.nonterminal_operations())) for s in node.stores.values())
+    return sum(
+        len(s.read(lambda r: r.nonterminal_operations())) for s in node.services.stores.values()
+    )
 
 
 # -- VF ----------------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ def two_vfs(node: FakeNode) -> tuple[ResourceHandle, ResourceHandle]:
 def bond_request(node: FakeNode, members: tuple[ResourceHandle, ...]) -> ConnectRequest:
     return ConnectRequest(
         envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
-        node.sandbox,
+        node.pod,
         json.dumps(BOND_CONFIG),
         inputs={"members": members},
         interface_names={"interface": "bond0"},
@@ -138,7 +140,7 @@ def test_bond_refuses_duplicate_members_and_changes_nothing(node: FakeNode, dupl
 
 def test_bond_refuses_a_member_with_a_foreign_master(node: FakeNode) -> None:
     h0, h1 = two_vfs(node)
-    ns = node.sandbox_ns
+    ns = node.pod_ns
     foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
     net2 = node.sandbox_links()["net2"]
     node.model.set_link(ns, net2.ifindex, LinkChanges(up=False))
@@ -154,7 +156,7 @@ def test_bond_refuses_a_member_with_a_foreign_master(node: FakeNode) -> None:
 
 def test_bond_failure_on_the_second_member_is_undone_completely(node: FakeNode) -> None:
     h0, h1 = two_vfs(node)
-    ns = node.sandbox_ns
+    ns = node.pod_ns
     # The second member is refused at its own capture: it is suddenly someone else's port.
     foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
     net2 = node.sandbox_links()["net2"]
@@ -187,7 +189,7 @@ def vlan_request(
 ) -> ConnectRequest:
     return ConnectRequest(
         envelope(Hook.CONNECT_NETWORK, "conn-vlan", "att-1", "data-vlan"),
-        node.sandbox,
+        node.pod,
         json.dumps(config),
         inputs={"parent": (parent,)},
         interface_names={"interface": name},
@@ -236,7 +238,7 @@ def test_links_parent_in_the_wrong_namespace_is_refused(node: FakeNode) -> None:
 
 def test_links_foreign_child_with_the_same_name_is_never_touched(node: FakeNode) -> None:
     h0, _ = two_vfs(node)
-    node.model.create_link(node.sandbox_ns, LinkSpec(kind="dummy", name="data0", alias="someone"))
+    node.model.create_link(node.pod_ns, LinkSpec(kind="dummy", name="data0", alias="someone"))
     with pytest.raises(
         FailedPrecondition, match="data0 already exists in the sandbox and is not ours"
     ):

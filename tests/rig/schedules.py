@@ -73,10 +73,14 @@ class ArmableCrashPoints(CrashPoints):
 class RigNode(FakeNode):
     """A FakeNode whose every incarnation (after ``crash()`` too) has armable crash points."""
 
-    crash_points: ArmableCrashPoints
+    def crash_plan(self) -> ArmableCrashPoints:
+        return ArmableCrashPoints()
 
-    def start(self, crash: CrashPoints | None = None) -> None:
-        super().start(crash or ArmableCrashPoints())
+    @property
+    def crash_points(self) -> ArmableCrashPoints:
+        points = self.services.crash_points
+        assert isinstance(points, ArmableCrashPoints)
+        return points
 
 
 def owned_names(partition: str, operation_id: str, effect_id: str, scope: str) -> tuple[str, str]:
@@ -173,7 +177,7 @@ def chain(node: FakeNode, gen: int) -> Attachment:
     def connect(v: VfSpec) -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-{v.root}-{att}", att, v.root),
-            node.sandbox,
+            node.pod,
             json.dumps(VF_CONFIG),
             interface_names={"interface": v.ifname},
             prepared=r[f"prepare-{v.root}"],
@@ -186,7 +190,7 @@ def chain(node: FakeNode, gen: int) -> Attachment:
         members = (r["connect-vf0"], r["connect-vf1"])
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-bond0-{att}", att, "bond0"),
-            node.sandbox,
+            node.pod,
             json.dumps(BOND_CONFIG),
             inputs={"members": members},
             interface_names={"interface": "bond0"},
@@ -198,7 +202,7 @@ def chain(node: FakeNode, gen: int) -> Attachment:
     def vlan() -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-vlan-{att}", att, "data-vlan"),
-            node.sandbox,
+            node.pod,
             json.dumps(VLAN_CONFIG),
             inputs={"parent": (r["connect-bond"],)},
             interface_names={"interface": "data0"},
@@ -268,7 +272,7 @@ def share(node: FakeNode, gen: int) -> Attachment:
     def connect() -> ResourceHandle:
         req = ConnectRequest(
             envelope(Hook.CONNECT_NETWORK, f"conn-{root}-{att}", att, root),
-            node.sandbox,
+            node.pod,
             json.dumps(SHARE_CONFIG),
             interface_names={"interface": "sec0"},
             prepared=r["prepare-mv0"],

@@ -476,7 +476,7 @@ class Schedules(RuleBasedStateMachine):
 
     def _foreign_create(self, name: str) -> None:
         self.admin_serial += 1
-        ns = self.node.sandbox_ns
+        ns = self.node.pod_ns
         if name.startswith("host:"):
             ns, name = self.node.model.host_namespace(), name.removeprefix("host:")
         spec = LinkSpec(kind="dummy", name=name, alias=f"admin:{self.admin_serial}")
@@ -531,7 +531,7 @@ class Schedules(RuleBasedStateMachine):
                     assert step in a.cleanup_attempted, (pci, link.name)
                     assert link.name == a.vf_temp[pci], (pci, link.name, a.vf_temp[pci])
                 continue
-            assert link.ns.key == self.node.sandbox_ns.key, f"VF {pci} in {link.ns.path}"
+            assert link.ns.key == self.node.pod_ns.key, f"VF {pci} in {link.ns.path}"
             assert a.live(a.vfs[pci]), (
                 f"VF {pci} is in the sandbox as {link.name} but {a.vfs[pci]} of "
                 f"A{a.gen} is not (being) connected"
@@ -539,7 +539,7 @@ class Schedules(RuleBasedStateMachine):
 
     @invariant()
     def our_links_belong_to_live_attachments(self) -> None:
-        sandbox = self.node.sandbox_ns.path
+        sandbox = self.node.pod_ns.path
         vf_ids = {
             lk["id"]
             for lk in self.initial["links"]
@@ -628,7 +628,7 @@ class Schedules(RuleBasedStateMachine):
         self.vfs_leave_home_only_while_connected()
         self.our_links_belong_to_live_attachments()
         self.foreign_links_untouched()
-        for service, store in sorted(self.node.stores.items()):
+        for service, store in sorted(self.node.services.stores.items()):
             pending = store.read(lambda r: r.nonterminal_operations())
             assert not pending, f"{service}: operations left non-terminal: {pending}"
         now = self.node.model.snapshot()
@@ -694,7 +694,10 @@ def test_a_refused_unprepare_leaves_the_preparation_usable(tmp_path: Path) -> No
         # A refusal changed nothing, so a retried NodePrepare replays its response ...
         assert a.step_named("prepare-vf0").call() == a.results["prepare-vf0"]
         # ... and no operation is left behind as if it were still running.
-        assert node.stores["vf"].read(lambda r: r.nonterminal_operations()) == []
+        assert (
+            node.services.stores["networkplugin-vf"].read(lambda r: r.nonterminal_operations())
+            == []
+        )
     finally:
         node.close()
 

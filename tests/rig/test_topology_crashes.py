@@ -16,7 +16,7 @@ import pytest
 from fakekernel.lab import load_lab
 from fakekernel.model import diff
 from harness.crash import crash_run, is_recovery_boundary, is_undo_boundary, reference
-from harness.inprocess import DEFAULT_LAB, SANDBOX, InProcessLab
+from harness.inprocess import DEFAULT_LAB, SANDBOX, in_process_node
 from harness.pytest_plugin import RigStats
 from harness.rig import _Collector, summarize
 from harness.scenarios import DEFAULT_SEED, SEED_ENV, TOPOLOGIES, start_state_seed
@@ -32,10 +32,10 @@ def topology(request: pytest.FixtureRequest) -> str:
 
 
 def test_crash_runs_start_from_a_random_state_with_a_pod_interface(tmp_path: Path) -> None:
-    lab = InProcessLab(tmp_path)
+    lab = in_process_node(tmp_path)
     try:
-        changes = diff(load_lab(DEFAULT_LAB).snapshot(), lab.model.snapshot())
-        pod = lab.model.list_links(lab.model.namespace(SANDBOX))
+        changes = diff(load_lab(DEFAULT_LAB).snapshot(), lab.kernel.snapshot())
+        pod = lab.kernel.list_links(lab.kernel.namespace(SANDBOX))
     finally:
         lab.close()
     fields = {line.split(": ")[1] for line in changes if line.startswith("~ ")}

@@ -1,0 +1,71 @@
+"""A lab: where a node's kernel is, and what it looked like before anything of ours ran.
+
+Every tier implements ``Lab`` (the fake model in this process, the fake kernel server,
+the netns, vm and sriov labs): the rest of the kit (``Node``) and every suite built on
+it (the rig, the conformance suite, the end-to-end tests, the benchmarks) see only this.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Protocol
+
+from plugins.kernel import Kernel, NsRef
+from plugins.sdk import NamespaceHandle, SandboxHandle
+
+SANDBOX = "pod-a"
+
+
+class LabKernel(Kernel, Protocol):
+    """The kernel as a lab sees it: the ``Kernel`` protocol plus what a test needs to set
+    up a scene and to check the node afterwards (named namespaces, a full snapshot)."""
+
+    def add_namespace(self, name: str) -> NsRef: ...
+
+    def delete_namespace(self, name: str) -> None: ...
+
+    def namespace(self, name: str) -> NsRef: ...
+
+    def namespaces(self) -> list[NsRef]: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+class Lab(ABC):
+    """A kernel backend and its starting state.
+
+    ``kernel`` is the lab's own view (for setting scenes and checking invariants);
+    services reach the same kernel either through it (in this process) or through
+    ``kernel_url`` (service processes; None when the kernel lives only in this process).
+    """
+
+    tier: str
+    start_seed: int
+
+    @property
+    @abstractmethod
+    def kernel(self) -> LabKernel: ...
+
+    @property
+    def kernel_url(self) -> str | None:
+        return None
+
+    def boot_id(self) -> str:
+        return self.kernel.boot_id()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.kernel.snapshot()
+
+    def sandbox(self, name: str = SANDBOX) -> SandboxHandle:
+        """The pod's namespace (created on first use, with an interface of the pod's own)."""
+        ns = next((n for n in self.kernel.namespaces() if n.path.endswith(f"/{name}")), None)
+        if ns is None:
+            ns = self.kernel.add_namespace(name)
+            self.furnish_sandbox(ns)
+        return SandboxHandle(name, NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+
+    def furnish_sandbox(self, ns: NsRef) -> None:  # noqa: B027 - a hook; most labs add nothing
+        """What a new pod namespace holds before anything of ours runs (default: nothing)."""
+
+    def close(self) -> None:  # noqa: B027 - a hook; a lab in memory has nothing to release
+        """Release what the lab started (processes, namespaces); idempotent."""

@@ -1,0 +1,250 @@
+"""Which services a node runs, and how the kit hosts them: in this process or as processes.
+
+``InProcessServices`` holds each service's runner in the test process: ``crash()``
+abandons every in-memory object without a clean shutdown (the kernel keeps what
+happened), which the rig does thousands of times a run. ``ProcessServices`` runs the
+real service programs against the lab's ``kernel_url``: ``crash()`` is a SIGKILL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from harness.services import ServiceProcess
+from plugins import bond, links, vf
+from plugins.effects.linux import linux_effects
+from plugins.kernel import CrashingKernel, Kernel
+from plugins.sdk import (
+    CleanupRequest,
+    CleanupResponse,
+    ConnectRequest,
+    ConnectResponse,
+    EndpointInfo,
+    InspectResponse,
+    NetworkPluginError,
+    PrepareRequest,
+    PrepareResponse,
+    Registration,
+    Registry,
+)
+from plugins.sdk.host import PluginCallError, PluginClient
+from plugins.sdk.runner import CrashPoints, EffectRegistry, EndpointRunner, Runner
+from plugins.sdk.store import JournalUnavailable, Store
+
+from ._lab import Lab
+
+T = TypeVar("T")
+
+
+def _registry_of(register: Callable[[Registry], None]) -> Callable[[], Registry]:
+    def make() -> Registry:
+        registry = Registry()
+        register(registry)
+        return registry
+
+    return make
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service: its registrations, its executors over a kernel, how to run it."""
+
+    name: str
+    registry: Callable[[], Registry]
+    effects: Callable[[Kernel], EffectRegistry] = linux_effects
+    command: tuple[str, ...] = ()  # ``python -m`` arguments; () for in-process only
+    sockets: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.sockets:
+            names = tuple(ep.socket_name for ep in self.registry().endpoints)
+            object.__setattr__(self, "sockets", names)
+
+    @property
+    def plugins(self) -> tuple[str, ...]:
+        """The logical plugins this service serves (one per socket)."""
+        return tuple(s.removesuffix(".sock") for s in self.sockets)
+
+    @property
+    def artifact_digest(self) -> str:
+        return f"sha256:{self.name}"
+
+
+# The project's three services: the one table every suite uses.
+PROJECT_SERVICES: tuple[ServiceSpec, ...] = tuple(
+    ServiceSpec(name, _registry_of(register), command=("plugins.services", name))
+    for name, register in (
+        ("networkplugin-vf", vf.register),
+        ("networkplugin-bond", bond.register),
+        ("networkplugin-links", links.register),
+    )
+)
+
+
+def project_descriptors(
+    services: Sequence[ServiceSpec] = PROJECT_SERVICES,
+) -> dict[str, Registration]:
+    """Every logical plugin's sealed registration, by plugin name (what a topology names)."""
+    return {r.name: r for spec in services for r in spec.registry().seal()}
+
+
+def service_of(plugin: str, services: Sequence[ServiceSpec] = PROJECT_SERVICES) -> ServiceSpec:
+    """The service that serves a logical plugin (``sriov`` -> networkplugin-vf)."""
+    for spec in services:
+        if plugin in spec.plugins:
+            return spec
+    raise KeyError(f"no service serves plugin {plugin!r}")
+
+
+class LocalClient:
+    """The PluginClient surface over whichever runner currently serves a plugin.
+
+    Errors arrive as ``PluginCallError`` with the status code, like over gRPC, so the
+    coordinator's code is the same as over real sockets; ``SimulatedCrash`` passes
+    straight through.
+    """
+
+    def __init__(self, endpoints: Mapping[str, EndpointRunner], plugin: str) -> None:
+        self._endpoints = endpoints
+        self._plugin = plugin
+
+    def _call(self, fn: Callable[[EndpointRunner], T]) -> T:
+        try:
+            return fn(self._endpoints[self._plugin])
+        except NetworkPluginError as exc:
+            raise PluginCallError(exc.code.value, exc.message) from exc
+
+    def get_info(self) -> EndpointInfo:
+        return self._call(lambda e: e.info())
+
+    def node_prepare(self, req: PrepareRequest) -> PrepareResponse:
+        return self._call(lambda e: e.node_prepare(req))
+
+    def connect_network(self, req: ConnectRequest) -> ConnectResponse:
+        return self._call(lambda e: e.connect_network(req))
+
+    def remove_network(self, req: CleanupRequest) -> CleanupResponse:
+        return self._call(lambda e: e.remove_network(req))
+
+    def node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
+        return self._call(lambda e: e.node_unprepare(req))
+
+    def inspect(self, operation_id: str, scope: str) -> InspectResponse:
+        return self._call(lambda e: e.inspect(operation_id, scope))
+
+    def close(self) -> None:
+        """Nothing to close: the runner belongs to the node."""
+
+
+class InProcessServices:
+    """Every service's runner in this process, over the lab's kernel through crash points."""
+
+    def __init__(self, lab: Lab, root: Path, specs: Sequence[ServiceSpec]) -> None:
+        self.lab = lab
+        self.root = root
+        self.specs = tuple(specs)
+        self.stores: dict[str, Store] = {}
+        self.runners: dict[str, Runner] = {}
+        self.endpoints: dict[str, EndpointRunner] = {}
+        self.recovery_notes: list[str] = []
+        self.crash_points = CrashPoints()
+
+    def start(self, crash: CrashPoints | None = None) -> None:
+        """Start every service from its journal (recovery runs before this returns)."""
+        self.crash_points = crash or CrashPoints()
+        kernel = CrashingKernel(self.lab.kernel, self.crash_points)
+        self.recovery_notes = []
+        for spec in self.specs:
+            try:
+                store: Store | None = Store.open(self.root / spec.name)
+                reason = ""
+            except JournalUnavailable as exc:
+                store, reason = None, str(exc)
+            runner = Runner(
+                store,
+                spec.registry().seal(),
+                spec.effects(kernel),
+                artifact_digest=spec.artifact_digest,
+                boot_id=self.lab.boot_id(),
+                crash=self.crash_points,
+                unavailable_reason=reason,
+            )
+            if store is not None:
+                self.stores[spec.name] = store
+            self.runners[spec.name] = runner
+            self.recovery_notes += runner.recover()
+            for socket, endpoint in runner.endpoints():
+                self.endpoints[socket.removesuffix(".sock")] = endpoint
+
+    def crash(self, crash: CrashPoints | None = None) -> None:
+        """Every service dies at once without a clean shutdown, then starts again."""
+        for store in self.stores.values():
+            store.abandon()
+        self.stores = {}
+        self.start(crash)
+
+    def restart(self, crash: CrashPoints | None = None) -> None:
+        """A clean stop, then a start."""
+        self.close()
+        self.start(crash)
+
+    def clients(self) -> dict[str, LocalClient]:
+        return {plugin: LocalClient(self.endpoints, plugin) for plugin in self.endpoints}
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+        self.stores = {}
+
+
+class ProcessServices:
+    """Every service as its real program, reaching the lab's kernel over ``kernel_url``."""
+
+    def __init__(
+        self, lab: Lab, root: Path, specs: Sequence[ServiceSpec], socket_dir: Path
+    ) -> None:
+        url = lab.kernel_url
+        if url is None:
+            raise ValueError(f"a {type(lab).__name__} has no kernel URL for service processes")
+        self.specs = tuple(specs)
+        self.processes: dict[str, ServiceProcess] = {
+            spec.name: ServiceProcess(
+                spec.name,
+                spec.command,
+                root / spec.name,
+                socket_dir / f"{spec.name}.sock.d",
+                url,
+                spec.sockets,
+            )
+            for spec in self.specs
+        }
+
+    def start(self) -> None:
+        for process in self.processes.values():
+            process.start()
+
+    def of(self, plugin: str) -> ServiceProcess:
+        """The process serving a logical plugin."""
+        return self.processes[service_of(plugin, self.specs).name]
+
+    def crash(self, crash_at: str | None = None, *, service: str | None = None) -> None:
+        """SIGKILL one service (or all), then start it again (armed at ``crash_at``)."""
+        for name, process in self.processes.items():
+            if service is None or name == service:
+                process.kill()
+                process.start(crash_at=crash_at)
+
+    def clients(self) -> dict[str, PluginClient]:
+        """One authenticated client per logical plugin, by plugin name."""
+        return {
+            sock.removesuffix(".sock"): process.client(sock)
+            for process in self.processes.values()
+            for sock in process.sockets
+        }
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.kill()
