@@ -4,8 +4,10 @@ a crash between create and rename leaves a link that probe finds and undo remove
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,3 +266,10 @@ def test_a_spec_that_creates_another_kind_or_name_is_refused_before_any_mutation
         with pytest.raises(FailedPrecondition, match="the kit would look for"):
             link(model).apply(ctx, {"existed": False})
     assert diff(before, model.snapshot()) == []
+
+
+def test_writing_a_plugin_shows_the_examples_kit_spec_verbatim() -> None:
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "writing-a-plugin.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
+    assert (root / "examples" / "dummy_plugin" / "effects.py").read_text() in blocks
