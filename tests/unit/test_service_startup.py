@@ -44,8 +44,8 @@ def kernel_url() -> Iterator[str]:
 
 
 @dataclass
-class Node:
-    """A deployer's files: config, token, socket and state directories (none created yet)."""
+class Deployment:
+    """A deployment of one service: its config, token, socket and state directories (none created yet)."""
 
     root: Path
     sockets: Path
@@ -102,12 +102,14 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path: Path, kernel_url: str) -> Iterator[Node]:
+def node(tmp_path: Path, kernel_url: str) -> Iterator[Deployment]:
     sockets = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp")) / "sock"
     token = tmp_path / "token"
     token.write_text("secret-token\n")
     token.chmod(0o600)
-    n = Node(tmp_path, sockets, tmp_path / "service.yaml", token, tmp_path / "state", kernel_url)
+    n = Deployment(
+        tmp_path, sockets, tmp_path / "service.yaml", token, tmp_path / "state", kernel_url
+    )
     n.write_config()
     yield n
     shutil.rmtree(sockets.parent, ignore_errors=True)
@@ -152,17 +154,17 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
         ({"tokenFile": None}, "missing keys ['tokenFile']"),
     ],
 )
-def test_a_bad_config_is_refused(node: Node, change: dict[str, Any], expected: str) -> None:
+def test_a_bad_config_is_refused(node: Deployment, change: dict[str, Any], expected: str) -> None:
     node.write_config(**change)
     node.refuse(f"service config {node.config}: ", expected)
 
 
-def test_a_config_that_is_not_yaml_is_refused(node: Node) -> None:
+def test_a_config_that_is_not_yaml_is_refused(node: Deployment) -> None:
     node.config.write_text("socketDir: [unclosed\n")
     node.refuse(f"service config {node.config}: not valid YAML")
 
 
-def test_a_config_with_a_duplicate_key_is_refused_with_its_place(node: Node) -> None:
+def test_a_config_with_a_duplicate_key_is_refused_with_its_place(node: Deployment) -> None:
     """PyYAML would keep the second value silently: the service must not guess."""
     text = node.config.read_text()
     node.config.write_text(text + "stateDir: /somewhere/else\n")
@@ -173,12 +175,12 @@ def test_a_config_with_a_duplicate_key_is_refused_with_its_place(node: Node) -> 
     )
 
 
-def test_a_config_with_an_alias_is_refused(node: Node) -> None:
+def test_a_config_with_an_alias_is_refused(node: Deployment) -> None:
     node.config.write_text(node.config.read_text() + "bootId: &b x\nextra: *b\n")
     node.refuse(f"service config {node.config}: not valid YAML: alias *b is not allowed")
 
 
-def test_a_missing_config_is_refused(node: Node) -> None:
+def test_a_missing_config_is_refused(node: Deployment) -> None:
     node.config.unlink()
     node.refuse(f"service config {node.config}: No such file or directory (ENOENT)")
 
@@ -196,7 +198,7 @@ def test_a_missing_config_is_refused(node: Node) -> None:
     ids=["missing", "group-readable", "directory"],
 )
 def test_an_unusable_token_file_is_refused(
-    node: Node, spoil: Callable[[Path], object], expected: str
+    node: Deployment, spoil: Callable[[Path], object], expected: str
 ) -> None:
     spoil(node.token)
     node.refuse(f"token file {node.token}: {expected}")
@@ -205,13 +207,13 @@ def test_an_unusable_token_file_is_refused(
 # -- the kernel -------------------------------------------------------------------------------
 
 
-def test_a_namespace_mount_that_does_not_exist_is_refused(node: Node) -> None:
+def test_a_namespace_mount_that_does_not_exist_is_refused(node: Deployment) -> None:
     mount = node.root / "netns" / "host"  # docs/deploying.md: linux:///run/netns/host
     node.write_config(kernel=f"linux://{mount}")
     node.refuse(f"kernel linux://{mount}: {mount}: No such file or directory (ENOENT)")
 
 
-def test_a_fake_kernel_socket_that_does_not_exist_is_refused(node: Node) -> None:
+def test_a_fake_kernel_socket_that_does_not_exist_is_refused(node: Deployment) -> None:
     socket = node.root / "kernel.sock"
     node.write_config(kernel=f"fake://{socket}")
     node.refuse(f"{socket}: No such file or directory (ENOENT)")
@@ -220,24 +222,24 @@ def test_a_fake_kernel_socket_that_does_not_exist_is_refused(node: Node) -> None
 # -- the state directory ----------------------------------------------------------------------
 
 
-def test_a_state_dir_that_is_a_file_is_refused(node: Node) -> None:
+def test_a_state_dir_that_is_a_file_is_refused(node: Deployment) -> None:
     node.state.write_text("")
     node.refuse(f"state directory {node.state}: exists and is not a directory")
 
 
-def test_a_state_dir_under_a_file_is_refused(node: Node) -> None:
+def test_a_state_dir_under_a_file_is_refused(node: Deployment) -> None:
     (node.root / "file").write_text("")
     node.write_config(stateDir=str(node.root / "file" / "state"))
     node.refuse(f"state directory {node.root / 'file' / 'state'}: Not a directory (ENOTDIR)")
 
 
-def test_a_group_accessible_state_dir_is_refused(node: Node) -> None:
+def test_a_group_accessible_state_dir_is_refused(node: Deployment) -> None:
     node.state.mkdir(mode=0o700)
     node.state.chmod(0o750)
     node.refuse(f"state directory {node.state}: mode 0750 gives group/other access")
 
 
-def test_a_state_dir_of_another_owner_is_refused(node: Node) -> None:
+def test_a_state_dir_of_another_owner_is_refused(node: Deployment) -> None:
     needs_root("chown")
     node.state.mkdir(mode=0o700)
     os.chown(node.state, NOBODY, NOBODY)
@@ -246,7 +248,7 @@ def test_a_state_dir_of_another_owner_is_refused(node: Node) -> None:
     )
 
 
-def test_a_state_dir_of_another_owner_and_a_wide_mode_names_both(node: Node) -> None:
+def test_a_state_dir_of_another_owner_and_a_wide_mode_names_both(node: Deployment) -> None:
     needs_root("chown")
     node.state.mkdir(mode=0o700)
     node.state.chmod(0o777)
@@ -254,20 +256,20 @@ def test_a_state_dir_of_another_owner_and_a_wide_mode_names_both(node: Node) -> 
     node.refuse(f"owned by uid {NOBODY}, not the service uid {os.geteuid()}", "mode 0777")
 
 
-def test_a_group_accessible_socket_dir_is_refused(node: Node) -> None:
+def test_a_group_accessible_socket_dir_is_refused(node: Deployment) -> None:
     node.sockets.mkdir(mode=0o700)
     node.sockets.chmod(0o755)
     node.refuse(f"socket directory {node.sockets}: mode 0755 gives group/other access")
 
 
-def test_a_socket_dir_of_another_owner_is_refused(node: Node) -> None:
+def test_a_socket_dir_of_another_owner_is_refused(node: Deployment) -> None:
     needs_root("chown")
     node.sockets.mkdir(mode=0o700)
     os.chown(node.sockets, NOBODY, NOBODY)
     node.refuse(f"socket directory {node.sockets}: owned by uid {NOBODY}")
 
 
-def test_a_world_writable_runtime_dir_is_refused(node: Node) -> None:
+def test_a_world_writable_runtime_dir_is_refused(node: Deployment) -> None:
     runtime = node.root / "run"
     runtime.mkdir(mode=0o700)
     runtime.chmod(0o1777)
@@ -275,12 +277,12 @@ def test_a_world_writable_runtime_dir_is_refused(node: Node) -> None:
     node.refuse(f"runtime directory {runtime}: mode 1777 gives group/other access")
 
 
-def test_a_read_only_state_dir_is_refused(node: Node) -> None:
+def test_a_read_only_state_dir_is_refused(node: Deployment) -> None:
     with tmpfs(node.state, "ro,mode=0700,size=64k"):
         node.refuse(f"state directory {node.state}: ", "Read-only file system (EROFS)")
 
 
-def test_a_full_state_dir_is_refused(node: Node) -> None:
+def test_a_full_state_dir_is_refused(node: Deployment) -> None:
     # nr_inodes=1: the root inode is the only one; no journal file fits.
     with tmpfs(node.state, "mode=0700,size=4k,nr_inodes=1"):
         node.refuse(f"state directory {node.state}: ", "No space left on device (ENOSPC)")
@@ -302,7 +304,7 @@ def test_runtime_dir_defaults_to_the_socket_dir_and_resolves_like_the_others(
     assert ServiceConfig.load(config).runtime_dir == Path("/run/networkplugin/links")
 
 
-def test_the_journal_lease_is_kept_in_the_runtime_dir(node: Node) -> None:
+def test_the_journal_lease_is_kept_in_the_runtime_dir(node: Deployment) -> None:
     runtime = node.root / "run" / "links"
     node.write_config(runtimeDir=str(runtime))
     lines = _serve_then_stop(node)
@@ -314,7 +316,7 @@ def test_the_journal_lease_is_kept_in_the_runtime_dir(node: Node) -> None:
 # -- not a refusal: a damaged journal ---------------------------------------------------------
 
 
-def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Node) -> None:
+def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Deployment) -> None:
     node.state.mkdir(mode=0o700)
     (node.state / "journal.id").write_text("not a journal id\n")
     (node.state / "journal.db").write_bytes(b"garbage" * 100)
@@ -327,7 +329,7 @@ def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Node) ->
     assert "journal" in about[0], about
 
 
-def _serve_then_stop(node: Node) -> list[str]:
+def _serve_then_stop(node: Deployment) -> list[str]:
     """Start the service, wait until it logs that it serves, SIGTERM it: its log lines."""
     proc = subprocess.Popen(
         [str(SCRIPT), "--config", str(node.config)],
