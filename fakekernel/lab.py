@@ -60,14 +60,14 @@ from plugins.kernel import (
     VFChanges,
     VFConfig,
 )
-from plugins.sdk import YAMLLoadError, load_yaml_documents
+from plugins.sdk import DocumentSchema, YAMLLoadError, load_yaml_documents
 
-from ._links import SETUP_MTU_BOUNDS
 from ._vfs import CAPABILITIES
 from .model import DEFAULT_BOOT_ID, FakeKernelModel
 
 __all__ = [
     "DEFAULT_LAB",
+    "LAB_SCHEMA",
     "LabError",
     "build_model",
     "load_lab",
@@ -85,12 +85,15 @@ class LabError(ValueError):
     """The lab description is invalid; the message says where and why."""
 
 
+LAB_SCHEMA = "lab.schema.json"
+
+
 def load_lab(path: str | Path) -> FakeKernelModel:
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise LabError(f"{path}: {e.strerror}") from None
-    return build_model(parse_lab_yaml(text, str(path)))
+    return build_model(parse_lab_yaml(text, str(path)), str(path))
 
 
 def parse_lab_yaml(text: str, source: str = "lab") -> dict[str, Any]:
@@ -108,41 +111,52 @@ def parse_lab_yaml(text: str, source: str = "lab") -> dict[str, Any]:
     return data
 
 
-def build_model(desc: Mapping[str, Any]) -> FakeKernelModel:
-    r = _Reader(desc, "lab")
-    r.only("boot_id", "host_path", "live_rename", "nics", "pfs", "devices", "namespaces", "links")
+def build_model(desc: Mapping[str, Any], source: str | None = None) -> FakeKernelModel:
+    """Build the model a description asks for; ``source`` (a file) prefixes any error.
+
+    The shape is fakekernel/schemas/lab.schema.json's; what refers to what (NIC
+    variants, namespaces, parents, masters) and what the kernel refuses is checked here.
+    """
+    schema = DocumentSchema.packaged("fakekernel", LAB_SCHEMA, root="lab")
+    problems = schema.problems(desc)
+    try:
+        if problems:
+            raise LabError("; ".join(p.line("lab") for p in problems))
+        return _build(_Section(desc, "lab"))
+    except LabError as e:
+        if source is None:
+            raise
+        raise LabError(f"{source}: {e}") from None
+
+
+def _build(lab: _Section) -> FakeKernelModel:
     model = FakeKernelModel(
-        r.get("boot_id", str, DEFAULT_BOOT_ID),
-        host_path=r.get("host_path", str, "/proc/1/ns/net"),
-        live_rename=r.get("live_rename", bool, False),
+        lab.get("boot_id", DEFAULT_BOOT_ID),
+        host_path=lab.get("host_path", "/proc/1/ns/net"),
+        live_rename=lab.get("live_rename", False),
     )
-    nics = {name: _nic(nr) for name, nr in r.mapping("nics")}
-    for i, ns_name in enumerate(r.get("namespaces", list, [])):
-        where = f"lab.namespaces[{i}]"
-        _kernel(f"{where}: {ns_name!r}", model.add_namespace, _str(ns_name, where))
-    for pr in r.items("pfs"):
-        _pf(model, pr, nics)
-    for dr in r.items("devices"):
-        _device(model, dr)
-    for lr in r.items("links"):
-        _link(model, lr)
+    nics = {name: _nic(section) for name, section in lab.mapping("nics")}
+    namespaces: list[str] = lab.get("namespaces", [])
+    for i, ns_name in enumerate(namespaces):
+        _kernel(f"lab.namespaces[{i}]: {ns_name!r}", model.add_namespace, ns_name)
+    for section in lab.items("pfs"):
+        _pf(model, section, nics)
+    for section in lab.items("devices"):
+        _device(model, section)
+    for section in lab.items("links"):
+        _link(model, section)
     return model
 
 
 # -- sections --------------------------------------------------------------------------
 
 
-def _nic(r: _Reader) -> dict[str, Any]:
-    r.only("capabilities", "max_mtu", "vf_offset", "vf_stride")
-    caps = [_str(c, f"{r.where}.capabilities") for c in r.get("capabilities", list, [])]
-    unknown = sorted(set(caps) - CAPABILITIES)
-    if unknown:
-        raise LabError(f"{r.where}.capabilities: unknown {unknown} (known: {sorted(CAPABILITIES)})")
+def _nic(r: _Section) -> dict[str, Any]:
     return {
-        "capabilities": caps,
-        "max_mtu": r.get("max_mtu", int, 9702),
-        "vf_offset": r.get("vf_offset", int, 128),
-        "vf_stride": r.get("vf_stride", int, 2),
+        "capabilities": r.get("capabilities", []),
+        "max_mtu": r.get("max_mtu", 9702),
+        "vf_offset": r.get("vf_offset", 128),
+        "vf_stride": r.get("vf_stride", 2),
     }
 
 
@@ -154,20 +168,16 @@ DEFAULT_NIC: dict[str, Any] = {
 }
 
 
-def _pf(model: FakeKernelModel, r: _Reader, nics: dict[str, dict[str, Any]]) -> None:
-    r.only("name", "pci", "mac", "mtu", "nic", "num_vfs", "vf_mtu", "up")
-    name = r.require("name", str)
+def _pf(model: FakeKernelModel, r: _Section, nics: dict[str, dict[str, Any]]) -> None:
+    name: str = r.data["name"]
     pci = _pci_of(r, name)
-    nic_name = r.get("nic", str, "")
+    nic_name = r.get("nic", "")
     if nic_name and nic_name not in nics:
         raise LabError(f"{r.where}.nic: no NIC variant {nic_name!r} (have: {sorted(nics)})")
     nic = nics[nic_name] if nic_name else DEFAULT_NIC
-    num_vfs = r.get("num_vfs", int, 0)
-    if not 0 <= num_vfs <= 256:
-        raise LabError(f"{r.where}.num_vfs: {num_vfs} is outside 0..256")
     rid = _rid(pci)
     vfs = []
-    for i in range(num_vfs):
+    for i in range(r.get("num_vfs", 0)):
         vf_rid = rid + nic["vf_offset"] + nic["vf_stride"] * i
         if vf_rid > 0xFFFF:
             raise LabError(f"{r.where}.num_vfs: VF {i} runs past the PCI bus range")
@@ -178,97 +188,72 @@ def _pf(model: FakeKernelModel, r: _Reader, nics: dict[str, dict[str, Any]]) -> 
         model.add_pf,
         name,
         pci_address=pci,
-        mac=r.get("mac", str, _mac_of(pci)),
+        mac=r.get("mac", _mac_of(pci)),
         capabilities=nic["capabilities"],
         vfs=vfs,
-        mtu=r.get("mtu", int, 1500),
+        mtu=r.get("mtu", 1500),
         max_mtu=nic["max_mtu"],
-        vf_mtu=r.get("vf_mtu", int, 1500),
+        vf_mtu=r.get("vf_mtu", 1500),
         vf_max_mtu=nic["max_mtu"],
     )
     _set_up(model, r, pf)
 
 
-def _device(model: FakeKernelModel, r: _Reader) -> None:
-    r.only("name", "pci", "mac", "mtu", "min_mtu", "max_mtu", "namespace", "up")
-    name = r.require("name", str)
+def _device(model: FakeKernelModel, r: _Section) -> None:
+    name: str = r.data["name"]
     pci = _pci_of(r, name)
     device = _kernel(
         r.where,
         model.add_device,
         name,
         pci_address=pci,
-        mac=r.get("mac", str, _mac_of(pci)),
-        mtu=r.get("mtu", int, 1500),
-        min_mtu=r.get("min_mtu", int, 68),
-        max_mtu=r.get("max_mtu", int, 9702),
+        mac=r.get("mac", _mac_of(pci)),
+        mtu=r.get("mtu", 1500),
+        min_mtu=r.get("min_mtu", 68),
+        max_mtu=r.get("max_mtu", 9702),
         ns=_ns(model, r, "namespace"),
     )
     _set_up(model, r, device)
 
 
-_LINK_KEYS = (
-    "kind",
-    "name",
-    "namespace",
-    "mtu",
-    "mac",
-    "alias",
-    "parent",
-    "parent_namespace",
-    "mode",
-    "vlan_id",
-    "vlan_protocol",
-    "peer_name",
-    "peer_namespace",
-    "bond",
-    "master",
-    "up",
-)
-
-
-def _link(model: FakeKernelModel, r: _Reader) -> None:
-    r.only(*_LINK_KEYS)
-    kind = r.require("kind", str)
-    if kind not in SETUP_MTU_BOUNDS:
-        raise LabError(f"{r.where}.kind: {kind!r} is not one of {sorted(SETUP_MTU_BOUNDS)}")
-    name = r.require("name", str)
+def _link(model: FakeKernelModel, r: _Section) -> None:
+    kind: LinkKind = r.data["kind"]  # one of the schema's kinds
+    name: str = r.data["name"]
     ns = _ns(model, r, "namespace") or model.host_namespace()
     parent_ns = _ns(model, r, "parent_namespace")
     parent = None
-    parent_name = r.get("parent", str, "")
+    parent_name = r.get("parent", "")
     if parent_name:
         found = model.get_link(parent_ns or ns, name=parent_name)
         if found is None:
             raise LabError(f"{r.where}.parent: no link {parent_name!r} in that namespace")
         parent = found.ifindex
     bond = None
-    if "bond" in r.data:
-        br = r.sub("bond")
-        br.only("mode", "miimon_ms", "updelay_ms", "downdelay_ms")
+    if r.get("bond", None) is not None:
+        br = r.section("bond")
         bond = BondInfo(
-            mode=br.get("mode", str, "balance-rr"),
-            miimon_ms=br.get("miimon_ms", int, 100),
-            updelay_ms=br.get("updelay_ms", int, 0),
-            downdelay_ms=br.get("downdelay_ms", int, 0),
+            mode=br.get("mode", "balance-rr"),
+            miimon_ms=br.get("miimon_ms", 100),
+            updelay_ms=br.get("updelay_ms", 0),
+            downdelay_ms=br.get("downdelay_ms", 0),
         )
     spec = LinkSpec(
-        kind=cast(LinkKind, kind),  # checked against the known kinds above
+        kind=kind,
         name=name,
-        mac=r.get("mac", str, "") or None,
-        mtu=r.get("mtu", int, 0) or None,
+        mac=r.get("mac", "") or None,
+        mtu=r.get("mtu", 0) or None,
         parent=parent,
         parent_ns=parent_ns,
-        alias=r.get("alias", str, "") or None,
+        alias=r.get("alias", "") or None,
         bond=bond,
-        vlan_id=r.get("vlan_id", int, -1) if "vlan_id" in r.data else None,
-        vlan_protocol=r.get("vlan_protocol", str, "802.1Q"),
-        mode=r.get("mode", str, "") or None,
-        peer_name=r.get("peer_name", str, "") or None,
+        vlan_id=r.get("vlan_id", -1) if "vlan_id" in r.data else None,
+        vlan_protocol=r.get("vlan_protocol", "802.1Q"),
+        mode=r.get("mode", "") or None,
+        peer_name=r.get("peer_name", "") or None,
         peer_ns=_ns(model, r, "peer_namespace"),
     )
     link = _kernel(r.where, model.create_link, ns, spec)
-    master_name = r.get("master", str, "")
+    master_name = r.get("master", "")
     if master_name:
         master = model.get_link(ns, name=master_name)
         if master is None:
@@ -437,8 +422,8 @@ class _MacSource:
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _set_up(model: FakeKernelModel, r: _Reader, link: Link) -> None:
-    if r.get("up", bool, False):
+def _set_up(model: FakeKernelModel, r: _Section, link: Link) -> None:
+    if r.get("up", False):
         _kernel(r.where, model.set_link, link.ns, link.ifindex, LinkChanges(up=True))
 
 
@@ -449,8 +434,8 @@ def _kernel(where: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         raise LabError(f"{where}: the kernel refused: {e.strerror}") from None
 
 
-def _ns(model: FakeKernelModel, r: _Reader, key: str) -> NsRef | None:
-    name = r.get(key, str, "")
+def _ns(model: FakeKernelModel, r: _Section, key: str) -> NsRef | None:
+    name = r.get(key, "")
     if not name:
         return None
     try:
@@ -459,8 +444,8 @@ def _ns(model: FakeKernelModel, r: _Reader, key: str) -> NsRef | None:
         raise LabError(f"{r.where}.{key}: namespace {name!r} is not in lab.namespaces") from None
 
 
-def _pci_of(r: _Reader, name: str) -> str:
-    pci = r.get("pci", str, "").lower()
+def _pci_of(r: _Section, name: str) -> str:
+    pci = r.get("pci", "").lower()
     if not pci:
         m = _PCI_NAME.match(name)
         if m is None:
@@ -492,49 +477,27 @@ def _mac_of(pci: str) -> str:
     return f"02:00:{int(domain, 16) & 0xFF:02x}:{bus}:{slot}:{int(fn):02x}"
 
 
-def _str(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise LabError(f"{where}: expected a string, got {value!r}")
-    return value
+class _Section:
+    """One mapping of a description that matched the schema, with its location for errors.
 
+    The schema has checked every type; a key that is absent or null takes the default.
+    """
 
-class _Reader:
-    """Typed access to one mapping of the description, with its location for errors."""
-
-    def __init__(self, data: object, where: str) -> None:
-        if not isinstance(data, Mapping):
-            raise LabError(f"{where}: expected a mapping, got {data!r}")
-        self.data: Mapping[str, Any] = data
+    def __init__(self, data: Mapping[str, Any], where: str) -> None:
+        self.data = data
         self.where = where
 
-    def only(self, *keys: str) -> None:
-        unknown = sorted(set(self.data) - set(keys))
-        if unknown:
-            raise LabError(f"{self.where}: unknown keys {unknown} (allowed: {sorted(keys)})")
+    def get(self, key: str, default: T) -> T:
+        value = self.data.get(key)
+        return default if value is None else cast(T, value)
 
-    def require(self, key: str, kind: type[T]) -> T:
-        if self.data.get(key) is None:
-            raise LabError(f"{self.where}.{key}: required")
-        return self._typed(key, kind)
+    def section(self, key: str) -> _Section:
+        return _Section(self.data[key], f"{self.where}.{key}")
 
-    def get(self, key: str, kind: type[T], default: T) -> T:
-        if self.data.get(key) is None:
-            return default
-        return self._typed(key, kind)
+    def items(self, key: str) -> list[_Section]:
+        entries: list[Mapping[str, Any]] = self.get(key, [])
+        return [_Section(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(entries)]
 
-    def _typed(self, key: str, kind: type[T]) -> T:
-        value = self.data[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise LabError(f"{self.where}.{key}: expected {kind.__name__}, got {value!r}")
-        return value
-
-    def sub(self, key: str) -> _Reader:
-        return _Reader(self.data[key], f"{self.where}.{key}")
-
-    def items(self, key: str) -> list[_Reader]:
-        entries = self.get(key, list, [])
-        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(entries)]
-
-    def mapping(self, key: str) -> list[tuple[str, _Reader]]:
-        section = self.get(key, dict, {})
-        return [(str(k), _Reader(v, f"{self.where}.{key}.{k}")) for k, v in section.items()]
+    def mapping(self, key: str) -> list[tuple[str, _Section]]:
+        section: Mapping[str, Mapping[str, Any]] = self.get(key, {})
+        return [(k, _Section(v, f"{self.where}.{key}.{k}")) for k, v in section.items()]

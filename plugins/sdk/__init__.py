@@ -13,9 +13,10 @@ from ._calls import (
     VFAllocation,
     check_interface_name,
 )
-from ._config import ConfigValidator, decode_into, parse_config_json
+from ._config import ConfigValidator, SchemaProblem, decode_into, json_path, parse_config_json
 from ._contracts import DEFAULT_BUNDLE_ROOT, Bundle, BundleStore
 from ._descriptor import Descriptor, DescriptorRef, PortSpec, Preparation
+from ._documents import DocumentError, DocumentSchema, load_service_config
 from ._errors import (
     Aborted,
     AlreadyExists,
@@ -119,6 +120,8 @@ __all__ = [
     "DataLoss",
     "Descriptor",
     "DescriptorRef",
+    "DocumentError",
+    "DocumentSchema",
     "EffectRef",
     "EffectSpec",
     "EffectState",
@@ -156,6 +159,7 @@ __all__ = [
     "Requirements",
     "ResourceHandle",
     "SandboxHandle",
+    "SchemaProblem",
     "SharedUnit",
     "Sharing",
     "StepKind",
@@ -171,6 +175,8 @@ __all__ = [
     "decode_into",
     "digest",
     "effect",
+    "json_path",
+    "load_service_config",
     "load_yaml_documents",
     "load_yaml_file",
     "load_yaml_mapping",

@@ -326,8 +326,9 @@ def _property_names(
     # like an unknown key.
     if not validator.is_type(instance, "object"):
         return
+    descend = cast(Any, validator).descend  # on every validator, not in the Protocol
     for key in instance:
-        yield from validator.descend(instance=key, schema=value, path=key)
+        yield from descend(instance=key, schema=value, path=key)
 
 
 _StrictValidator: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
@@ -457,7 +458,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
 
 def schema_problems(validator: Validator, value: object) -> tuple[SchemaProblem, ...]:
     """Every problem of ``value`` (bounded), the most explanatory first (see _precedence)."""
-    errors = itertools.islice(validator.iter_errors(value), _MAX_SCHEMA_ERRORS)
+    errors = itertools.islice(validator.iter_errors(cast(Any, value)), _MAX_SCHEMA_ERRORS)
     candidates = sorted({c for e in errors for c in _candidates(e)}, key=_precedence)
     return tuple(SchemaProblem(*candidate) for candidate in candidates)
 

@@ -9,6 +9,7 @@ contain or what PyYAML would silently resolve:
 * mapping keys that are not strings (``1: x`` or ``on: x`` would not survive JSON);
 * aliases (``*ref``) and merge keys (``<<``): a config is data, and aliases let a tiny
   file expand into a huge tree;
+* ``.nan`` and ``.inf``: JSON has no such numbers;
 * the non-JSON tags ``!!binary``, ``!!set``, ``!!omap``, ``!!pairs`` and ``!!timestamp``;
   an *untagged* date-like scalar such as ``2026-01-01`` stays a string.
 
@@ -17,12 +18,13 @@ Every refusal is a :class:`YAMLLoadError` naming the source, line and column (1-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from ._errors import InvalidArgument
 
@@ -106,6 +108,12 @@ class _StrictLoader(yaml.SafeLoader):
         tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
         return _STR if tag == _TIMESTAMP else tag
 
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise self._error(node, f"{node.value!r} is not a finite number (JSON has none)")
+        return value
+
     def construct_timestamp(self, node: Node) -> Any:
         raise self._error(node, "a !!timestamp is not allowed in a config file")
 
@@ -116,6 +124,7 @@ class _StrictLoader(yaml.SafeLoader):
         raise self._error(node, f"unknown tag {node.tag!r}")
 
 
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 _StrictLoader.add_constructor(_TIMESTAMP, _StrictLoader.construct_timestamp)
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_mapping)
 for _tag in _REFUSED_TAGS:

@@ -53,6 +53,8 @@ def test_duplicate_keys_at_any_depth_and_in_any_document(text: str, line: int) -
         ("a: !!set {x}\n", "a set"),
         ("a: !!timestamp 2026-01-01\n", "timestamp"),
         ("a: !custom 1\n", "unknown tag"),
+        ("a: .nan\n", "'.nan' is not a finite number"),
+        ("a: [1.0, -.inf]\n", "'-.inf' is not a finite number"),
         ("a: [1, 2\n", "expected ','"),
     ],
 )

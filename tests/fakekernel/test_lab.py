@@ -9,9 +9,17 @@ import pytest
 import yaml
 
 from fakekernel import DEFAULT_LAB, FakeKernelModel, LabError, build_model, load_lab
-from fakekernel.lab import parse_lab_yaml, plant_pod_interface, randomize_start_state
+from fakekernel._links import SETUP_MTU_BOUNDS
+from fakekernel._vfs import CAPABILITIES
+from fakekernel.lab import (
+    LAB_SCHEMA,
+    parse_lab_yaml,
+    plant_pod_interface,
+    randomize_start_state,
+)
 from fakekernel.model import diff
 from plugins.kernel import VFConfig
+from plugins.sdk import DocumentSchema
 
 from .helpers import link
 
@@ -84,21 +92,33 @@ def test_foreign_links_namespaces_and_options() -> None:
 @pytest.mark.parametrize(
     ("desc", "message"),
     [
-        ({"pfss": []}, "lab: unknown keys ['pfss']"),
-        ({"pfs": [{"num_vfs": 2}]}, "lab.pfs[0].name: required"),
+        ({"pfss": []}, "lab.pfss: unknown key 'pfss' [unknown-key]"),
+        ({"pfs": [{"num_vfs": 2}]}, "lab.pfs[0].name: missing required field 'name' [required]"),
         ({"pfs": [{"name": "eth0"}]}, "lab.pfs[0].pci: required, 'eth0' does not encode"),
         ({"pfs": [{"name": "p", "pci": "3:0.0"}]}, "lab.pfs[0].pci: '3:0.0' is not DDDD:BB:SS.F"),
-        ({"pfs": [{"name": "enp3s0f0", "num_vfs": "4"}]}, "lab.pfs[0].num_vfs: expected int"),
-        ({"pfs": [{"name": "enp3s0f0", "num_vfs": True}]}, "lab.pfs[0].num_vfs: expected int"),
-        ({"pfs": [{"name": "enp3s0f0", "num_vfs": 999}]}, "outside 0..256"),
+        (
+            {"pfs": [{"name": "enp3s0f0", "num_vfs": "4"}]},
+            'lab.pfs[0].num_vfs: must be of type integer or null, got string "4" [type]',
+        ),
+        (
+            {"pfs": [{"name": "enp3s0f0", "num_vfs": True}]},
+            "lab.pfs[0].num_vfs: must be of type integer or null, got boolean true [type]",
+        ),
+        ({"pfs": [{"name": "enp3s0f0", "num_vfs": 999}]}, "lab.pfs[0].num_vfs: must be <= 256"),
         ({"pfs": [{"name": "enp3s0f0", "nic": "x"}]}, "lab.pfs[0].nic: no NIC variant 'x'"),
-        ({"nics": {"x": {"capabilities": ["warp"]}}}, "lab.nics.x.capabilities: unknown ['warp']"),
+        (
+            {"nics": {"x": {"capabilities": ["warp"]}}},
+            'lab.nics.x.capabilities[0]: must be one of ["link_state", ',
+        ),
         (
             {"pfs": [{"name": "enp3s0f0"}, {"name": "enp3s0f0", "pci": "0000:09:00.0"}]},
             "lab.pfs[1]: the kernel refused: EEXIST",
         ),
         ({"devices": [{"name": "enp3s0f0", "mtu": 99999}]}, "lab.devices[0]: the kernel refused"),
-        ({"links": [{"kind": "tun", "name": "t"}]}, "lab.links[0].kind: 'tun' is not one of"),
+        (
+            {"links": [{"kind": "tun", "name": "t"}]},
+            'lab.links[0].kind: must be one of ["bond", "bridge", "dummy", ',
+        ),
         (
             {"links": [{"kind": "vlan", "name": "v", "parent": "x"}]},
             "lab.links[0].parent: no link",
@@ -106,7 +126,7 @@ def test_foreign_links_namespaces_and_options() -> None:
         ({"links": [{"kind": "dummy", "name": "d", "namespace": "x"}]}, "namespace 'x' is not"),
         ({"links": [{"kind": "vlan", "name": "v"}]}, "lab.links[0]: the kernel refused: EINVAL"),
         ({"links": [{"kind": "dummy", "name": "d", "master": "x"}]}, "lab.links[0].master"),
-        ({"links": ["dummy"]}, "lab.links[0]: expected a mapping"),
+        ({"links": ["dummy"]}, "lab.links[0]: must be of type object, got string"),
         ({"namespaces": ["a/b"]}, "lab.namespaces[0]: 'a/b': the kernel refused: EINVAL"),
     ],
 )
@@ -114,6 +134,38 @@ def test_invalid_labs_say_where_and_why(desc: dict[str, Any], message: str) -> N
     with pytest.raises(LabError) as info:
         build_model(desc)
     assert message in str(info.value)
+
+
+def test_every_shape_problem_is_reported_at_once_one_line_each() -> None:
+    with pytest.raises(LabError) as info:
+        build_model({"pfs": [{"name": 3, "bogus": 1}], "links": [{"kind": "dummy"}]})
+    assert str(info.value).split("; ") == [
+        "lab.pfs[0].bogus: unknown key 'bogus' [unknown-key]",
+        "lab.links[0].name: missing required field 'name' [required]",
+        "lab.pfs[0].name: must be of type string, got integer 3 [type]",
+    ]
+
+
+def test_a_lab_file_error_names_the_file_and_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text("pfs:\n  - {name: enp3s0f0, num_vfs: many}\n")
+    with pytest.raises(LabError) as info:
+        load_lab(path)
+    assert str(info.value) == (
+        f'{path}: lab.pfs[0].num_vfs: must be of type integer or null, got string "many" [type]'
+    )
+    path.write_text("links: [{kind: vlan, name: v, parent: x}]\n")
+    with pytest.raises(LabError, match=f"^{path}: lab.links\\[0\\].parent: no link 'x'"):
+        load_lab(path)
+
+
+def test_the_schema_lists_what_the_fake_kernel_knows() -> None:
+    """The schema repeats two sets of the fake kernel (JSON cannot import them)."""
+    schema = DocumentSchema.packaged("fakekernel", LAB_SCHEMA).schema
+    definitions = schema["$defs"]
+    nic_caps = definitions["nic"]["properties"]["capabilities"]["items"]["enum"]
+    assert set(nic_caps) == CAPABILITIES
+    assert set(definitions["link"]["properties"]["kind"]["enum"]) == set(SETUP_MTU_BOUNDS)
 
 
 def test_yaml_problems(tmp_path: Path) -> None:
