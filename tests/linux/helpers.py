@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 
 from plugins.kernel.linux._decode import decode_link_msg
-from plugins.kernel.linux._messages import RTM_DELLINK, RTM_NEWLINK
 from plugins.kernel.linux._nsfs import open_netns, run_in_netns
+from plugins.kernel.linux._wire import RTM_DELLINK, RTM_NEWLINK
 
 RTMGRP_LINK = 0x1
 _HDR = struct.Struct("=IHHII")

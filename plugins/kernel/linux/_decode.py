@@ -11,7 +11,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from .._types import BondInfo, Link, LinkKind, NsRef, VFConfig
-from ._messages import IFF_UP
+from ._wire import IFF_UP
 
 KINDS: frozenset[str] = frozenset({"veth", "dummy", "bond", "vlan", "macvlan", "ipvlan", "bridge"})
 STACKED = frozenset({"vlan", "macvlan", "ipvlan"})  # IFLA_LINK names the lower device

@@ -43,13 +43,12 @@ from types import TracebackType
 from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from plugins.sdk import NamespaceHandle
 
 from .._protocol import Kernel
 from .._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
-from . import _messages as m
+from . import _wire as w
 from ._decode import (
     BOND_MODES,
     IPVLAN_MODES,
@@ -57,12 +56,13 @@ from ._decode import (
     STACKED,
     VF_LINK_STATES,
     VLAN_PROTOCOLS,
+    decode_link_msg,
+    decode_nsid,
     pci_address_of,
     to_link,
     to_vfs,
 )
 from ._errors import kernel_errors, netlink_error, translated
-from ._messages import link_request, nested
 from ._nsfs import (
     Identity,
     current_thread_identity,
@@ -73,7 +73,6 @@ from ._nsfs import (
     run_in_netns,
     stat_identity,
 )
-from ._rtnl import Rtnl
 
 __all__ = ["DEFAULT_NAMESPACE_DIRS", "PROC_DIR", "UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
 
@@ -96,7 +95,7 @@ class _Namespace:
     key: Identity
     fd: int
     paths: list[str]
-    sock: Rtnl | None = None
+    sock: w.RtnlSocket | None = None
     nsids: dict[int, Identity] = field(default_factory=dict)  # nsid seen from here -> ns
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
@@ -133,7 +132,7 @@ def _borrow_fd(space: _Namespace) -> Iterator[int]:
 
 def _new_rtnl_socket() -> socket.socket:
     return socket.socket(
-        socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+        socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
     )
 
 
@@ -269,8 +268,9 @@ class LinuxKernel:
     @translated
     def list_links(self, ns: NsRef) -> list[Link]:
         space = self._resolve(ns)
-        replies = self._request(space, m.RTM_GETLINK, m.NLM_F_DUMP, _dump_links())
-        links = [self._link(space, ns, r) for r in replies]
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
+        replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
+        links = [self._link(space, ns, decode_link_msg(r)) for r in replies]
         return sorted(links, key=lambda lk: lk.ifindex)
 
     @translated
@@ -292,14 +292,16 @@ class LinuxKernel:
             host = self._spaces.get((self._host.device, self._host.inode))
             spaces = [host] if host is not None else []
             spaces += [s for s in self._spaces.values() if s is not host]
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
         for space in spaces:
             try:
-                replies = self._request(space, m.RTM_GETLINK, m.NLM_F_DUMP, _dump_links())
+                replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
             except NetlinkError as exc:
                 if exc.code == errno.ENOENT and space.closed:
                     continue  # dropped meanwhile: its mount is gone
                 raise
-            for msg in replies:
+            for reply in replies:
+                msg = decode_link_msg(reply)
                 if pci_address_of(msg) == pci:
                     ref = self._host if space is host else self._ref_of(space, space.paths[0])
                     return self._link(space, ref, msg)
@@ -320,7 +322,7 @@ class LinuxKernel:
             # RTM_NEWLINK ignores IFLA_IFALIAS: the marker is a second message.
             index = int(created["index"])
             try:
-                self._setlink(target, index, [("IFLA_IFALIAS", spec.alias)])
+                self._setlink(target, index, [w.nla_raw_str(w.IFLA_IFALIAS, spec.alias)])
             except BaseException:
                 self._delete_quietly(target, index)
                 raise
@@ -331,42 +333,42 @@ class LinuxKernel:
 
     def _newlink(self, target: _Namespace, spec: LinkSpec, fd_of: _FdOf) -> None:
         """The one RTM_NEWLINK message that creates ``spec`` in ``target``."""
-        via, extra = target, []
+        via, extra = target, b""
         if spec.kind in STACKED and spec.parent_ns is not None:
             parent_space = self._resolve(spec.parent_ns)
             if parent_space is not target:
                 # Sent in the parent's namespace, where IFLA_LINK is looked up; the child
                 # is registered directly in the target namespace.
-                via, extra = parent_space, [("IFLA_NET_NS_FD", fd_of(target))]
-        attrs: list[tuple[str, Any]] = [("IFLA_IFNAME", spec.name)]
+                via, extra = parent_space, w.nla_u32(w.IFLA_NET_NS_FD, fd_of(target))
+        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)]
         if spec.mac is not None:
-            attrs.append(("IFLA_ADDRESS", m.parse_mac(spec.mac)))
+            attrs.append(w.nla_mac(w.IFLA_ADDRESS, spec.mac))
         if spec.mtu is not None:
-            attrs.append(("IFLA_MTU", _u32(spec.mtu, "mtu")))
+            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(spec.mtu, "mtu")))
         if spec.kind in STACKED and spec.parent is not None:
-            attrs.append(("IFLA_LINK", _u32(spec.parent, "parent")))
-        attrs.append(("IFLA_LINKINFO", self._linkinfo(target, spec, fd_of)))
-        flags = m.NLM_F_CREATE | m.NLM_F_EXCL | m.NLM_F_ACK
-        self._request(via, m.RTM_NEWLINK, flags, link_request(0, attrs + extra))
+            attrs.append(w.nla_u32(w.IFLA_LINK, _u32(spec.parent, "parent")))
+        attrs.append(w.nest(w.IFLA_LINKINFO, self._linkinfo(target, spec, fd_of)))
+        body = w.ifinfomsg() + b"".join(attrs) + extra
+        self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
 
     @translated
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
         space = self._resolve(ns)
-        attrs: list[tuple[str, Any]] = []
+        attrs: list[bytes] = []
         if changes.mac is not None:
-            attrs.append(("IFLA_ADDRESS", m.parse_mac(changes.mac)))
+            attrs.append(w.nla_mac(w.IFLA_ADDRESS, changes.mac))
         if changes.mtu is not None:
-            attrs.append(("IFLA_MTU", _u32(changes.mtu, "mtu")))
+            attrs.append(w.nla_u32(w.IFLA_MTU, _u32(changes.mtu, "mtu")))
         if changes.name is not None:
-            attrs.append(("IFLA_IFNAME", changes.name))
+            attrs.append(w.nla_str(w.IFLA_IFNAME, changes.name))
         if changes.alias is not None:
-            attrs.append(("IFLA_IFALIAS", changes.alias))  # "" clears it (see _messages)
+            attrs.append(w.nla_raw_str(w.IFLA_IFALIAS, changes.alias))
         if changes.master is not None:
-            attrs.append(("IFLA_MASTER", _u32(changes.master, "master")))
+            attrs.append(w.nla_u32(w.IFLA_MASTER, _u32(changes.master, "master")))
         flags = change = 0
         if changes.up is not None:
-            change = m.IFF_UP
-            flags = m.IFF_UP if changes.up else 0
+            change = w.IFF_UP
+            flags = w.IFF_UP if changes.up else 0
         self._setlink(space, ifindex, attrs, flags=flags, change=change)
         msg = self._get_msg(space, ifindex=ifindex)
         if msg is None:
@@ -386,9 +388,9 @@ class LinuxKernel:
                 raise netlink_error(errno.ENODEV, f"no link with ifindex {ifindex}")
             name = str(current.get_attr("IFLA_IFNAME"))
         with _borrow_fd(dst) as dst_fd:
-            attrs: list[tuple[str, Any]] = [("IFLA_NET_NS_FD", dst_fd)]
+            attrs = [w.nla_u32(w.IFLA_NET_NS_FD, dst_fd)]
             if new_name is not None:
-                attrs.append(("IFLA_IFNAME", new_name))
+                attrs.append(w.nla_str(w.IFLA_IFNAME, new_name))
             self._setlink(src, ifindex, attrs)
         moved = self._get_msg(dst, name=name)
         if moved is None:
@@ -398,7 +400,7 @@ class LinuxKernel:
     @translated
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         space = self._resolve(ns)
-        self._request(space, m.RTM_DELLINK, m.NLM_F_ACK, link_request(_s32(ifindex)))
+        self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(_s32(ifindex)))
 
     # -- Kernel: VFs -----------------------------------------------------------------------
 
@@ -411,7 +413,7 @@ class LinuxKernel:
     def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
         space = self._resolve(ns)
         vf = _u32(vf_index, "vf index")
-        parts: list[tuple[str, Any]] = []
+        parts: list[bytes] = []
         current: VFConfig | None = None
 
         def now() -> VFConfig:
@@ -422,7 +424,7 @@ class LinuxKernel:
             return current
 
         if changes.mac is not None:
-            parts.append(("IFLA_VF_MAC", {"vf": vf, "mac": m.parse_mac(changes.mac)}))
+            parts.append(w.nla(w.IFLA_VF_MAC, w.vf_mac(vf, changes.mac)))
         if changes.vlan is not None or changes.qos is not None or changes.vlan_proto is not None:
             proto_name = changes.vlan_proto or now().vlan_proto
             proto = VLAN_PROTOCOLS.get(proto_name)
@@ -430,27 +432,23 @@ class LinuxKernel:
                 raise netlink_error(errno.EPROTONOSUPPORT, f"VF vlan protocol {proto_name!r}")
             vlan = now().vlan if changes.vlan is None else changes.vlan
             qos = now().qos if changes.qos is None else changes.qos
-            info = {"vf": vf, "vlan": _u32(vlan, "vlan"), "qos": _u32(qos, "qos"), "proto": proto}
-            parts.append(("IFLA_VF_VLAN_LIST", nested(("IFLA_VF_VLAN_INFO", info))))
+            info = w.vf_vlan_info(vf, _u32(vlan, "vlan"), _u32(qos, "qos"), proto)
+            parts.append(w.nest(w.IFLA_VF_VLAN_LIST, [w.nla(w.IFLA_VF_VLAN_INFO, info)]))
         if changes.min_tx_rate is not None or changes.max_tx_rate is not None:
             lo = changes.min_tx_rate if changes.min_tx_rate is not None else now().min_tx_rate
             hi = changes.max_tx_rate if changes.max_tx_rate is not None else now().max_tx_rate
-            rates = {
-                "vf": vf,
-                "min_tx_rate": _u32(lo or 0, "min_tx_rate"),
-                "max_tx_rate": _u32(hi or 0, "max_tx_rate"),
-            }
-            parts.append(("IFLA_VF_RATE", rates))
+            rates = w.vf_struct(vf, _u32(lo or 0, "min_tx_rate"), _u32(hi or 0, "max_tx_rate"))
+            parts.append(w.nla(w.IFLA_VF_RATE, rates))
         if changes.spoofchk is not None:
-            parts.append(("IFLA_VF_SPOOFCHK", {"vf": vf, "spoofchk": int(changes.spoofchk)}))
+            parts.append(w.nla(w.IFLA_VF_SPOOFCHK, w.vf_struct(vf, int(changes.spoofchk))))
         if changes.link_state is not None:
             state = VF_LINK_STATES.get(changes.link_state)
             if state is None:
                 raise netlink_error(errno.EINVAL, f"VF link state {changes.link_state!r}")
-            parts.append(("IFLA_VF_LINK_STATE", {"vf": vf, "link_state": state}))
+            parts.append(w.nla(w.IFLA_VF_LINK_STATE, w.vf_struct(vf, state)))
         if changes.trust is not None:
-            parts.append(("IFLA_VF_TRUST", {"vf": vf, "trust": int(changes.trust)}))
-        vfinfo = ("IFLA_VFINFO_LIST", nested(("IFLA_VF_INFO", nested(*parts))))
+            parts.append(w.nla(w.IFLA_VF_TRUST, w.vf_struct(vf, int(changes.trust))))
+        vfinfo = w.nest(w.IFLA_VFINFO_LIST, [w.nest(w.IFLA_VF_INFO, parts)])
         self._setlink(space, pf_ifindex, [vfinfo])
 
     # -- namespaces: registry, verification, sockets --------------------------------------
@@ -532,7 +530,7 @@ class LinuxKernel:
             for nsid in [i for i, k in space.nsids.items() if k in keys]:
                 del space.nsids[nsid]
 
-    def _socket(self, space: _Namespace) -> Rtnl:
+    def _socket(self, space: _Namespace) -> w.RtnlSocket:
         with space.lock:
             if space.closed:
                 raise netlink_error(errno.ENOENT, f"namespace {space.key} was released")
@@ -541,11 +539,11 @@ class LinuxKernel:
                     raw = _new_rtnl_socket()
                 else:
                     raw = run_in_netns(space.fd, _new_rtnl_socket, cleanup=socket.socket.close)
-                space.sock = Rtnl(raw)
+                space.sock = w.RtnlSocket(raw)
             return space.sock
 
-    def _request(self, space: _Namespace, msg_type: int, flags: int, msg: Any) -> list[Any]:
-        return self._socket(space).request(msg, msg_type, flags)
+    def _request(self, space: _Namespace, msg_type: int, flags: int, body: bytes) -> list[bytes]:
+        return self._socket(space).request(msg_type, flags, body)
 
     def _ref_of(self, space: _Namespace, path: str) -> NsRef:
         return NsRef(device=space.key[0], inode=space.key[1], boot_id=self._boot_id, path=path)
@@ -559,14 +557,13 @@ class LinuxKernel:
             for other in others:
                 try:
                     with _borrow_fd(other) as other_fd:
-                        query = nsidmsg()
-                        query["attrs"] = [("NETNSA_FD", other_fd)]
-                        replies = self._request(space, m.RTM_GETNSID, 0, query)
+                        body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other_fd)
+                        replies = self._request(space, w.RTM_GETNSID, 0, body)
                 except NetlinkError as exc:
                     if exc.code == errno.ENOENT and other.closed:
                         continue  # dropped meanwhile: its mount is gone
                     raise
-                found = _int(replies[0].get_attr("NETNSA_NSID")) if replies else None
+                found = decode_nsid(replies[0]) if replies else None
                 if found is None or found in _NSID_UNASSIGNED:
                     continue
                 with self._lock:
@@ -598,70 +595,68 @@ class LinuxKernel:
         *,
         name: str | None = None,
         ifindex: int | None = None,
-        ext_mask: int = m.RTEXT_FILTER_SKIP_STATS,
+        ext_mask: int = w.RTEXT_FILTER_SKIP_STATS,
     ) -> Any | None:
         """RTM_GETLINK of one link; None when it does not exist."""
-        attrs: list[tuple[str, Any]] = [("IFLA_EXT_MASK", ext_mask)]
+        attrs = w.nla_u32(w.IFLA_EXT_MASK, ext_mask)
         if name is not None:
             if not name or len(name.encode()) >= IFNAMSIZ:
                 return None  # no link can have this name
-            attrs.append(("IFLA_IFNAME", name))
+            attrs += w.nla_str(w.IFLA_IFNAME, name)
         index = ifindex if ifindex is not None else 0
         if not 0 < index <= 0x7FFFFFFF and name is None:
             return None  # ifindexes are positive s32
         try:
-            # A GET without NLM_F_ACK ends at its one answer (or its error): with an
-            # ack, pyroute2 would stop at the answer and leave the ack in the socket.
-            replies = self._request(space, m.RTM_GETLINK, 0, link_request(index, attrs))
+            replies = self._request(space, w.RTM_GETLINK, 0, w.ifinfomsg(index) + attrs)
         except NetlinkError as exc:
             if exc.code == errno.ENODEV:
                 return None
             raise
-        return replies[0] if replies else None
+        return decode_link_msg(replies[0]) if replies else None
 
     def _setlink(
         self,
         space: _Namespace,
         ifindex: int,
-        attrs: list[tuple[str, Any]],
+        attrs: list[bytes],
         *,
         flags: int = 0,
         change: int = 0,
     ) -> None:
-        msg = link_request(_s32(ifindex), attrs, flags=flags, change=change)
-        self._request(space, m.RTM_SETLINK, m.NLM_F_ACK, msg)
+        body = w.ifinfomsg(_s32(ifindex), flags, change) + b"".join(attrs)
+        self._request(space, w.RTM_SETLINK, 0, body)
 
     def _delete_quietly(self, space: _Namespace, ifindex: int) -> None:
         # The caller raises the error that made us clean up, not this one.
         with contextlib.suppress(NetlinkError, OSError):
-            self._request(space, m.RTM_DELLINK, m.NLM_F_ACK, link_request(ifindex))
+            self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(ifindex))
 
-    def _linkinfo(self, target: _Namespace, spec: LinkSpec, fd_of: _FdOf) -> dict[str, Any]:
-        info: list[tuple[str, Any]] = [("IFLA_INFO_KIND", spec.kind)]
-        data: list[tuple[str, Any]] = []
+    def _linkinfo(self, target: _Namespace, spec: LinkSpec, fd_of: _FdOf) -> list[bytes]:
+        info = [w.nla_str(w.IFLA_INFO_KIND, spec.kind)]
+        data: list[bytes] = []
         if spec.kind == "veth":
-            peer: list[tuple[str, Any]] = []  # an ifinfomsg (all zero) and attributes
+            peer = [w.ifinfomsg()]
             if spec.peer_name is not None:
-                peer.append(("IFLA_IFNAME", spec.peer_name))
+                peer.append(w.nla_str(w.IFLA_IFNAME, spec.peer_name))
             if spec.peer_ns is not None:
                 peer_space = self._resolve(spec.peer_ns)
                 if peer_space is not target:
-                    peer.append(("IFLA_NET_NS_FD", fd_of(peer_space)))
-            data.append(("VETH_INFO_PEER", nested(*peer)))
+                    peer.append(w.nla_u32(w.IFLA_NET_NS_FD, fd_of(peer_space)))
+            data.append(w.nla(w.VETH_INFO_PEER, b"".join(peer)))
         elif spec.kind == "macvlan" and spec.mode is not None:
-            data.append(("IFLA_MACVLAN_MODE", _mode(MACVLAN_MODES, spec)))
+            data.append(w.nla_u32(w.IFLA_MACVLAN_MODE, _mode(MACVLAN_MODES, spec)))
         elif spec.kind == "ipvlan" and spec.mode is not None:
-            data.append(("IFLA_IPVLAN_MODE", _mode(IPVLAN_MODES, spec)))
+            data.append(w.nla_u16(w.IFLA_IPVLAN_MODE, _mode(IPVLAN_MODES, spec)))
         elif spec.kind == "vlan":
             data.extend(_vlan_data(spec))
         elif spec.kind == "bond" and spec.bond is not None:
             data.extend(_bond_data(spec))
         if data:
-            info.append(("IFLA_INFO_DATA", nested(*data)))
-        return nested(*info)
+            info.append(w.nest(w.IFLA_INFO_DATA, data))
+        return info
 
     def _vfs(self, space: _Namespace, pf_ifindex: int) -> list[VFConfig]:
-        mask = m.RTEXT_FILTER_VF | m.RTEXT_FILTER_SKIP_STATS
+        mask = w.RTEXT_FILTER_VF | w.RTEXT_FILTER_SKIP_STATS
         msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask)
         if msg is None:
             raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
@@ -686,14 +681,6 @@ def _process_netns_paths(proc_dir: str) -> list[str]:
     return [os.path.join(proc_dir, pid, "ns", "net") for pid in pids]
 
 
-def _dump_links() -> Any:
-    return link_request(0, [("IFLA_EXT_MASK", m.RTEXT_FILTER_SKIP_STATS)])
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
 # -- encoding checks the kernel would make, for values that cannot even be encoded -------
 
 
@@ -716,31 +703,31 @@ def _mode(table: dict[str, int], spec: LinkSpec) -> int:
     return mode
 
 
-def _vlan_data(spec: LinkSpec) -> list[tuple[str, Any]]:
+def _vlan_data(spec: LinkSpec) -> list[bytes]:
     proto = VLAN_PROTOCOLS.get(spec.vlan_protocol)
     if proto is None:  # vlan_validate
         raise netlink_error(errno.EPROTONOSUPPORT, f"vlan protocol {spec.vlan_protocol!r}")
-    data: list[tuple[str, Any]] = [("IFLA_VLAN_PROTOCOL", proto)]  # pyroute2: big-endian
+    data = [w.nla_be16(w.IFLA_VLAN_PROTOCOL, proto)]
     if spec.vlan_id is not None:
         if not 0 <= spec.vlan_id <= 0xFFFF:
             raise netlink_error(errno.ERANGE, f"invalid vlan id {spec.vlan_id}")
-        data.insert(0, ("IFLA_VLAN_ID", spec.vlan_id))
+        data.insert(0, w.nla_u16(w.IFLA_VLAN_ID, spec.vlan_id))
     return data
 
 
-def _bond_data(spec: LinkSpec) -> list[tuple[str, Any]]:
+def _bond_data(spec: LinkSpec) -> list[bytes]:
     bond = spec.bond
     assert bond is not None
     if bond.mode not in BOND_MODES:
         raise netlink_error(errno.EINVAL, f"bond mode {bond.mode!r}")
-    data: list[tuple[str, Any]] = [
-        ("IFLA_BOND_MODE", BOND_MODES.index(bond.mode)),
-        ("IFLA_BOND_MIIMON", _u32(bond.miimon_ms, "miimon")),
+    data = [
+        w.nla_u8(w.IFLA_BOND_MODE, BOND_MODES.index(bond.mode)),
+        w.nla_u32(w.IFLA_BOND_MIIMON, _u32(bond.miimon_ms, "miimon")),
     ]
     if bond.updelay_ms:
-        data.append(("IFLA_BOND_UPDELAY", _u32(bond.updelay_ms, "updelay")))
+        data.append(w.nla_u32(w.IFLA_BOND_UPDELAY, _u32(bond.updelay_ms, "updelay")))
     if bond.downdelay_ms:
-        data.append(("IFLA_BOND_DOWNDELAY", _u32(bond.downdelay_ms, "downdelay")))
+        data.append(w.nla_u32(w.IFLA_BOND_DOWNDELAY, _u32(bond.downdelay_ms, "downdelay")))
     return data
 
 
