@@ -18,6 +18,7 @@ Shape, with the field names of the manifest::
         compatibility:                        # who may coexist on the same scope
           - {scope: interface, domain: interface-mode, groups: [macvlan]}
 
+The shape is ``plugins/coordinator/schemas/device-exposure-policy.schema.json``.
 Capacity names are local to the driver domain ``dra.networking``: ``macvlans`` here is
 ``dra.networking/macvlans`` in a topology's ``capacityRequests``. Parsing also checks the
 policy against itself: consumed capacities exist, quantities respect the request policy
@@ -31,23 +32,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
-from ._topology import Selector, read_header, read_metadata, read_selector
+from ._topology import Selector, read_metadata
 from ._yaml import (
-    DNS_LABEL,
     FieldProblem,
-    Fields,
     ManifestError,
     Problems,
+    check_shape,
     child_path,
     load_yaml_file,
-    parse_quantity,
 )
 
 __all__ = [
-    "ACTIONS",
-    "COMPATIBILITY_SCOPES",
     "DRIVER_DOMAIN",
+    "POLICY_SCHEMA",
     "CapacitySpec",
     "CompatibilityRule",
     "DeviceExposurePolicy",
@@ -60,9 +59,6 @@ __all__ = [
 ]
 
 DRIVER_DOMAIN = "dra.networking"
-ACTIONS = ("expose",)
-COMPATIBILITY_SCOPES = ("interface", "device")
-_SUFFIX = DNS_LABEL  # "-macvlan" is not a label on its own; checked with a leading "x"
 
 
 def qualify(capacity: str) -> str:
@@ -145,57 +141,49 @@ class DeviceExposurePolicy:
 
 # --- parsing ---------------------------------------------------------------------------
 
+POLICY_SCHEMA = "device-exposure-policy.schema.json"
 
-def _read_capacity(problems: Problems, exposure: Fields) -> dict[str, CapacitySpec]:
-    view = exposure.mapping("capacity", required=False)
+
+def _read_capacity(exposure: Mapping[str, Any]) -> dict[str, CapacitySpec]:
     out: dict[str, CapacitySpec] = {}
-    for name, value in view.data.items():
-        path = view.at(name)
-        if not DNS_LABEL.match(name):
-            problems.add(path, f"{name!r} is not a valid capacity name (DNS label)")
-            continue
-        spec = Fields(problems, path, value)
-        spec.only("value", "requestPolicy")
-        total = parse_quantity(problems, spec.at("value"), spec.data.get("value", ""))
+    for name, spec in exposure.get("capacity", {}).items():
         policy = None
-        if spec.has("requestPolicy"):
-            rp = spec.mapping("requestPolicy")
-            rp.only("default", "validValues")
-            default = None
-            if rp.has("default"):
-                default = parse_quantity(problems, rp.at("default"), rp.data["default"])
-            valid = tuple(
-                parse_quantity(problems, child_path(rp.at("validValues"), i), v)
-                for i, v in enumerate(rp.items("validValues", required=False))
-            )
-            if default and valid and default not in valid:
-                problems.add(rp.at("default"), f"{default!r} is not one of validValues")
-            policy = RequestPolicy(default, valid)
-        out[name] = CapacitySpec(total, policy)
+        if "requestPolicy" in spec:
+            rp = spec["requestPolicy"]
+            default = str(rp["default"]) if "default" in rp else None
+            policy = RequestPolicy(default, tuple(str(v) for v in rp.get("validValues", ())))
+        out[name] = CapacitySpec(str(spec["value"]), policy)
     return out
 
 
+def _check_capacity(problems: Problems, path: str, capacity: Mapping[str, CapacitySpec]) -> None:
+    for name, spec in capacity.items():
+        rp = spec.request_policy
+        if rp is not None and rp.default and rp.valid_values and rp.default not in rp.valid_values:
+            at = child_path(child_path(child_path(path, name), "requestPolicy"), "default")
+            problems.add(at, f"{rp.default!r} is not one of validValues")
+
+
 def _read_plugins(
-    problems: Problems, exposure: Fields, capacity: Mapping[str, CapacitySpec], shared: bool
+    problems: Problems,
+    path: str,
+    entries: Sequence[Mapping[str, Any]],
+    capacity: Mapping[str, CapacitySpec],
+    shared: bool,
 ) -> tuple[SupportedPlugin, ...]:
-    path = exposure.at("supportedNetworkPlugins")
     plugins: list[SupportedPlugin] = []
-    for index, item in enumerate(exposure.items("supportedNetworkPlugins")):
-        entry = Fields(problems, child_path(path, index), item)
-        entry.only("name", "consumePerAllocation")
-        name = entry.string("name", pattern=DNS_LABEL, what="plugin name")
-        if name and any(p.name == name for p in plugins):
-            problems.add(entry.at("name"), f"plugin {name!r} is listed twice")
-        consume_view = entry.mapping("consumePerAllocation", required=False)
-        consume: dict[str, str] = {}
-        for cap, value in consume_view.data.items():
-            at = consume_view.at(cap)
-            quantity = parse_quantity(problems, at, value)
-            consume[cap] = quantity
-            _check_consumption(problems, at, cap, quantity, capacity.get(cap))
-        if shared and not consume and entry.valid:
+    for index, entry in enumerate(entries):
+        at = child_path(path, index)
+        name = entry["name"]
+        if any(p.name == name for p in plugins):
+            problems.add(child_path(at, "name"), f"plugin {name!r} is listed twice")
+        consume = {cap: str(q) for cap, q in entry.get("consumePerAllocation", {}).items()}
+        for cap, quantity in consume.items():
+            where = child_path(child_path(at, "consumePerAllocation"), cap)
+            _check_consumption(problems, where, cap, quantity, capacity.get(cap))
+        if shared and not consume:
             problems.add(
-                entry.at("consumePerAllocation"),
+                child_path(at, "consumePerAllocation"),
                 "a device that allows multiple allocations must consume capacity per allocation",
             )
         plugins.append(SupportedPlugin(name, consume))
@@ -208,8 +196,6 @@ def _check_consumption(
     if spec is None:
         problems.add(path, f"capacity {cap!r} is not declared in exposure.capacity")
         return
-    if not quantity or not spec.value:
-        return
     if quantity == "0":
         problems.add(path, "an allocation must consume at least 1")
     elif int(quantity) > int(spec.value):
@@ -219,50 +205,47 @@ def _check_consumption(
         problems.add(path, f"{quantity!r} is not one of the requestPolicy validValues")
 
 
-def _read_compatibility(problems: Problems, exposure: Fields) -> tuple[CompatibilityRule, ...]:
-    path = exposure.at("compatibility")
+def _read_compatibility(
+    problems: Problems, path: str, entries: Sequence[Mapping[str, Any]]
+) -> tuple[CompatibilityRule, ...]:
     rules: list[CompatibilityRule] = []
-    for index, item in enumerate(exposure.items("compatibility", required=False)):
-        rule = Fields(problems, child_path(path, index), item)
-        rule.only("scope", "domain", "groups")
-        scope = rule.string("scope", choices=COMPATIBILITY_SCOPES)
-        domain = rule.string("domain", pattern=DNS_LABEL, what="domain name (DNS label)")
-        groups = rule.strings("groups")
-        for i, group in enumerate(groups):
-            if not DNS_LABEL.match(group):
-                problems.add(child_path(rule.at("groups"), i), f"{group!r} is not a DNS label")
+    for index, entry in enumerate(entries):
+        scope, domain = entry["scope"], entry["domain"]
         if any((r.scope, r.domain) == (scope, domain) for r in rules):
-            problems.add(rule.path, f"a second rule for scope {scope!r} domain {domain!r}")
-        rules.append(CompatibilityRule(scope, domain, groups))
+            problems.add(
+                child_path(path, index), f"a second rule for scope {scope!r} domain {domain!r}"
+            )
+        rules.append(CompatibilityRule(scope, domain, tuple(entry["groups"])))
     return tuple(rules)
 
 
 def parse_policy(doc: object, source: str = "<policy>") -> DeviceExposurePolicy:
-    """Parse one loaded YAML document; raise :class:`ManifestError` listing every problem."""
+    """Check one loaded YAML document against the schema (plugins/coordinator/schemas/
+    device-exposure-policy.schema.json), then the policy against itself; raise
+    :class:`ManifestError` listing every problem."""
+    check_shape(POLICY_SCHEMA, doc, source)
+    assert isinstance(doc, dict)  # the schema says so
     problems = Problems()
-    meta, spec = read_header(problems, doc, "DeviceExposurePolicy")
-    name, labels, annotations = read_metadata(meta)
-    spec.only("action", "selector", "exposure")
-    action = spec.string("action", choices=ACTIONS)
-    selector = read_selector(spec)
-    ex = spec.mapping("exposure")
-    ex.only(
-        "deviceNameSuffix",
-        "allowMultipleAllocations",
-        "capacity",
-        "supportedNetworkPlugins",
-        "compatibility",
+    name, labels, annotations = read_metadata(doc["metadata"])
+    spec = doc["spec"]
+    ex = spec["exposure"]
+    shared = ex.get("allowMultipleAllocations", False)
+    capacity = _read_capacity(ex)
+    _check_capacity(problems, "spec.exposure.capacity", capacity)
+    plugins = _read_plugins(
+        problems,
+        "spec.exposure.supportedNetworkPlugins",
+        ex["supportedNetworkPlugins"],
+        capacity,
+        shared,
     )
-    suffix = ex.string("deviceNameSuffix", required=False)
-    if suffix and not _SUFFIX.match("x" + suffix):
-        problems.add(ex.at("deviceNameSuffix"), f"{suffix!r} must be lowercase a-z, 0-9 and '-'")
-    shared = ex.boolean("allowMultipleAllocations", required=False)
-    capacity = _read_capacity(problems, ex)
-    plugins = _read_plugins(problems, ex, capacity, shared)
-    compatibility = _read_compatibility(problems, ex)
+    compatibility = _read_compatibility(
+        problems, "spec.exposure.compatibility", ex.get("compatibility", ())
+    )
     problems.raise_if_any(source)
-    exposure = Exposure(suffix, shared, capacity, plugins, compatibility)
-    return DeviceExposurePolicy(name, action, selector, exposure, labels, annotations)
+    exposure = Exposure(ex.get("deviceNameSuffix", ""), shared, capacity, plugins, compatibility)
+    selector = Selector(spec["selector"]["cel"])
+    return DeviceExposurePolicy(name, spec["action"], selector, exposure, labels, annotations)
 
 
 def load_policies(path: str | Path) -> tuple[DeviceExposurePolicy, ...]:

@@ -1,7 +1,8 @@
 """``NetworkTopology`` manifests (``networking.dra.io/v1alpha1``) as frozen dataclasses.
 
-Parsing checks shape only: every key known, every value of the right type and form,
-enumerations from the supported set. Whether the steps fit together (plugins, ports,
+Parsing checks shape only, against the JSON Schema
+``plugins/coordinator/schemas/network-topology.schema.json``: every key known, every
+value of the right type and form, enumerations from the supported set. Whether the steps fit together (plugins, ports,
 cardinality, cycles, names, configs, shared-parent quantities) is
 :func:`plugins.coordinator.validate_topology`'s job.
 
@@ -34,7 +35,6 @@ Shape, with the field names of the manifest::
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,24 +44,17 @@ from typing import Any
 from plugins.sdk import Sharing, StepKind
 
 from ._yaml import (
-    DNS_LABEL,
-    DNS_SUBDOMAIN,
-    QUALIFIED_NAME,
     FieldProblem,
-    Fields,
     ManifestError,
     Problems,
+    check_shape,
     child_path,
-    kind_of,
     load_yaml_file,
-    parse_quantity,
 )
 
 __all__ = [
     "API_VERSION",
-    "ATTACHMENT_POLICIES",
-    "PRIMARY_NETWORK_POLICIES",
-    "RUNTIME_PROFILES",
+    "TOPOLOGY_SCHEMA",
     "Allocation",
     "Execution",
     "NetworkTopology",
@@ -74,12 +67,6 @@ __all__ = [
 ]
 
 API_VERSION = "networking.dra.io/v1alpha1"
-RUNTIME_PROFILES = ("nri-secondary-v1",)
-ATTACHMENT_POLICIES = ("SinglePod",)
-PRIMARY_NETWORK_POLICIES = ("Preserve",)
-MAX_PARALLEL_STEPS = 64
-CONTRACT_VERSION = re.compile(r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$")
-_PORT = re.compile(r"^[a-z][A-Za-z0-9]{0,62}$")
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -174,146 +161,81 @@ class NetworkTopology:
 
 # --- parsing ---------------------------------------------------------------------------
 
-
-def read_header(problems: Problems, doc: object, kind: str) -> tuple[Fields, Fields]:
-    """Check ``apiVersion``/``kind`` and return the (metadata, spec) views."""
-    top = Fields(problems, "", doc)
-    top.only("apiVersion", "kind", "metadata", "spec")
-    top.string("apiVersion", choices=(API_VERSION,))
-    top.string("kind", choices=(kind,))
-    return top.mapping("metadata"), top.mapping("spec")
+TOPOLOGY_SCHEMA = "network-topology.schema.json"
 
 
-def read_metadata(meta: Fields) -> tuple[str, dict[str, str], dict[str, str]]:
-    meta.only("name", "labels", "annotations")
-    name = meta.string("name", pattern=DNS_SUBDOMAIN, what="resource name (DNS subdomain)")
-    return name, meta.string_map("labels"), meta.string_map("annotations")
+def read_metadata(meta: Mapping[str, Any]) -> tuple[str, dict[str, str], dict[str, str]]:
+    return meta["name"], dict(meta.get("labels", {})), dict(meta.get("annotations", {}))
 
 
-def read_selector(parent: Fields, key: str = "selector") -> Selector:
-    sel = parent.mapping(key)
-    sel.only("cel")
-    return Selector(sel.string("cel"))
+def read_source(value: Mapping[str, Any]) -> PortSource:
+    """``{from: {step, output}}``, already checked by the schema."""
+    return PortSource(value["from"]["step"], value["from"]["output"])
 
 
-def read_source(problems: Problems, path: str, value: object) -> PortSource:
-    """``{from: {step, output}}`` at ``path``."""
-    wrapper = Fields(problems, path, value)
-    wrapper.only("from")
-    ref = wrapper.mapping("from")
-    ref.only("step", "output")
-    step = ref.string("step", pattern=DNS_LABEL, what="step name")
-    output = ref.string("output", pattern=_PORT, what="port name")
-    return PortSource(step, output)
+def _read_inputs(step: Mapping[str, Any]) -> dict[str, tuple[PortSource, ...]]:
+    return {
+        port: tuple(read_source(s) for s in (value if isinstance(value, list) else [value]))
+        for port, value in step.get("inputs", {}).items()
+    }
 
 
-def _read_inputs(problems: Problems, step: Fields) -> dict[str, tuple[PortSource, ...]]:
-    inputs = step.mapping("inputs", required=False)
-    out: dict[str, tuple[PortSource, ...]] = {}
-    for port, value in inputs.data.items():
-        path = inputs.at(port)
-        if not _PORT.match(port):
-            problems.add(path, f"{port!r} is not a valid port name")
-            continue
-        if isinstance(value, list):
-            if not value:
-                problems.add(path, "must list at least one source")
-            out[port] = tuple(
-                read_source(problems, child_path(path, i), item) for i, item in enumerate(value)
-            )
-        else:
-            out[port] = (read_source(problems, path, value),)
-    return out
-
-
-def _read_allocation(problems: Problems, step: Fields) -> Allocation | None:
-    if not step.has("allocation"):
+def _read_allocation(step: Mapping[str, Any]) -> Allocation | None:
+    alloc = step.get("allocation")
+    if alloc is None:
         return None
-    alloc = step.mapping("allocation")
-    alloc.only("sharing", "selector", "capacityRequests")
-    sharing = alloc.string("sharing", choices=tuple(s.value for s in Sharing))
-    selector = read_selector(alloc)
-    requests = alloc.mapping("capacityRequests", required=False)
-    quantities: dict[str, str] = {}
-    for name, value in requests.data.items():
-        path = requests.at(name)
-        if not QUALIFIED_NAME.match(name):
-            problems.add(path, f"{name!r} is not a qualified capacity name (domain/name)")
-            continue
-        quantities[name] = parse_quantity(problems, path, value)
-    return Allocation(Sharing(sharing) if sharing else Sharing.EXCLUSIVE, selector, quantities)
+    requests = {name: str(q) for name, q in alloc.get("capacityRequests", {}).items()}
+    return Allocation(Sharing(alloc["sharing"]), Selector(alloc["selector"]["cel"]), requests)
 
 
-def _read_config(problems: Problems, step: Fields) -> str:
-    if not step.has("config"):
-        return "{}"
-    value = step.data["config"]
-    if not isinstance(value, dict):
-        problems.add(step.at("config"), f"must be a mapping (a JSON object), got {kind_of(value)}")
-        return "{}"
+def _read_config(problems: Problems, path: str, step: Mapping[str, Any]) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        problems.add(step.at("config"), "numbers must be finite (no .nan or .inf)")
+        return json.dumps(
+            step.get("config", {}), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except ValueError:  # only from a document built in code: the YAML loader refuses .nan
+        problems.add(child_path(path, "config"), "numbers must be finite (no .nan or .inf)")
         return "{}"
 
 
-def _read_step(problems: Problems, path: str, value: object) -> Step:
-    step = Fields(problems, path, value)
-    step.only("name", "kind", "pluginRef", "allocation", "inputs", "interfaceName", "config")
-    name = step.string("name", pattern=DNS_LABEL, what="step name (DNS label)")
-    kind = step.string("kind", choices=tuple(k.value for k in StepKind))
-    ref = step.mapping("pluginRef")
-    ref.only("name", "contractVersion")
-    plugin = PluginRef(
-        ref.string("name", pattern=DNS_LABEL, what="plugin name"),
-        ref.string("contractVersion", pattern=CONTRACT_VERSION, what="contract version"),
-    )
-    allocation = _read_allocation(problems, step)
-    inputs = _read_inputs(problems, step)
-    interface_name = step.string("interfaceName", required=False) or None
-    config = _read_config(problems, step)
+def _read_step(problems: Problems, path: str, step: Mapping[str, Any]) -> Step:
+    ref = step["pluginRef"]
     return Step(
-        name,
-        StepKind(kind) if kind else StepKind.OPERATION,
-        plugin,
-        allocation,
-        inputs,
-        interface_name,
-        config,
+        step["name"],
+        StepKind(step["kind"]),
+        PluginRef(ref["name"], ref["contractVersion"]),
+        _read_allocation(step),
+        _read_inputs(step),
+        step.get("interfaceName"),
+        _read_config(problems, path, step),
     )
 
 
 def parse_topology(doc: object, source: str = "<topology>") -> NetworkTopology:
-    """Parse one loaded YAML document; raise :class:`ManifestError` listing every problem."""
+    """Check one loaded YAML document against the schema (plugins/coordinator/schemas/
+    network-topology.schema.json) and build it; :class:`ManifestError` lists every problem."""
+    check_shape(TOPOLOGY_SCHEMA, doc, source)
+    assert isinstance(doc, dict)  # the schema says so
     problems = Problems()
-    meta, spec = read_header(problems, doc, "NetworkTopology")
-    name, labels, annotations = read_metadata(meta)
-    spec.only("runtimeProfile", "attachmentPolicy", "execution", "steps", "exports")
-    profile = spec.string("runtimeProfile", choices=RUNTIME_PROFILES)
-    attachment = spec.string("attachmentPolicy", choices=ATTACHMENT_POLICIES)
-    ex = spec.mapping("execution")
-    ex.only("maxParallelSteps", "primaryNetworkPolicy")
-    execution = Execution(
-        ex.integer("maxParallelSteps", low=1, high=MAX_PARALLEL_STEPS),
-        ex.string("primaryNetworkPolicy", choices=PRIMARY_NETWORK_POLICIES),
-    )
-    steps_path = spec.at("steps")
+    name, labels, annotations = read_metadata(doc["metadata"])
+    spec = doc["spec"]
     steps = tuple(
-        _read_step(problems, child_path(steps_path, i), item)
-        for i, item in enumerate(spec.items("steps"))
+        _read_step(problems, f"spec.steps[{i}]", step) for i, step in enumerate(spec["steps"])
     )
-    exports_view = spec.mapping("exports", required=False)
-    exports: dict[str, PortSource] = {}
-    for export, value in exports_view.data.items():
-        path = exports_view.at(export)
-        if not DNS_LABEL.match(export):
-            problems.add(path, f"{export!r} is not a valid export name (DNS label)")
-            continue
-        exports[export] = read_source(problems, path, value)
+    exports = {name: read_source(value) for name, value in spec.get("exports", {}).items()}
     problems.raise_if_any(source)
+    execution = Execution(
+        spec["execution"]["maxParallelSteps"], spec["execution"]["primaryNetworkPolicy"]
+    )
     return NetworkTopology(
-        name, profile, attachment, execution, steps, exports, labels, annotations
+        name,
+        spec["runtimeProfile"],
+        spec["attachmentPolicy"],
+        execution,
+        steps,
+        exports,
+        labels,
+        annotations,
     )
 
 

@@ -1,13 +1,15 @@
 """Strict reading of topology, policy and inventory manifests.
 
 Loading is the SDK's one strict YAML loader (``plugins.sdk``: ``load_yaml_file``), re-exported
-here under the manifest names the coordinator's parsers use.
+here under the manifest names the coordinator's parsers use. Every refusal is a
+:class:`YAMLLoadError` naming the source, line and column (1-based).
 
-Every refusal is a :class:`YAMLLoadError` naming the source, line and column (1-based).
+The shape of a topology or a policy is its JSON Schema (``schemas/``), checked by the
+SDK's document validator (:func:`check_shape`); the parsers add the checks a schema
+cannot express. Every problem, with its path (``spec.steps[2].pluginRef.name``) and the
+rule it breaks, is collected into one :class:`ManifestError`.
 
-The rest is the strict reader the manifest parsers share: :class:`Fields` walks
-one mapping, refuses unknown keys and wrong types, and collects every problem with its
-path (``spec.steps[2].pluginRef.name``) into one :class:`ManifestError`.
+:class:`Fields` is the hand-written reader the inventory (``_cel``) still uses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from plugins.sdk import (
     MAX_YAML_BYTES,
+    DocumentSchema,
     InvalidArgument,
     YAMLLoadError,
     load_yaml_documents,
@@ -52,13 +55,16 @@ _QUANTITY = re.compile(r"^(0|[1-9][0-9]{0,17})$")
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One rejected field: ``path`` is like ``spec.steps[2].pluginRef.name``."""
+    """One rejected field: ``path`` is like ``spec.steps[2].pluginRef.name``; ``rule`` is
+    the schema rule it breaks (``unknown-key``, ``type``, ``pattern``, ...), empty for the
+    parsers' own checks."""
 
     path: str
     message: str
+    rule: str = ""
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        return f"{self.path}: {self.message}" + (f" [{self.rule}]" if self.rule else "")
 
 
 class ManifestError(InvalidArgument):
@@ -75,6 +81,14 @@ class ManifestError(InvalidArgument):
     @property
     def paths(self) -> tuple[str, ...]:
         return tuple(p.path for p in self.problems)
+
+
+def check_shape(schema_file: str, doc: object, source: str) -> None:
+    """Check ``doc`` against ``plugins/coordinator/schemas/<schema_file>``."""
+    schema = DocumentSchema.packaged("plugins.coordinator", schema_file, root="")
+    problems = schema.problems(doc)
+    if problems:
+        raise ManifestError(source, [FieldProblem(p.path(""), p.message, p.rule) for p in problems])
 
 
 def child_path(path: str, key: str | int) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from plugins.coordinator import (
+    API_VERSION,
     DRIVER_DOMAIN,
     ManifestError,
     PortSource,
@@ -16,7 +17,10 @@ from plugins.coordinator import (
     parse_policy,
     parse_topology,
 )
-from plugins.sdk import InvalidArgument, Sharing, StepKind
+from plugins.coordinator._policy import POLICY_SCHEMA
+from plugins.coordinator._topology import TOPOLOGY_SCHEMA
+from plugins.coordinator._yaml import DNS_LABEL, DNS_SUBDOMAIN, QUALIFIED_NAME
+from plugins.sdk import DocumentSchema, InvalidArgument, Sharing, StepKind
 from tests.coordinator.support import TOPOLOGIES, inventory, policies, raw, raw_policies
 
 
@@ -308,3 +312,46 @@ def test_policy_names_are_unique_within_a_file(tmp_path: Any) -> None:
     path.write_text(first + "\n---\n" + first)
     with pytest.raises(ManifestError, match="duplicate 'sdk-parent-macvlan'"):
         load_policies(path)
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+
+def test_a_bad_topology_file_names_the_file_path_and_rule(tmp_path: Any) -> None:
+    path = tmp_path / "topology.yaml"
+    text = (TOPOLOGIES / "macvlan.yaml").read_text()
+    path.write_text(text.replace("maxParallelSteps: 1", "maxParallelSteps: many"))
+    with pytest.raises(ManifestError) as info:
+        load_topology(path)
+    (problem,) = info.value.problems
+    assert (problem.path, problem.rule) == ("spec.execution.maxParallelSteps", "type")
+    assert str(info.value) == (
+        f'{path}: spec.execution.maxParallelSteps: must be of type integer, got string "many"'
+        " [type]"
+    )
+
+
+def test_a_bad_policy_names_the_path_and_rule() -> None:
+    doc = raw_policies()[0]
+    doc["spec"]["exposure"]["compatibility"][0]["groups"] = ["Mac Vlan"]
+    with pytest.raises(ManifestError) as info:
+        parse_policy(doc, "policies.yaml (document 1)")
+    assert str(info.value) == (
+        "policies.yaml (document 1): spec.exposure.compatibility[0].groups[0]: must match"
+        ' pattern "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", got "Mac Vlan" [pattern]'
+    )
+
+
+@pytest.mark.parametrize("schema_file", [TOPOLOGY_SCHEMA, POLICY_SCHEMA])
+def test_the_schemas_agree_with_the_code(schema_file: str) -> None:
+    """JSON cannot import the constants it repeats; this keeps the copies equal."""
+    schema = DocumentSchema.packaged("plugins.coordinator", schema_file).schema
+    assert schema["properties"]["apiVersion"] == {"const": API_VERSION}
+    definitions = schema["$defs"]
+    assert definitions["dnsLabel"]["pattern"] == DNS_LABEL.pattern
+    assert definitions["dnsSubdomain"]["pattern"] == DNS_SUBDOMAIN.pattern
+    if schema_file == TOPOLOGY_SCHEMA:
+        assert definitions["qualifiedName"]["pattern"] == QUALIFIED_NAME.pattern
+        step = definitions["step"]["properties"]
+        assert step["kind"]["enum"] == [k.value for k in StepKind]
+        assert step["allocation"]["properties"]["sharing"]["enum"] == [s.value for s in Sharing]
