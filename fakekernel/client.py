@@ -27,9 +27,8 @@ from plugins.kernel import (
     VFChanges,
     VFConfig,
 )
-from plugins.sdk import NamespaceHandle
+from plugins.sdk import NamespaceHandle, from_json_value, to_json_value
 
-from ._codec import decode, encode
 from .lab import LabError
 
 __all__ = ["FakeKernelClient", "FakeKernelProcess", "FakeKernelProtocolError"]
@@ -71,7 +70,7 @@ class FakeKernelClient:
                 raise FakeKernelProtocolError("the connection failed earlier; open a new client")
             self._next_id += 1
             req_id = self._next_id
-            req = {"id": req_id, "method": method, "params": encode(params)}
+            req = {"id": req_id, "method": method, "params": to_json_value(params)}
             try:
                 self._sock.sendall(json.dumps(req).encode() + b"\n")
                 line = self._rfile.readline()
@@ -98,47 +97,49 @@ class FakeKernelClient:
     # -- Kernel ----------------------------------------------------------------------------
 
     def boot_id(self) -> str:
-        return decode(str, self._call("boot_id"))
+        return from_json_value(str, self._call("boot_id"))
 
     def host_namespace(self) -> NsRef:
-        return decode(NsRef, self._call("host_namespace"))
+        return from_json_value(NsRef, self._call("host_namespace"))
 
     def open_namespace(self, handle: NamespaceHandle) -> NsRef:
-        return decode(NsRef, self._call("open_namespace", handle=handle))
+        return from_json_value(NsRef, self._call("open_namespace", handle=handle))
 
     def list_namespaces(self) -> list[NsRef]:
-        return decode(list[NsRef], self._call("list_namespaces"))
+        return from_json_value(list[NsRef], self._call("list_namespaces"))
 
     def list_links(self, ns: NsRef) -> list[Link]:
-        return decode(list[Link], self._call("list_links", ns=ns))
+        return from_json_value(list[Link], self._call("list_links", ns=ns))
 
     def get_link(
         self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
     ) -> Link | None:
         result = self._call("get_link", ns=ns, name=name, ifindex=ifindex)
-        return None if result is None else decode(Link, result)
+        return None if result is None else from_json_value(Link, result)
 
     def find_device(self, pci_address: str) -> Link | None:
         result = self._call("find_device", pci_address=pci_address)
-        return None if result is None else decode(Link, result)
+        return None if result is None else from_json_value(Link, result)
 
     def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        return decode(Link, self._call("create_link", ns=ns, spec=spec))
+        return from_json_value(Link, self._call("create_link", ns=ns, spec=spec))
 
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
-        return decode(Link, self._call("set_link", ns=ns, ifindex=ifindex, changes=changes))
+        return from_json_value(
+            Link, self._call("set_link", ns=ns, ifindex=ifindex, changes=changes)
+        )
 
     def move_link(
         self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
     ) -> Link:
         result = self._call("move_link", ns=ns, ifindex=ifindex, target=target, new_name=new_name)
-        return decode(Link, result)
+        return from_json_value(Link, result)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         self._call("delete_link", ns=ns, ifindex=ifindex)
 
     def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
-        return decode(list[VFConfig], self._call("get_vfs", ns=ns, pf_ifindex=pf_ifindex))
+        return from_json_value(list[VFConfig], self._call("get_vfs", ns=ns, pf_ifindex=pf_ifindex))
 
     def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
         self._call("set_vf", ns=ns, pf_ifindex=pf_ifindex, vf_index=vf_index, changes=changes)
@@ -146,19 +147,19 @@ class FakeKernelClient:
     # -- admin -----------------------------------------------------------------------------
 
     def add_namespace(self, name: str) -> NsRef:
-        return decode(NsRef, self._call("add_namespace", name=name))
+        return from_json_value(NsRef, self._call("add_namespace", name=name))
 
     def delete_namespace(self, name: str) -> None:
         self._call("delete_namespace", name=name)
 
     def namespace(self, name: str) -> NsRef:
-        return decode(NsRef, self._call("namespace", name=name))
+        return from_json_value(NsRef, self._call("namespace", name=name))
 
     def namespaces(self) -> list[NsRef]:
-        return decode(list[NsRef], self._call("namespaces"))
+        return from_json_value(list[NsRef], self._call("namespaces"))
 
     def snapshot(self) -> dict[str, Any]:
-        return decode(dict[str, Any], self._call("snapshot"))
+        return from_json_value(dict[str, Any], self._call("snapshot"))
 
     # -- test only -------------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from plugins.kernel import KernelError
+from plugins.sdk import JSONCodecError, from_json_value, to_json_value
 
-from ._codec import CodecError, decode, encode
 from .lab import LabError, build_model, load_lab
 from .model import FakeKernelModel
 
@@ -101,12 +101,12 @@ class FakeKernelServer:
             if not isinstance(params, dict):
                 raise ProtocolError("'params' must be an object")
             result = self.call(req["method"], params)
-            return {"id": req_id, "result": encode(result)}
+            return {"id": req_id, "result": to_json_value(result)}
         except KernelError as e:
             return self._error(req_id, e.code, error_message(e), "kernel")
         except LabError as e:
             return self._error(req_id, errno.EINVAL, str(e), "lab")
-        except (ProtocolError, CodecError) as e:
+        except (ProtocolError, JSONCodecError) as e:
             return self._error(req_id, errno.EPROTO, str(e), "protocol")
         except Exception as e:  # a bug in the model: report it, keep serving
             print(f"fakekernel: internal error: {e!r}", file=sys.stderr, flush=True)
@@ -127,7 +127,7 @@ class FakeKernelServer:
         unknown = set(params) - set(types)
         if unknown:
             raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
-        args = {name: decode(types[name], value) for name, value in params.items()}
+        args = {name: from_json_value(types[name], value) for name, value in params.items()}
         try:
             inspect.signature(getattr(FakeKernelModel, method)).bind(None, **args)
         except TypeError as e:  # a required parameter is missing

@@ -13,6 +13,7 @@ from ._calls import (
     VFAllocation,
     check_interface_name,
 )
+from ._codec import JSONCodecError, from_json_value, to_json_value
 from ._config import ConfigValidator, SchemaProblem, decode_into, json_path, parse_config_json
 from ._contracts import DEFAULT_BUNDLE_ROOT, Bundle, BundleStore
 from ._descriptor import Descriptor, DescriptorRef, PortSpec, Preparation
@@ -134,6 +135,7 @@ __all__ = [
     "Hook",
     "InspectResponse",
     "InvalidArgument",
+    "JSONCodecError",
     "NamespaceHandle",
     "NetworkPluginError",
     "NotFound",
@@ -175,6 +177,7 @@ __all__ = [
     "decode_into",
     "digest",
     "effect",
+    "from_json_value",
     "json_path",
     "load_service_config",
     "load_yaml_documents",
@@ -182,6 +185,7 @@ __all__ = [
     "load_yaml_mapping",
     "new_plan",
     "parse_config_json",
+    "to_json_value",
     "undo_connect",
     "undo_prepare",
     "wrong_step_kind",

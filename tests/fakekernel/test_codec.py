@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from fakekernel._codec import CodecError, decode, encode
 from plugins.kernel import BondInfo, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from plugins.sdk import JSONCodecError, from_json_value, to_json_value
 
 NS = NsRef(4, 4026531841, "boot", "/run/netns/pod")
 
@@ -25,13 +25,13 @@ NS = NsRef(4, 4026531841, "boot", "/run/netns/pod")
     ],
 )
 def test_dataclasses_round_trip_through_json(value: Any) -> None:
-    assert decode(type(value), json.loads(json.dumps(encode(value)))) == value
+    assert from_json_value(type(value), json.loads(json.dumps(to_json_value(value)))) == value
 
 
 def test_generic_aliases() -> None:
     links = [Link(1, "a", "veth", NS, "02:00:00:00:00:01", 1500, False, peer=2)]
-    assert decode(list[Link], encode(links)) == links
-    assert decode(dict[str, Any], {"a": [1]}) == {"a": [1]}
+    assert from_json_value(list[Link], to_json_value(links)) == links
+    assert from_json_value(dict[str, Any], {"a": [1]}) == {"a": [1]}
 
 
 @pytest.mark.parametrize(
@@ -47,10 +47,10 @@ def test_generic_aliases() -> None:
     ],
 )
 def test_values_that_do_not_fit_are_rejected(tp: Any, value: Any, message: str) -> None:
-    with pytest.raises(CodecError, match=message):
-        decode(tp, value)
+    with pytest.raises(JSONCodecError, match=message):
+        from_json_value(tp, value)
 
 
 def test_only_plain_values_encode() -> None:
-    with pytest.raises(CodecError):
-        encode(object())
+    with pytest.raises(JSONCodecError):
+        to_json_value(object())

@@ -5,34 +5,26 @@ attachment identity, allocation/config/input-handle meaning, assigned names and
 desired generation. Trace ids, deadlines, coordinator epochs and authentication
 bytes are deliberately absent: a retry that differs only in those is the same
 operation and replays.
+
+The meaning is encoded by the SDK's one codec (``to_json_value``, snake_case field
+names); its output must not change, or no journal written before would replay.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from .._codec import to_json_value
 from .._plan import digest
 from .._requests import CleanupRequest, ConnectRequest, PrepareRequest
 from .._types import OperationEnvelope
 
+# to_json_value is re-exported: the runner's package root and its response codec import
+# it from here.
+__all__ = ["Request", "request_semantics", "semantic_digest", "to_json_value"]
+
 Request = PrepareRequest | ConnectRequest | CleanupRequest
-
-
-def to_json_value(value: Any) -> Any:
-    """Plain JSON for dataclasses, mappings, sequences and enums (no live objects)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    return value
 
 
 def _config(raw: str) -> Any:

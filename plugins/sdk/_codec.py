@@ -1,39 +1,57 @@
-"""One generic JSON converter for the kernel interface's frozen dataclasses.
+"""The one dataclass <-> JSON codec for values the project persists or sends.
 
-``encode`` turns dataclasses (and tuples) into plain JSON values; ``decode`` walks
-a type annotation (dataclasses, ``X | None``, ``list``, ``tuple``, ``dict``,
-``Literal`` and scalars) to rebuild typed values, rejecting anything that does
-not fit so a protocol mismatch fails loudly instead of producing wrong values.
+Key case rule: a dataclass becomes an object whose keys are its **field names as
+written** (snake_case, ``root_id``), never camelCased. Journal rows (requests,
+responses, receipts), the semantic digest and the fake kernel's server protocol are
+all written this way, so none of them may change it: a digest over a renamed key
+would no longer match the journals already on disk. (Plugin configs and effect
+descriptions are camelCase documents with their own schemas; they are not dataclass
+dumps.)
+
+``to_json_value`` turns dataclasses, mappings, lists/tuples and enums (by value) into
+plain JSON values and refuses anything else. ``from_json_value`` walks a type
+annotation (dataclasses, ``X | None``, ``list``, ``tuple``, ``dict``/``Mapping``,
+``Literal``, enums and scalars) to rebuild typed values, refusing anything that does
+not fit, so a format mismatch fails loudly instead of producing wrong values.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
 import functools
 import types
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
-
-class CodecError(ValueError):
-    pass
+__all__ = ["JSONCodecError", "from_json_value", "to_json_value"]
 
 
-def encode(value: object) -> Any:
+class JSONCodecError(ValueError):
+    """A value cannot be encoded, or JSON does not fit the type asked for; names where."""
+
+
+def to_json_value(value: object) -> Any:
+    """Plain JSON (dict, list, str, int, float, bool, None) for a value of the project."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): to_json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): encode(v) for k, v in value.items()}
+        return [to_json_value(v) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    raise CodecError(f"cannot encode {type(value).__name__}")
+    raise JSONCodecError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def decode(tp: type[T], value: Any) -> T:
-    """``value`` as an instance of ``tp`` (a class or a generic alias like ``list[Link]``)."""
+def from_json_value(tp: type[T] | Any, value: Any) -> T:
+    """``value`` (plain JSON) as an instance of ``tp``: a class or an alias like
+    ``list[Link]``; the inverse of :func:`to_json_value`."""
     result: T = _decode(tp, value, "$")
     return result
 
@@ -51,7 +69,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         return _decode_union(get_args(tp), value, where)
     if origin is Literal:
         if value not in get_args(tp):
-            raise CodecError(f"{where}: {value!r} is not one of {get_args(tp)}")
+            raise JSONCodecError(f"{where}: {value!r} is not one of {get_args(tp)}")
         return value
     if origin is list:
         (item,) = get_args(tp)
@@ -60,23 +78,28 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         ]
     if origin is tuple:
         return _decode_tuple(get_args(tp), _expect(list, value, where), where)
-    if origin is dict:
+    if origin in (dict, collections.abc.Mapping):
         k_tp, v_tp = get_args(tp)
         items = _expect(dict, value, where).items()
         return {_decode(k_tp, k, where): _decode(v_tp, v, f"{where}.{k}") for k, v in items}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _decode_dataclass(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise JSONCodecError(f"{where}: {value!r} is not a {tp.__name__}") from None
     if tp is type(None):
         if value is not None:
-            raise CodecError(f"{where}: expected null, got {value!r}")
+            raise JSONCodecError(f"{where}: expected null, got {value!r}")
         return None
     if tp in (str, int, float, bool):
         # bool is an int in Python; JSON keeps them apart and so do we (an int is a float)
         fits = isinstance(value, tp) or (tp is float and isinstance(value, int))
         if not fits or (isinstance(value, bool) and tp is not bool):
-            raise CodecError(f"{where}: expected {tp.__name__}, got {value!r}")
+            raise JSONCodecError(f"{where}: expected {tp.__name__}, got {value!r}")
         return value
-    raise CodecError(f"{where}: unsupported annotation {tp!r}")
+    raise JSONCodecError(f"{where}: unsupported annotation {tp!r}")
 
 
 def _decode_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
@@ -88,16 +111,16 @@ def _decode_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
             continue
         try:
             return _decode(arg, value, where)
-        except CodecError as e:
+        except JSONCodecError as e:
             errors.append(str(e))
-    raise CodecError("; ".join(errors) or f"{where}: no alternative fits {value!r}")
+    raise JSONCodecError("; ".join(errors) or f"{where}: no alternative fits {value!r}")
 
 
 def _decode_tuple(args: tuple[Any, ...], value: list[Any], where: str) -> tuple[Any, ...]:
     if len(args) == 2 and args[1] is Ellipsis:
         return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if len(args) != len(value):
-        raise CodecError(f"{where}: expected {len(args)} items, got {len(value)}")
+        raise JSONCodecError(f"{where}: expected {len(args)} items, got {len(value)}")
     return tuple(
         _decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
     )
@@ -109,15 +132,15 @@ def _decode_dataclass(cls: type, value: Any, where: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = set(data) - names
     if unknown:
-        raise CodecError(f"{where}: unknown fields {sorted(unknown)} for {cls.__name__}")
+        raise JSONCodecError(f"{where}: unknown fields {sorted(unknown)} for {cls.__name__}")
     kwargs = {k: _decode(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**kwargs)
     except TypeError as e:  # a required field is missing
-        raise CodecError(f"{where}: {e}") from None
+        raise JSONCodecError(f"{where}: {e}") from None
 
 
 def _expect(kind: type[T], value: Any, where: str) -> T:
     if not isinstance(value, kind):
-        raise CodecError(f"{where}: expected {kind.__name__}, got {value!r}")
+        raise JSONCodecError(f"{where}: expected {kind.__name__}, got {value!r}")
     return value
