@@ -23,7 +23,8 @@ from ._effects import (
     UndoResult,
     scope_evidence,
 )
-from ._runner import EndpointRunner, Runner
+from ._endpoint import EndpointRunner
+from ._runner import Runner
 from ._semantic import request_semantics, semantic_digest, to_json_value
 
 __all__ = [

@@ -1,0 +1,218 @@
+"""Undo of a recorded plan, in reverse, from the journal alone (docs/runner.md, Cleanup).
+
+The runner fences the unit and holds its lock; this module decides, per recorded
+effect, what its state allows (``_transitions``) and runs the executor's ``undo``.
+An unrecorded scope is answered by the intact journal and the node's evidence scan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .._errors import FailedPrecondition
+from .._plan import CleanupPlan, Plan
+from .._registry import Registration
+from .._requests import CleanupResponse, CleanupStatus, EffectState, EffectStatus, OperationState
+from .._types import Hook
+from ..store import EffectRecord, OperationRecord, Reader, Store, Txn
+from . import _transitions as tr
+from ._context import effect_context, load_json, recorded_outputs
+from ._crash import Commit, CrashPoints
+from ._effects import EffectContext, EffectRegistry, UndoOutcome, scope_evidence
+from ._fencing import allocation_root
+
+T = TypeVar("T")
+
+_SEVERITY = (CleanupStatus.CLEANED, CleanupStatus.PENDING, CleanupStatus.QUARANTINED)
+
+
+def worse(a: CleanupStatus, b: CleanupStatus) -> CleanupStatus:
+    return max(a, b, key=_SEVERITY.index)
+
+
+class Undo:
+    """Undoes recorded operations through the approved executors, one durable step at a time."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        effects: EffectRegistry,
+        crash: CrashPoints,
+        commit: Callable[[Commit | str, Callable[[Txn], Any]], Any],
+    ) -> None:
+        # Asked for each read and write: it re-checks readiness and clears a storage fault.
+        self._store = store
+        self._effects = effects
+        self._crash = crash
+        self._commit = commit
+
+    def targets(
+        self, partition: str, scope: str, step: str, target: CleanupPlan
+    ) -> list[OperationRecord]:
+        """The recorded operations a cleanup undoes: its unit's, of the target hook."""
+        return [
+            op
+            for op in self._store().read(
+                lambda r: r.operations(partition, scope=scope, hook=target.target_hook)
+            )
+            if op.step == step
+            and (not target.target_operation_id or op.operation_id == target.target_operation_id)
+        ]
+
+    def check_no_attachments(
+        self, reg: Registration, partition: str, prepares: list[OperationRecord]
+    ) -> None:
+        roots = {
+            json.loads(op.request_json).get("allocation", {}).get("root_id") for op in prepares
+        }
+        for op in self._store().read(lambda r: r.operations(partition, hook=Hook.CONNECT_NETWORK)):
+            if op.state is OperationState.CLEANED:
+                continue
+            root = allocation_root(op)
+            if root in roots:
+                raise FailedPrecondition(
+                    f"{reg.name}: attachment {op.scope} of root {root} is not cleaned up yet"
+                )
+
+    def scope(
+        self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
+    ) -> CleanupResponse:
+        partition, scope = cleanup_op.partition, cleanup_op.scope
+        targets = self.targets(partition, scope, cleanup_op.step, target)
+        if target.target_hook is Hook.NODE_PREPARE:
+            # Checked again under the unit's lock: an attachment may have raced the first check.
+            self.check_no_attachments(reg, partition, targets)
+        statuses: list[EffectStatus] = []
+        overall = CleanupStatus.CLEANED
+        for op in reversed(targets):
+            if op.state is OperationState.CLEANED:
+                continue
+            op_status, effect_statuses = self._operation(cleanup_op, op)
+            statuses.extend(effect_statuses)
+            overall = worse(overall, op_status)
+        if not targets:
+            return self._unrecorded(partition, scope, target.target_hook)
+        return CleanupResponse(overall, "", tuple(statuses))
+
+    def _unrecorded(self, partition: str, scope: str, hook: Hook) -> CleanupResponse:
+        """A scope this intact journal never recorded: CLEANED only if the node agrees.
+
+        Intent is durable before every mutation, so an intact journal's silence proves no
+        call of ours changed the kernel for this scope. The scan is the second witness,
+        for what the journal cannot see (a journal lost together with its lease): an object
+        carrying this plugin's evidence for the scope is never deleted on a guess.
+        """
+        missing = f"no recorded {hook.value} for scope {scope} in this journal"
+        intact = "the journal is intact (every record verified; no acknowledged commit lost)"
+        if self._effects.evidence is None:
+            return CleanupResponse(
+                CleanupStatus.CLEANED,
+                f"{missing}; {intact}; these executors leave no evidence to scan for",
+            )
+        try:
+            found = self._unrecorded_evidence(partition, scope)
+        except Exception as exc:  # unknown is not absent
+            return CleanupResponse(
+                CleanupStatus.PENDING,
+                f"{missing}, and the node could not be scanned for this plugin's ownership "
+                f"evidence ({exc}); retry",
+            )
+        if found:
+            return CleanupResponse(
+                CleanupStatus.QUARANTINED,
+                f"{missing}, but the node holds objects carrying this plugin's ownership "
+                f"evidence for it: {'; '.join(found)}; left for an operator to reconcile",
+            )
+        return CleanupResponse(
+            CleanupStatus.CLEANED,
+            f"{missing}; {intact}, and no object on the node carries this plugin's "
+            "ownership evidence for it",
+        )
+
+    def _unrecorded_evidence(self, partition: str, scope: str) -> list[str]:
+        """Objects marked for ``scope`` whose marker no recorded effect of the scope owns."""
+        scan = self._effects.evidence
+        assert scan is not None
+
+        def recorded(r: Reader) -> set[str]:
+            markers = set()
+            for op in r.operations(partition, scope=scope):
+                for e in r.effects(partition, op.operation_id):
+                    ctx = EffectContext(partition, op.operation_id, e.effect_id, scope, op.step, {})
+                    markers.add(ctx.marker)
+            return markers
+
+        known = self._store().read(recorded)
+        return [
+            what for marker, what in scan(scope_evidence(partition, scope)) if marker not in known
+        ]
+
+    def _operation(
+        self, cleanup_op: OperationRecord, op: OperationRecord
+    ) -> tuple[CleanupStatus, list[EffectStatus]]:
+        records = self._store().read(lambda r: r.effects(op.partition, op.operation_id))
+        plan = Plan.from_json(json.loads(op.plan_json or "{}"))
+        outputs = recorded_outputs(records)
+        if op.state is not OperationState.CLEANUP_PENDING:
+            # Visible to InspectOperation (and recovery) until every effect is undone.
+            op = tr.cleanup_started(op)
+            pending = f"{Commit.PENDING}:{op.operation_id}"
+            self._commit(pending, lambda t, o=op: t.update_operation(o))  # type: ignore[misc]
+        status = CleanupStatus.CLEANED
+        result: list[EffectStatus] = []
+        for rec in reversed(records):
+            after, outcome = self._effect(cleanup_op, op, plan, rec, outputs)
+            status = worse(status, outcome)
+            result.append(EffectStatus(after.effect_id, after.kind, after.state, after.detail))
+        result.reverse()
+        finished = tr.cleanup_finished(op, status)
+        target = f"{Commit.TARGET}:{op.operation_id}"
+        self._commit(target, lambda t: t.update_operation(finished))
+        return status, result
+
+    def _effect(
+        self,
+        cleanup_op: OperationRecord,
+        op: OperationRecord,
+        plan: Plan,
+        rec: EffectRecord,
+        outputs: Mapping[str, Mapping[str, Any]],
+    ) -> tuple[EffectRecord, CleanupStatus]:
+        if rec.state is EffectState.UNDONE:
+            return rec, CleanupStatus.CLEANED
+        if rec.state is EffectState.QUARANTINED:
+            return rec, CleanupStatus.QUARANTINED
+        named = self._crash.scope(
+            cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
+        )
+        if rec.state in (EffectState.PLANNED, EffectState.CAPTURED):
+            # Applying is made durable before any mutation, so nothing was applied.
+            done = tr.never_applied(rec)
+            with named:
+                self._commit(Commit.UNDONE, lambda t: t.update_effect(done))
+            return done, CleanupStatus.CLEANED
+        executor = self._effects.get(rec.kind)
+        if executor is None:
+            q = tr.quarantined(rec, f"no executor for {rec.kind}")
+            self._store().write(lambda t: t.update_effect(q))
+            return q, CleanupStatus.QUARANTINED
+        ctx = effect_context(op, plan, rec.effect_id, outputs)
+        with named:
+            if rec.state is not EffectState.UNDOING:
+                rec = tr.undoing(rec)
+                self._commit(Commit.UNDOING, lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
+            try:
+                result = executor.undo(ctx, load_json(rec.before_json), outputs.get(rec.effect_id))
+            except Exception as exc:  # stays Undoing: a later cleanup retries it
+                pending = tr.noted(rec, f"undo failed: {exc}")
+                self._store().write(lambda t: t.update_effect(pending))
+                return pending, CleanupStatus.PENDING
+            if result.outcome is UndoOutcome.QUARANTINED:
+                q = tr.quarantined(rec, result.detail)
+                self._commit(Commit.QUARANTINED, lambda t: t.update_effect(q))
+                return q, CleanupStatus.QUARANTINED
+            done = tr.undone(rec, result.detail or result.outcome.value)
+            self._commit(Commit.UNDONE, lambda t: t.update_effect(done))
+            return done, CleanupStatus.CLEANED
