@@ -216,7 +216,12 @@ def _bond_connect(host: Host, prepared: PreparedState | None, op: str) -> Connec
 def _vlan_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
     parent = _member(host, "0000:03:10.0", "net1")
     return _connect(
-        host, {"vlanId": 100, "mtu": 1500}, op=op, name="net9", inputs={"parent": (parent,)}
+        host,
+        {"vlanId": 100, "mtu": 1500},
+        op=op,
+        name="net9",
+        inputs={"parent": (parent,)},
+        grants=(Grant("linux/create-vlan/v1", parent.id),),
     )
 
 
