@@ -381,8 +381,8 @@ def check_damaged_journal(target: Target, work: Path) -> None:
     node = TargetNode(target, work / "node")
     try:
         _connect(node, _prepare(node))
-        node.close()
-        db = node.root / "state" / "journal.db"
+        node.stop()
+        db = node.state_dir / "journal.db"
         for sidecar in ("journal.db-wal", "journal.db-shm"):
             (db.parent / sidecar).unlink(missing_ok=True)
         with db.open("r+b") as f:
@@ -402,7 +402,7 @@ def check_damaged_journal(target: Target, work: Path) -> None:
             raise ConformanceError("a cleanup was answered from a corrupt journal")
         _restored(node, attached, "a corrupt journal")
         expect(
-            (node.root / "state" / "journal.db").read_bytes().startswith(b"definitely not sqlite"),
+            (node.state_dir / "journal.db").read_bytes().startswith(b"definitely not sqlite"),
             "the corrupt journal was recreated",
         )
     finally:
@@ -419,9 +419,9 @@ def check_lost_journal(target: Target, work: Path) -> None:
     node = TargetNode(target, work / "node")
     try:
         _connect(node, _prepare(node))
-        node.close()
+        node.stop()
         for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
-            (node.root / "state" / name).unlink(missing_ok=True)
+            (node.state_dir / name).unlink(missing_ok=True)
         attached = node.host.model.snapshot()
         node.start()  # a fresh journal: nothing told it a journal existed before
         receipt = node.endpoint.remove_network(target.remove())

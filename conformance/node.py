@@ -1,57 +1,69 @@
-"""One target's runner on a fake host, restartable like its service process."""
+"""One target's service on a fake host: a ``labs.Node`` whose only service is the target,
+restartable like its service process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from plugins.kernel import CrashingKernel
+from labs import FakeModelLab, Node, ServiceSpec
 from plugins.sdk import ConnectRequest, PreparedState
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
-from plugins.sdk.store import JournalUnavailable, Store
+from plugins.sdk.store import Store
 
 from .target import Host, Target
 
 
-class TargetNode:
+class TargetNode(Node):
     def __init__(
         self, target: Target, root: Path, host: Host | None = None, crash: CrashPoints | None = None
     ) -> None:
         self.target = target
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
         self.host = host or Host.create()
         target.setup(self.host)
+        self.spec = ServiceSpec(
+            target.name, target.registry, target.effects, sockets=(target.socket,)
+        )
         self._requests: dict[str, ConnectRequest] = {}
-        self.start(crash)
+        super().__init__(
+            FakeModelLab(model=self.host.model),
+            root,
+            services=(self.spec,),
+            crash=crash,
+            coordinator=False,
+            pod=None,  # the host made the pod
+        )
+
+    @property
+    def state_dir(self) -> Path:
+        return self.services.state_dir(self.spec.name)
+
+    @property
+    def runner(self) -> Runner:
+        return self.services.runners[self.spec.name]
+
+    @property
+    def store(self) -> Store | None:
+        return self.runner.store
+
+    @property
+    def endpoint(self) -> EndpointRunner:
+        return self.endpoints[self.target.socket.removesuffix(".sock")]
+
+    @property
+    def notes(self) -> list[str]:
+        return self.services.recovery_notes
 
     def start(self, crash: CrashPoints | None = None) -> None:
-        self.crash_points = crash or CrashPoints()
-        try:
-            self.store: Store | None = Store.open(self.root / "state")
-            reason = ""
-        except JournalUnavailable as exc:
-            self.store, reason = None, str(exc)
-        self.runner = Runner(
-            self.store,
-            self.target.registry().seal(),
-            self.target.effects(CrashingKernel(self.host.model, self.crash_points)),
-            artifact_digest="sha256:conformance",
-            boot_id=self.host.model.boot_id(),
-            crash=self.crash_points,
-            unavailable_reason=reason,
-        )
-        self.notes = self.runner.recover()
-        self.endpoint: EndpointRunner = self.runner.endpoint(self.target.socket)
+        """Start the service again after ``stop()`` (recovery runs first)."""
+        self.services.start(crash)
+
+    def stop(self) -> None:
+        """A clean shutdown of the service (the kernel keeps its state)."""
+        self.services.close()
 
     def crash(self, crash: CrashPoints | None = None) -> None:
         """Abandon every in-memory object; the kernel (model) keeps what happened."""
-        if self.store is not None:
-            self.store.abandon()
-        self.start(crash)
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        self.crash_services(crash)
 
     def connect_request(
         self, prepared: PreparedState | None, op: str = "connect-1"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from labs import Node
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
+from plugins.sdk.runner import CrashPoint, CrashPoints, SimulatedCrash
 
 from .inprocess import in_process_node
 from .invariants import violations
@@ -31,8 +31,10 @@ UNDO_PHASES = ("undoing.", "undone.", "quarantined.", "pending:", "target:", "cl
 
 
 def is_undo_boundary(point: str) -> bool:
-    hook, _, _, phase = point.split("/", 3)
-    return hook in ("RemoveNetwork", "NodeUnprepare") and phase.startswith(UNDO_PHASES)
+    typed = CrashPoint.parse(point)
+    return typed.hook in ("RemoveNetwork", "NodeUnprepare") and str(typed.phase).startswith(
+        UNDO_PHASES
+    )
 
 
 def is_recovery_boundary(point: str) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 from labs import SANDBOX, FakeServerLab, Node, service_of
 from plugins.coordinator import StepFailed
 from plugins.sdk import CleanupStatus
+from plugins.sdk.runner import CrashPoint
 
 from .crash import RunResult
 from .invariants import violations, without_namespace
@@ -30,8 +31,7 @@ def sample(
 
 def service_of_point(topology: str, point: str) -> str:
     """Which service process owns a crash point: the plugin of the operation's step."""
-    operation = point.split("/")[1]
-    step = operation.split(":")[1]
+    step = CrashPoint.parse(point).operation.split(":")[1]
     return service_of(compiled(topology).steps[step].plugin).name
 
 

@@ -13,6 +13,7 @@ tests, benchmarks, a plugin author's own tests) builds a ``Node`` from a ``Lab``
 
 from ._lab import SANDBOX, Lab, LabKernel
 from ._node import Node
+from ._process import ServiceProcess
 from ._seed import DEFAULT_SEED, SEED_ENV, start_state_seed
 from ._services import (
     PROJECT_SERVICES,
@@ -39,6 +40,7 @@ __all__ = [
     "LocalClient",
     "Node",
     "ProcessServices",
+    "ServiceProcess",
     "ServiceSpec",
     "project_descriptors",
     "service_of",

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from harness.services import ServiceProcess
 from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
 from plugins.kernel import CrashingKernel, Kernel
@@ -32,9 +31,10 @@ from plugins.sdk import (
 )
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints, EffectRegistry, EndpointRunner, Runner
-from plugins.sdk.store import JournalUnavailable, Store
+from plugins.sdk.store import Store
 
 from ._lab import Lab
+from ._process import ServiceProcess
 
 T = TypeVar("T")
 
@@ -146,11 +146,15 @@ class InProcessServices:
         self.lab = lab
         self.root = root
         self.specs = tuple(specs)
-        self.stores: dict[str, Store] = {}
         self.runners: dict[str, Runner] = {}
         self.endpoints: dict[str, EndpointRunner] = {}
         self.recovery_notes: list[str] = []
         self.crash_points = CrashPoints()
+
+    @property
+    def stores(self) -> dict[str, Store]:
+        """Each running service's journal (a service whose journal is unusable has none)."""
+        return {name: r.store for name, r in self.runners.items() if r.store is not None}
 
     def start(self, crash: CrashPoints | None = None) -> None:
         """Start every service from its journal (recovery runs before this returns)."""
@@ -158,22 +162,14 @@ class InProcessServices:
         kernel = CrashingKernel(self.lab.kernel, self.crash_points)
         self.recovery_notes = []
         for spec in self.specs:
-            try:
-                store: Store | None = Store.open(self.root / spec.name)
-                reason = ""
-            except JournalUnavailable as exc:
-                store, reason = None, str(exc)
-            runner = Runner(
-                store,
-                spec.registry().seal(),
+            runner = Runner.open(
+                self.state_dir(spec.name),
+                spec.registry(),
                 spec.effects(kernel),
                 artifact_digest=spec.artifact_digest,
                 boot_id=self.lab.boot_id(),
                 crash=self.crash_points,
-                unavailable_reason=reason,
             )
-            if store is not None:
-                self.stores[spec.name] = store
             self.runners[spec.name] = runner
             self.recovery_notes += runner.recover()
             for socket, endpoint in runner.endpoints():
@@ -181,9 +177,9 @@ class InProcessServices:
 
     def crash(self, crash: CrashPoints | None = None) -> None:
         """Every service dies at once without a clean shutdown, then starts again."""
-        for store in self.stores.values():
-            store.abandon()
-        self.stores = {}
+        for runner in self.runners.values():
+            runner.abandon()
+        self.runners = {}
         self.start(crash)
 
     def restart(self, crash: CrashPoints | None = None) -> None:
@@ -194,10 +190,13 @@ class InProcessServices:
     def clients(self) -> dict[str, LocalClient]:
         return {plugin: LocalClient(self.endpoints, plugin) for plugin in self.endpoints}
 
+    def state_dir(self, service: str) -> Path:
+        return self.root / service
+
     def close(self) -> None:
-        for store in self.stores.values():
-            store.close()
-        self.stores = {}
+        for runner in self.runners.values():
+            runner.close()
+        self.runners = {}
 
 
 class ProcessServices:

@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.services import ServiceProcess
+from labs import ServiceProcess
 from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
 from plugins.kernel.linux.netns import (
     CLONE_NEWNET,

@@ -249,7 +249,7 @@ def serve(
     :data:`EXIT_UNFINISHED` back instead.
 
     ``crash`` is ``NO_CRASH`` in production: a service never arms crash points itself
-    (the test kit's launcher, ``harness.crashing_service``, injects its own).
+    (the test kit's launcher, ``labs.crashing_service``, injects its own).
     """
     stop = stop or threading.Event()
     registrations = make_registry().seal()  # one invalid registration fails startup

@@ -3,7 +3,7 @@
 Each is the shared service plumbing (``plugins.sdk.service``) with its own
 registrations; all three run the same approved Linux executors on the kernel the
 administrator's config names. They never read crash points from the environment:
-production runs ``NO_CRASH``. The test kit's launcher (``harness.crashing_service``)
+production runs ``NO_CRASH``. The test kit's launcher (``labs.crashing_service``)
 calls ``run`` with crash points of its own.
 """
 

@@ -118,6 +118,7 @@ class FakeNode(Node):
             json.dumps(VLAN_CONFIG),
             inputs={"parent": (parent,)},
             interface_names={"interface": name},
+            grants=(Grant("linux/create-vlan/v1", parent.id),),
         )
         (handle,) = self.endpoints["vlan"].connect_network(req).outputs["interface"]
         return handle

@@ -193,6 +193,7 @@ def vlan_request(
         json.dumps(config),
         inputs={"parent": (parent,)},
         interface_names={"interface": name},
+        grants=(Grant("linux/create-vlan/v1", parent.id),),
     )
 
 

@@ -206,6 +206,7 @@ def chain(node: FakeNode, gen: int) -> Attachment:
             json.dumps(VLAN_CONFIG),
             inputs={"parent": (r["connect-bond"],)},
             interface_names={"interface": "data0"},
+            grants=(Grant("linux/create-vlan/v1", r["connect-bond"].id),),
         )
         (handle,) = node.endpoints["vlan"].connect_network(req).outputs["interface"]
         return handle

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.services import ServiceProcess
+from labs import ServiceProcess
 from plugins.sdk.host import PluginCallError, PluginClient
 
 from ..journal_damage import flip_first, sqlite_backup

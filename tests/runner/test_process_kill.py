@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.services import ServiceProcess
+from labs import ServiceProcess
 from plugins.sdk import CleanupStatus
 from plugins.sdk.host import PluginCallError, PluginClient
 

@@ -2,7 +2,7 @@
 
 Its kernel URL is ``toy:///abs/path/toy.json``: the toy resource file. Like the real
 services it exposes ``run(argv, crash=...)``, so the test kit's launcher
-(``python -m harness.crashing_service tests.runner.toy_service ...``) can arm it.
+(``python -m labs.crashing_service tests.runner.toy_service ...``) can arm it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""The public API boundary: product code imports no private module of another package.
+"""The public API boundary and the layer order of docs/architecture.md.
 
 A module whose name starts with ``_`` belongs to the package that holds it; code
 outside that package uses what the package root exports. Tests are white-box and
 exempt. The check reads every product module's imports (relative ones resolved) and
 fails naming each crossing; a planted violation proves it can fail.
+
+The layers: each unit below may import only the units its row allows (the table in
+docs/architecture.md, "Rules that hold the layers apart"). A new edge fails here,
+naming the file and line, until the table (and the doc) say why it belongs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,75 @@ KNOWN = {
     # config decoding needs for unevaluatedProperties); pinned by uv.lock.
     "plugins/sdk/_config.py": {"jsonschema._utils"},
 }
+
+
+# unit -> the units it may import (besides itself and the standard library/third parties)
+LAYERS: dict[str, frozenset[str]] = {
+    "plugins.api": frozenset(),
+    "plugins.contracts": frozenset(),
+    # the SDK: wire types, runner, store, host; Linux naming facts come from the kernel layer
+    "plugins.sdk": frozenset({"plugins.api", "plugins.kernel"}),
+    # the kernel protocol: namespace handles and crash points from the SDK; fake:// backend
+    "plugins.kernel": frozenset({"plugins.sdk", "fakekernel"}),
+    "fakekernel": frozenset({"plugins.kernel", "plugins.sdk"}),
+    "plugins.effects": frozenset({"plugins.kernel", "plugins.sdk"}),
+    # handlers never touch the kernel: they return plans
+    "plugins.vf": frozenset({"plugins.sdk"}),
+    "plugins.bond": frozenset({"plugins.sdk"}),
+    "plugins.links": frozenset({"plugins.sdk"}),
+    "plugins.coordinator": frozenset({"plugins.sdk"}),
+    "plugins.services": frozenset(
+        {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.vf", "plugins.bond"}
+        | {"plugins.links"}
+    ),
+    "examples": frozenset({"plugins.sdk", "plugins.kernel", "plugins.effects"}),
+    # the test kit builds nodes from everything a node runs, never from the rig
+    "labs": frozenset(
+        {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.coordinator"}
+        | {"plugins.vf", "plugins.bond", "plugins.links", "plugins.services", "fakekernel"}
+    ),
+}
+_PRODUCT_UNITS = (
+    "plugins.api",
+    "plugins.contracts",
+    "plugins.sdk",
+    "plugins.kernel",
+    "plugins.effects",
+    "plugins.vf",
+    "plugins.bond",
+    "plugins.links",
+    "plugins.coordinator",
+    "plugins.services",
+    "fakekernel",
+    "labs",
+    "harness",
+    "conformance",
+    "examples",
+    "scripts",
+)
+
+
+def _unit(module: str) -> str | None:
+    for unit in sorted(_PRODUCT_UNITS, key=len, reverse=True):
+        if module == unit or module.startswith(unit + "."):
+            return unit
+    return None
+
+
+def layer_violations(root: Path, files: list[Path]) -> list[str]:
+    """``file:line: a imports b`` for every import the layer table does not allow."""
+    found = []
+    for path in files:
+        module = _module_of(path, root)
+        me = _unit(".".join(module))
+        if me not in LAYERS:
+            continue  # the rig, the conformance suite and scripts may import any layer
+        tree = ast.parse(path.read_text(), str(path))
+        for line, name in _imported(tree, module, path.name == "__init__.py"):
+            other = _unit(name)
+            if other is not None and other != me and other not in LAYERS[me]:
+                found.append(f"{path.relative_to(root).as_posix()}:{line}: {me} imports {other}")
+    return found
 
 
 def _module_of(path: Path, root: Path) -> list[str]:
@@ -92,4 +165,22 @@ def test_a_planted_violation_is_named(tmp_path: Path) -> None:
         "harness/planted.py:1 imports plugins.sdk._requests",
         "harness/planted.py:2 imports plugins.kernel._crashing",
         "plugins/sdk/inside.py:2 imports plugins.kernel._url",
+    ]
+
+
+def test_every_import_follows_the_layer_order() -> None:
+    assert layer_violations(REPO, _product_files(REPO)) == []
+
+
+def test_a_planted_layer_violation_is_named(tmp_path: Path) -> None:
+    (tmp_path / "plugins" / "vf").mkdir(parents=True)
+    (tmp_path / "plugins" / "sdk").mkdir(parents=True)
+    handler = tmp_path / "plugins" / "vf" / "planted.py"
+    handler.write_text("from plugins.kernel import Kernel\nfrom plugins.sdk import Plan\n")
+    sdk = tmp_path / "plugins" / "sdk" / "planted.py"
+    sdk.write_text("import harness.rig\nfrom labs import Node\n")
+    assert layer_violations(tmp_path, [handler, sdk]) == [
+        "plugins/vf/planted.py:1: plugins.vf imports plugins.kernel",
+        "plugins/sdk/planted.py:1: plugins.sdk imports harness",
+        "plugins/sdk/planted.py:2: plugins.sdk imports labs",
     ]

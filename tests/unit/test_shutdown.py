@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
-from harness.services import ServiceProcess
+from labs import ServiceProcess
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,

@@ -3,7 +3,7 @@
 A service is started with ``python -m <module> [args] --config FILE``: the very command a
 deployment runs. To arm a crash point or trace the points reached, the same service
 main is started through the test kit's launcher instead
-(``python -m harness.crashing_service <module> [args] ...``), which reads
+(``python -m labs.crashing_service <module> [args] ...``), which reads
 ``NETWORKPLUGIN_CRASH_AT`` / ``_MODE`` / ``_TRACE``; a service program never does.
 Readiness is waited for over the real socket (GetInfo ready=true), with a deadline.
 """
@@ -23,7 +23,7 @@ from plugins.sdk.host import PluginClient
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHER = "harness.crashing_service"
+LAUNCHER = "labs.crashing_service"
 
 
 class ServiceProcess:

@@ -1,6 +1,6 @@
 """A service program with crash points armed from the environment: the test kit's launcher.
 
-``python -m harness.crashing_service MODULE [ARGS...] --config FILE`` imports the
+``python -m labs.crashing_service MODULE [ARGS...] --config FILE`` imports the
 service program ``MODULE`` (``plugins.services``, ``tests.runner.toy_service``) and
 calls its ``run(ARGS..., crash=CrashPoints.from_environment())``: the same service
 main a deployment runs, except that ``NETWORKPLUGIN_CRASH_AT`` / ``_MODE`` make it
@@ -18,7 +18,7 @@ from typing import Protocol, cast
 
 from plugins.sdk.runner import CrashPoints
 
-USAGE = "usage: python -m harness.crashing_service MODULE [ARGS...] --config FILE"
+USAGE = "usage: python -m labs.crashing_service MODULE [ARGS...] --config FILE"
 
 
 class ServiceProgram(Protocol):
