@@ -43,6 +43,7 @@ from ._handler import (
     undo_prepare,
     wrong_step_kind,
 )
+from ._linux_names import IFNAMSIZ, PCI_ADDRESS, kernel_name_problem
 from ._plan import (
     CleanupPlan,
     EffectRef,
@@ -98,8 +99,10 @@ from ._yaml import (
 
 __all__ = [
     "DEFAULT_BUNDLE_ROOT",
+    "IFNAMSIZ",
     "KERNEL_INTERFACE",
     "MAX_YAML_BYTES",
+    "PCI_ADDRESS",
     "PREPARED_VF",
     "SHARED_PARENT",
     "Aborted",
@@ -179,6 +182,7 @@ __all__ = [
     "effect",
     "from_json_value",
     "json_path",
+    "kernel_name_problem",
     "load_service_config",
     "load_yaml_documents",
     "load_yaml_file",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from ._config import ConfigValidator
 from ._descriptor import Descriptor
 from ._errors import PrerequisiteError
+from ._linux_names import PCI_ADDRESS, kernel_name_problem
 from ._types import (
     KERNEL_INTERFACE,
     AllocationBinding,
@@ -32,20 +33,15 @@ T = TypeVar("T")
 
 def check_interface_name(name: str) -> str | None:
     """Why ``name`` is not a usable interface name, or None if it is: the kernel's rule
-    (``plugins.kernel.check_interface_name``) and printable ASCII, so a name shows the
-    same in every log and tool."""
-    # Imported here, not at the top: plugins.kernel imports plugins.sdk while it loads.
-    from plugins.kernel import check_interface_name as kernel_rule
-
-    problem = kernel_rule(name)
+    (``kernel_name_problem``) and printable ASCII, so a name shows the same in every log
+    and tool."""
+    problem = kernel_name_problem(name)
     if problem is None and not (name.isprintable() and name.isascii()):
         problem = f"{name!r} must be printable ASCII"
     return problem
 
 
 def _is_pci_address(text: str) -> bool:
-    from plugins.kernel import PCI_ADDRESS  # see check_interface_name
-
     return PCI_ADDRESS.match(text) is not None
 
 

@@ -30,8 +30,8 @@ KNOWN = {
 LAYERS: dict[str, frozenset[str]] = {
     "plugins.api": frozenset(),
     "plugins.contracts": frozenset(),
-    # the SDK: wire types, runner, store, host; Linux naming facts come from the kernel layer
-    "plugins.sdk": frozenset({"plugins.api", "plugins.kernel"}),
+    # the SDK: wire types, runner, store, host, and Linux's naming facts (IFNAMSIZ, ...)
+    "plugins.sdk": frozenset({"plugins.api"}),
     # the kernel protocol: namespace handles and crash points from the SDK; fake:// backend
     "plugins.kernel": frozenset({"plugins.sdk", "fakekernel"}),
     "fakekernel": frozenset({"plugins.kernel", "plugins.sdk"}),

@@ -1,4 +1,5 @@
-"""The Linux naming facts defined once in plugins.kernel and used by the SDK and the fake."""
+"""The Linux naming facts, defined once in the SDK (re-exported by plugins.kernel) and used by
+the SDK, the kernel backends and the fake."""
 
 from __future__ import annotations
 

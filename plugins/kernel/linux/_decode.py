@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import Any, cast
 
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
+
+from plugins.sdk import PCI_ADDRESS
 
 from .._types import BondInfo, Link, LinkKind, NsRef, VFConfig
 from ._wire import IFF_UP
@@ -32,7 +33,6 @@ VF_LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}
 U32_UNSET = 0xFFFFFFFF  # ifla_vf_info's "-1": the driver does not report this setting
 
 SYSFS_BUS = "/sys/bus"
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def _by_value(table: dict[str, int], value: Any) -> str | None:
@@ -168,7 +168,7 @@ def pci_ancestor(sysfs_path: str) -> str | None:
     except OSError:
         return None
     for part in reversed(real.split(os.sep)):
-        if _PCI_ADDRESS.match(part):
+        if PCI_ADDRESS.match(part):
             return part
     return None
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from plugins.sdk import NamespaceHandle
+from plugins.sdk import NamespaceHandle, kernel_name_problem
 
 from .._protocol import Kernel
 from .._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
@@ -76,7 +76,6 @@ from ._nsfs import (
 
 __all__ = ["DEFAULT_NAMESPACE_DIRS", "PROC_DIR", "UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
 
-IFNAMSIZ = 16
 U32_MAX = 0xFFFFFFFF
 # parent_ns of a link whose lower device lives in a namespace this kernel has not
 # opened: device/inode 0 and the path "netnsid:<id>" (the id as seen from the link).
@@ -600,7 +599,7 @@ class LinuxKernel:
         """RTM_GETLINK of one link; None when it does not exist."""
         attrs = w.nla_u32(w.IFLA_EXT_MASK, ext_mask)
         if name is not None:
-            if not name or len(name.encode()) >= IFNAMSIZ:
+            if kernel_name_problem(name) is not None:
                 return None  # no link can have this name
             attrs += w.nla_str(w.IFLA_IFNAME, name)
         index = ifindex if ifindex is not None else 0
