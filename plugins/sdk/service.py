@@ -16,7 +16,6 @@ import argparse
 import errno
 import hashlib
 import logging
-import math
 import os
 import signal
 import sqlite3
@@ -30,6 +29,7 @@ from types import FrameType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from ._documents import SERVICE_CONFIG_SCHEMA, DocumentError, DocumentSchema
 from ._errors import NetworkPluginError, RegistrationError
 from ._registry import Registration, Registry
 from ._yaml import YAMLLoadError, load_yaml_documents
@@ -40,9 +40,7 @@ from .store import JournalFault, JournalUnavailable
 log = logging.getLogger(__name__)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-_REQUIRED_KEYS = ("socketDir", "stateDir", "tokenFile", "kernel")
 _PATH_KEYS = ("socketDir", "stateDir", "tokenFile", "runtimeDir")
-_CONFIG_KEYS = {*_REQUIRED_KEYS, "runtimeDir", "bootId", "shutdownGraceSeconds"}
 
 EXIT_REFUSED = 2
 """Exit status of a startup refusal (one line on stderr naming the path and the cause)."""
@@ -89,23 +87,16 @@ class ServiceConfig:
             refuse(f"not valid YAML: {exc.problem} (line {exc.line}, column {exc.column})")
         if len(documents) != 1 or not isinstance(documents[0], dict):
             refuse("not a mapping")
-        data = documents[0]
-        unknown = sorted(str(k) for k in set(data) - _CONFIG_KEYS)
-        missing = sorted(set(_REQUIRED_KEYS) - set(data))
-        if unknown or missing:
-            refuse(f"unknown keys {unknown}, missing keys {missing}")
-        data = {k: v for k, v in data.items() if v is not None or k in _REQUIRED_KEYS}
-        for key in (*_REQUIRED_KEYS, "runtimeDir", "bootId"):
-            if key in data and (not isinstance(data[key], str) or not data[key]):
-                refuse(f"{key} must be a non-empty string")
+        # The file format's JSON Schema: every problem named with its path and rule.
+        try:
+            DocumentSchema.packaged("plugins.sdk", SERVICE_CONFIG_SCHEMA).check(
+                documents[0], str(path)
+            )
+        except DocumentError as exc:
+            refuse("; ".join(exc.lines))
+        # An optional key set to null takes its default.
+        data = {k: v for k, v in documents[0].items() if v is not None}
         grace = data.get("shutdownGraceSeconds", 10.0)
-        if (
-            isinstance(grace, bool)
-            or not isinstance(grace, int | float)
-            or not math.isfinite(grace)
-            or grace < 0
-        ):
-            refuse(f"shutdownGraceSeconds must be a number of seconds >= 0, got {grace!r}")
         base = path.parent
         paths = {key: base / data[key] for key in _PATH_KEYS if key in data}
         return cls(

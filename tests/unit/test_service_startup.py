@@ -147,11 +147,19 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"shutdownGraceSeconds": "soon"}, "shutdownGraceSeconds must be a number"),
-        ({"shutdownGraceSeconds": -1}, "shutdownGraceSeconds must be a number"),
-        ({"runtimeDir": 7}, "runtimeDir must be a non-empty string"),
-        ({"stateDirectory": "/x"}, "unknown keys ['stateDirectory']"),
-        ({"tokenFile": None}, "missing keys ['tokenFile']"),
+        (
+            {"shutdownGraceSeconds": "soon"},
+            '$.shutdownGraceSeconds: must be of type number or null, got string "soon" [type]',
+        ),
+        ({"shutdownGraceSeconds": -1}, "$.shutdownGraceSeconds: must be >= 0, got -1 [range]"),
+        ({"shutdownGraceSeconds": True}, "$.shutdownGraceSeconds: must be of type number"),
+        ({"runtimeDir": 7}, "$.runtimeDir: must be of type string or null, got integer 7 [type]"),
+        ({"stateDirectory": "/x"}, "$.stateDirectory: unknown key 'stateDirectory' [unknown-key]"),
+        ({"tokenFile": None}, "$.tokenFile: missing required field 'tokenFile' [required]"),
+        (
+            {"kernel": "", "bootId": 3},
+            "$.bootId: must be of type string or null, got integer 3 [type]; $.kernel: ",
+        ),
     ],
 )
 def test_a_bad_config_is_refused(node: Deployment, change: dict[str, Any], expected: str) -> None:
