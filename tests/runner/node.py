@@ -63,7 +63,11 @@ def unprepare(op: str = "op-unprepare", scope: str = "prep-1") -> CleanupRequest
 
 
 class ToyNode:
-    """What a service process holds in memory; ``crash()`` abandons all of it."""
+    """What a service process holds in memory; ``crash()`` abandons all of it.
+
+    The runner's own fixture: one runner over the toy plugin's file-backed objects, no
+    Linux kernel and no services table, so it is not a ``labs.Node`` (docs/test-kit.md).
+    """
 
     def __init__(
         self, root: Path, crash: CrashPoints | None = None, faults: StorageFaults = NO_FAULTS

@@ -31,7 +31,10 @@ from .toy import ToyKernel
 NEEDLE = "flipme0"  # the connected interface's name: only the connect records carry it
 
 
-class Lab:
+class ToyDeployment:
+    """The toy service deployed as a real process over a toy kernel file that outlives it
+    (the runner's own fixture: no Linux kernel, so not a ``labs.Node``)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.toy_file = root / "toy.json"
@@ -70,40 +73,40 @@ class Lab:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    lab = Lab(tmp_path)
+def lab(tmp_path: Path) -> Iterator[ToyDeployment]:
+    lab = ToyDeployment(tmp_path)
     try:
         yield lab
     finally:
         lab.close()
 
 
-def delete_wal(lab: Lab) -> None:
+def delete_wal(lab: ToyDeployment) -> None:
     (lab.state / "journal.db-wal").unlink()
 
 
-def delete_wal_and_shm(lab: Lab) -> None:
+def delete_wal_and_shm(lab: ToyDeployment) -> None:
     for suffix in ("-wal", "-shm"):
         (lab.state / f"journal.db{suffix}").unlink()
 
 
-def older_copy(lab: Lab) -> None:
+def older_copy(lab: ToyDeployment) -> None:
     delete_wal_and_shm(lab)
     shutil.copyfile(lab.backup, lab.state / "journal.db")
 
 
-def every_file(lab: Lab) -> None:
+def every_file(lab: ToyDeployment) -> None:
     for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
         (lab.state / name).unlink()
 
 
-def flipped_in_wal(lab: Lab) -> None:
+def flipped_in_wal(lab: ToyDeployment) -> None:
     # WAL frames carry SQLite's checksums: the log ends at the altered frame, and the
     # commits after it are lost, which the lease's count reports.
     flip_first(lab.state / "journal.db-wal", NEEDLE)
 
 
-WHOLE_JOURNAL: dict[str, Callable[[Lab], None]] = {
+WHOLE_JOURNAL: dict[str, Callable[[ToyDeployment], None]] = {
     "wal": delete_wal,
     "wal+shm": delete_wal_and_shm,
     "older-copy": older_copy,
@@ -126,7 +129,9 @@ def _refused(call: Callable[[], object], what: str) -> None:
 
 
 @pytest.mark.parametrize("damage", list(WHOLE_JOURNAL))
-def test_a_journal_that_lost_acknowledged_commits_serves_nothing(lab: Lab, damage: str) -> None:
+def test_a_journal_that_lost_acknowledged_commits_serves_nothing(
+    lab: ToyDeployment, damage: str
+) -> None:
     lab.acknowledge_then_sigkill()
     attached = lab.kernel()
     WHOLE_JOURNAL[damage](lab)
@@ -141,7 +146,7 @@ def test_a_journal_that_lost_acknowledged_commits_serves_nothing(lab: Lab, damag
     _one_line_reason(lab.service.log, "journal in")
 
 
-def test_a_flipped_record_makes_its_scope_unavailable_and_others_served(lab: Lab) -> None:
+def test_a_flipped_record_makes_its_scope_unavailable_and_others_served(lab: ToyDeployment) -> None:
     lab.acknowledge_then_sigkill()
     lab.service.start()
     lab.service.stop()  # a clean stop checkpoints: the records now live in journal.db
