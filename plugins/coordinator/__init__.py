@@ -1,23 +1,9 @@
-"""The node coordinator: topology and exposure-policy manifests, validation, CEL allocation,
-and its journal (the call states are public: the rig checks that none is left open)."""
+"""The node coordinator: topology, exposure-policy and inventory manifests, validation, CEL
+allocation, and its journal (the call states are public: the rig checks that none is left open)."""
 
+from ._allocate import AllocatedDevice, AllocationError, Allocator, allocate
 from ._authority import NodeAuthority
-from ._cel import (
-    AllocatedDevice,
-    AllocationError,
-    Allocator,
-    AttributeValue,
-    CompiledSelector,
-    Device,
-    Inventory,
-    PublishedDevice,
-    SelectorError,
-    allocate,
-    compile_selector,
-    load_inventory,
-    parse_inventory,
-    publish,
-)
+from ._cel import CompiledSelector, SelectorError, compile_selector
 from ._compile import (
     RESERVED_INTERFACE_NAMES,
     CompiledStep,
@@ -26,6 +12,7 @@ from ._compile import (
     TopologyErrors,
     validate_topology,
 )
+from ._inventory import AttributeValue, Device, Inventory, load_inventory, parse_inventory
 from ._journal import CLOSED_CALL_STATES, OPEN_CALL_STATES, Call, CoordinatorJournal
 from ._policy import (
     DRIVER_DOMAIN,
@@ -39,6 +26,7 @@ from ._policy import (
     parse_policy,
     qualify,
 )
+from ._publish import PublishedDevice, publish
 from ._runtime import Coordinator, StepFailed, operation_id, root_id
 from ._topology import (
     API_VERSION,

@@ -18,6 +18,7 @@ The result, :class:`CompiledTopology`, carries the hook order the coordinator fo
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 import json
 from collections.abc import Mapping, Sequence
@@ -591,52 +592,37 @@ def _edges(ctx: _Context) -> dict[str, list[str]]:
 
 
 def _order(ctx: _Context) -> tuple[str, ...]:
-    """Kahn's algorithm, always taking the earliest ready step; reports cycles."""
+    """A topological order that always takes the earliest ready step; reports a cycle."""
     index = {name: i for i, name in enumerate(ctx.by_name)}
-    deps = _edges(ctx)
-    waiting = {name: len(producers) for name, producers in deps.items()}
-    consumers: dict[str, list[str]] = {name: [] for name in deps}
-    for name, producers in deps.items():
-        for producer in producers:
-            consumers[producer].append(name)
-    ready = [(index[n], n) for n, count in waiting.items() if count == 0]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(name)
-        for consumer in consumers[name]:
-            waiting[consumer] -= 1
-            if waiting[consumer] == 0:
-                heapq.heappush(ready, (index[consumer], consumer))
-    if len(order) < len(deps):
-        stuck = {n for n in deps if n not in order}
-        cycle = _find_cycle(deps, stuck, index)
+    sorter = graphlib.TopologicalSorter(_edges(ctx))
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        cycle = _earliest_first(exc.args[1][:-1], index)  # graphlib repeats the first step
         ctx.error(
             cycle[0],
             "inputs",
             "the step graph has a cycle: " + " -> ".join([*cycle, cycle[0]]),
         )
+        return ()  # unused: the cycle fails validation
+    # graphlib hands out ready steps as a set; a heap keyed by step order makes the
+    # result deterministic (ties broken by step order, as the module docstring promises).
+    ready = [(index[name], name) for name in sorter.get_ready()]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        sorter.done(name)
+        for consumer in sorter.get_ready():
+            heapq.heappush(ready, (index[consumer], consumer))
     return tuple(order)
 
 
-def _find_cycle(
-    deps: Mapping[str, list[str]], stuck: set[str], index: Mapping[str, int]
-) -> list[str]:
-    """One cycle among ``stuck`` steps, starting at its earliest step, in data-flow order."""
-    start = min(stuck, key=index.__getitem__)
-    # Walk producer links inside the stuck set until a step repeats: that closes a cycle.
-    path: list[str] = []
-    seen: dict[str, int] = {}
-    node = start
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(p for p in deps[node] if p in stuck)
-    cycle = path[seen[node] :]
-    cycle.reverse()  # producer -> consumer
+def _earliest_first(cycle: Sequence[str], index: Mapping[str, int]) -> list[str]:
+    """The cycle (producer -> consumer, as graphlib gives it) from its earliest step."""
     first = min(range(len(cycle)), key=lambda i: index[cycle[i]])
-    return cycle[first:] + cycle[:first]
+    return [*cycle[first:], *cycle[:first]]
 
 
 def _check_exports(ctx: _Context) -> None:

@@ -35,8 +35,8 @@ from plugins.sdk import (
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints, to_json_value
 
+from ._allocate import AllocatedDevice
 from ._authority import NodeAuthority, ResourceClaim
-from ._cel import AllocatedDevice
 from ._compile import CompiledTopology
 from ._journal import Call, CoordinatorJournal
 

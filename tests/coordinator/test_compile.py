@@ -305,6 +305,13 @@ def test_a_step_consuming_itself_is_a_cycle() -> None:
     assert "data-vlan -> data-vlan" in message(doc, "data-vlan", "inputs")
 
 
+def test_a_longer_cycle_reads_in_data_flow_order_from_its_earliest_step() -> None:
+    doc = raw("vf-bond-vlan")
+    steps(doc)["vf1"]["inputs"] = {"extra": [source("data-vlan")]}
+    expected = "the step graph has a cycle: vf1 -> bond0 -> data-vlan -> vf1"
+    assert message(doc, "vf1", "inputs").endswith(expected)
+
+
 # --- assigned names --------------------------------------------------------------------------
 
 
