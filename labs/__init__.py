@@ -25,6 +25,7 @@ from ._services import (
     service_of,
 )
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
+from .netns import NetnsLab
 
 __all__ = [
     "DEFAULT_LAB",
@@ -38,6 +39,7 @@ __all__ = [
     "Lab",
     "LabKernel",
     "LocalClient",
+    "NetnsLab",
     "Node",
     "ProcessServices",
     "ServiceProcess",

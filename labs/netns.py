@@ -32,9 +32,9 @@ import socket
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from fakekernel.lab import plant_pod_interface
 from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec, NsRef, kernel_error
@@ -49,13 +49,10 @@ PIN_ROOT = Path("/run")  # root-only tmpfs, seen by the service processes the la
 PIN_PREFIX = "dranp-lab-"
 PARENTS = ("enp3s0f0", "enp3s0f1", "enp3s0f2")
 PARENT_MTU = 1500
-NETNS = "network namespaces"
 # How long a deleted namespace may take to die (cleanup_net runs on a workqueue).
 NAMESPACE_DEATH_DEADLINE_S = 10.0
 # dev_change_name lets an UP link be renamed since Linux 6.2 (the fake's ``live_rename``).
 LIVE_RENAME_SINCE = (6, 2)
-P = ParamSpec("P")
-T = TypeVar("T")
 RTMGRP_LINK = 0x1  # the rtnetlink multicast group of link events (RTM_NEWLINK/DELLINK)
 DEATH_MARKER = "zz-lab-gone"  # the dying namespace's end of the veth watched for its death
 
@@ -103,6 +100,7 @@ class NetnsKernel(LinuxKernel):
         self._fixed = {_name_of(node.path): self.host_namespace(), _name_of(wire.path): self.wire}
         self._added: dict[str, NsRef] = {}  # by name, in creation order
         self._deaths = 0
+        self.death_deadline_s = NAMESPACE_DEATH_DEADLINE_S
 
     # -- named namespaces --------------------------------------------------------------------
 
@@ -147,14 +145,14 @@ class NetnsKernel(LinuxKernel):
             )
             pins.delete_namespace(ref.path)
             del self._added[name]
-            deadline = time.monotonic() + NAMESPACE_DEATH_DEADLINE_S
+            deadline = time.monotonic() + self.death_deadline_s
             # Each call below also drops this kernel's own descriptor of the namespace
             # (its pin is gone), which may be the last reference.
             while self.get_link(self.wire, name=witness) is not None:
                 if not events.wait(deadline - time.monotonic()):
                     raise kernel_error(
                         errno.ETIMEDOUT,
-                        f"namespace {name!r} still alive {NAMESPACE_DEATH_DEADLINE_S:g} s "
+                        f"namespace {name!r} still alive {self.death_deadline_s:g} s "
                         "after its pin was removed: something still holds it",
                     )
 
@@ -231,8 +229,9 @@ class NetnsLab(Lab):
         self._unpin = weakref.finalize(self, _remove_pins, self.directory)
         self._kernel: NetnsKernel | None = None
         try:
-            node = _needs(NETNS, pins.create_namespace, self.directory, f"node-{suffix}")
-            wire = _needs(NETNS, pins.create_namespace, self.directory, f"wire-{suffix}")
+            with _cannot_run_without("network namespaces"):
+                node = pins.create_namespace(self.directory, f"node-{suffix}")
+                wire = pins.create_namespace(self.directory, f"wire-{suffix}")
             self._kernel = NetnsKernel(self.directory, node, wire)
             self.parents = [self._cable(i, name) for i, name in enumerate(parents)]
             if self.parents:
@@ -247,7 +246,8 @@ class NetnsLab(Lab):
         spec = LinkSpec(
             kind="veth", name=name, mtu=PARENT_MTU, peer_name=f"swp{index}", peer_ns=k.wire
         )
-        parent = _needs("the veth kernel module", k.create_link, k.host_namespace(), spec)
+        with _cannot_run_without("the veth kernel module", errno.EOPNOTSUPP):
+            parent = k.create_link(k.host_namespace(), spec)
         assert parent.peer is not None  # a veth always reports its peer
         k.set_link(k.wire, parent.peer, LinkChanges(up=True))
         return k.set_link(k.host_namespace(), parent.ifindex, LinkChanges(up=True))
@@ -258,7 +258,8 @@ class NetnsLab(Lab):
         port = k.get_link(k.wire, name="swp0")
         assert port is not None
         spec = LinkSpec(kind="macvlan", name="probe0", parent=port.ifindex, mode="bridge")
-        probe = _needs("the macvlan kernel module", k.create_link, k.wire, spec)
+        with _cannot_run_without("the macvlan kernel module", errno.EOPNOTSUPP):
+            probe = k.create_link(k.wire, spec)
         k.delete_link(k.wire, probe.ifindex)
 
     @property
@@ -289,11 +290,15 @@ class NetnsLab(Lab):
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _needs(what: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(...)``; a kernel refusal becomes the one-line reason the lab cannot run."""
+@contextlib.contextmanager
+def _cannot_run_without(what: str, *codes: int) -> Iterator[None]:
+    """A kernel refusal (one with ``codes``, if given) becomes the one-line reason the
+    lab cannot run; any other error passes as it is."""
     try:
-        return fn(*args, **kwargs)
+        yield
     except KernelError as exc:
+        if codes and exc.code not in codes:
+            raise
         raise NetnsLabUnavailable(f"NetnsLab needs {what} ({exc})") from exc
 
 
