@@ -1,18 +1,21 @@
 """Benchmark: one macvlan ADD+DEL, ours against Debian's CNI plugin and a raw-netlink floor.
 
-Runs in namespaces it creates (never on the machine's own links), as root:
+Runs in the namespaces of a ``labs.NetnsLab`` (never on the machine's own links), as root:
 
-* ``bench-host``: the service's approved host namespace, holding the veth pair
-  ``benchparent``/``benchpeer`` (up, MTU 1500); ``benchparent`` is the macvlan parent.
-* ``bench-pod``: the sandbox every child is created in, always as ``net1``.
+* the lab's node namespace: the service's approved host namespace, holding the
+  parent ``benchparent`` (a veth end, up, MTU 1500; its peer is in the lab's wire
+  namespace); ``benchparent`` is the macvlan parent.
+* ``bench-pod``: the sandbox every child is created in, always as ``net1`` (added to
+  the lab bare: no interface of its own, so after DEL it holds only ``lo``).
 
 Per iteration, in rotating order so drift hits all three alike:
 
 * ours:  ConnectNetwork + RemoveNetwork over the real socket of a real
-  ``networkplugin-links`` service (``linux://`` kernel URL naming ``bench-host``),
-  a new attachment each time on one macvlan share prepared once;
+  ``networkplugin-links`` service (a ``labs.Node`` of processes on the lab: its
+  ``linux://`` kernel URL names the node namespace), a new attachment each time on
+  one macvlan share prepared once;
 * CNI:   ``/usr/lib/cni/macvlan`` exec'd with ADD then DEL (no IPAM), from a thread
-  that sits in ``bench-host`` so the plugin resolves ``master`` there;
+  that sits in the node namespace so the plugin resolves ``master`` there;
 * floor: the kernel operations our executors perform, as bare pyroute2 requests:
   create the child on ``benchparent`` straight into ``bench-pod`` (IFLA_NET_NS_FD)
   under a temporary name, look up its ifindex, set its alias, rename it, set it up,
@@ -49,17 +52,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labs import ServiceProcess
+from labs import NetnsLab, Node, ServiceProcess, service_of
+from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
-from plugins.kernel.linux.netns import (
-    CLONE_NEWNET,
-    THREAD_NETNS,
-    check_call,
-    create_namespace,
-    delete_namespace,
-    libc,
-    run_in_netns,
-)
+from plugins.kernel.linux.netns import CLONE_NEWNET, THREAD_NETNS, check_call, libc, run_in_netns
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -81,7 +77,7 @@ INSTALL_HINT = (
     f"bench_macvlan: {CNI_MACVLAN} is missing or not executable; "
     "install Debian's CNI plugins with: sudo apt-get install -y containernetworking-plugins"
 )
-PARENT, PEER, IFNAME, MTU = "benchparent", "benchpeer", "net1", 1500
+PARENT, POD, IFNAME, MTU = "benchparent", "bench-pod", "net1", 1500
 CLAIM, STEP = "bench-claim", "secondary"
 CAPACITY = "dra.networking/macvlans"
 PLUGIN_CONFIG = json.dumps({"mode": "bridge", "mtu": MTU})
@@ -105,7 +101,7 @@ def in_namespace_thread(path: str) -> ThreadPoolExecutor:
     """One dedicated worker thread that enters ``path``'s namespace and never leaves it.
 
     A child forked by that thread starts in that namespace (the namespace is per
-    thread), so the CNI plugin runs in ``bench-host`` without nsenter's extra exec,
+    thread), so the CNI plugin runs in the node namespace without nsenter's extra exec,
     and no other thread of this process ever changes namespace.
     """
 
@@ -116,7 +112,7 @@ def in_namespace_thread(path: str) -> ThreadPoolExecutor:
         finally:
             os.close(fd)
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-host", initializer=enter)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-node", initializer=enter)
     want = os.stat(path)
     got = pool.submit(os.stat, THREAD_NETNS).result()
     if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino):
@@ -159,10 +155,12 @@ def kind_of(msg: Any) -> str | None:
 
 
 @dataclass
-class Lab:
-    host: NamespaceHandle
+class Scene:
+    """The lab's namespaces as the CNI and floor rows reach them: raw handles."""
+
+    lab: NetnsLab
     pod: NamespaceHandle
-    host_ipr: Any  # pyroute2.IPRoute bound to bench-host
+    host_ipr: Any  # pyroute2.IPRoute bound to the node namespace
     pod_ipr: Any  # pyroute2.IPRoute bound to bench-pod
     pod_fd: int
     parent_index: int
@@ -173,9 +171,9 @@ class Ours:
     name = "ours"
     what = "ConnectNetwork+RemoveNetwork, real service"
 
-    def __init__(self, lab: Lab, client: PluginClient) -> None:
+    def __init__(self, scene: Scene, client: PluginClient) -> None:
         self.client = client
-        self.sandbox = SandboxHandle("bench-pod", lab.pod)
+        self.sandbox = SandboxHandle(POD, scene.pod)
         rid = root_id(CLAIM, STEP)
         self.binding = AllocationBinding(
             rid,
@@ -247,11 +245,11 @@ class CNI:
     name = "CNI"
     what = f"{CNI_MACVLAN} ADD+DEL, exec'd"
 
-    def __init__(self, lab: Lab) -> None:
-        self.lab = lab
+    def __init__(self, scene: Scene) -> None:
+        self.scene = scene
         self.base_env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "CNI_NETNS": lab.pod.path,
+            "CNI_NETNS": scene.pod.path,
             "CNI_IFNAME": IFNAME,
             "CNI_PATH": str(CNI_DIR),
         }
@@ -269,7 +267,7 @@ class CNI:
             )
 
     def _on_host(self, fn: Callable[[], float | None]) -> float | None:
-        return self.lab.host_thread.submit(fn).result()
+        return self.scene.host_thread.submit(fn).result()
 
     def add(self, label: str) -> None:
         self._on_host(lambda: self._exec("ADD", label))
@@ -293,8 +291,8 @@ class Floor:
     name = "floor"
     what = "pyroute2: newlink(netns)+get+alias+rename+up, del"
 
-    def __init__(self, lab: Lab) -> None:
-        self.lab = lab
+    def __init__(self, scene: Scene) -> None:
+        self.scene = scene
         self.index = 0
 
     @staticmethod
@@ -304,24 +302,24 @@ class Floor:
 
     def add(self, label: str) -> None:
         temp, alias = self._names(label)
-        lab = self.lab
-        lab.host_ipr.link(
+        scene = self.scene
+        scene.host_ipr.link(
             "add",
             ifname=temp,
             kind="macvlan",
-            link=lab.parent_index,
+            link=scene.parent_index,
             macvlan_mode="bridge",
             mtu=MTU,
-            net_ns_fd=lab.pod_fd,
+            net_ns_fd=scene.pod_fd,
         )
-        (msg,) = lab.pod_ipr.link("get", ifname=temp)
+        (msg,) = scene.pod_ipr.link("get", ifname=temp)
         self.index = int(msg["index"])
-        lab.pod_ipr.link("set", index=self.index, ifalias=alias)
-        lab.pod_ipr.link("set", index=self.index, ifname=IFNAME)
-        lab.pod_ipr.link("set", index=self.index, state="up")
+        scene.pod_ipr.link("set", index=self.index, ifalias=alias)
+        scene.pod_ipr.link("set", index=self.index, ifname=IFNAME)
+        scene.pod_ipr.link("set", index=self.index, state="up")
 
     def delete(self, label: str) -> None:
-        self.lab.pod_ipr.link("del", index=self.index)
+        self.scene.pod_ipr.link("del", index=self.index)
 
     def run(self, label: str) -> float:
         start = time.perf_counter()
@@ -333,15 +331,15 @@ class Floor:
 Contender = Ours | CNI | Floor
 
 
-def pod_links(lab: Lab) -> dict[str, Any]:
-    return {attr(m, "IFLA_IFNAME"): m for m in lab.pod_ipr.link("dump")}
+def pod_links(scene: Scene) -> dict[str, Any]:
+    return {attr(m, "IFLA_IFNAME"): m for m in scene.pod_ipr.link("dump")}
 
 
-def check(lab: Lab, contender: Contender, label: str) -> None:
+def check(scene: Scene, contender: Contender, label: str) -> None:
     """Untimed: after ADD the pod has an up macvlan net1 (MTU 1500); after DEL only lo."""
     contender.add(label)
     try:
-        links = pod_links(lab)
+        links = pod_links(scene)
         child = links.get(IFNAME)
         if child is None:
             raise RuntimeError(f"{contender.name}: no {IFNAME} in bench-pod after ADD")
@@ -356,7 +354,7 @@ def check(lab: Lab, contender: Contender, label: str) -> None:
             raise RuntimeError(f"{contender.name}: {IFNAME} after ADD: {', '.join(problems)}")
     finally:
         contender.delete(label)
-    left = sorted(pod_links(lab))
+    left = sorted(pod_links(scene))
     if left != ["lo"]:
         raise RuntimeError(f"{contender.name}: bench-pod holds {left} after DEL")
 
@@ -385,39 +383,38 @@ def cni_version() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def build_lab(stack: contextlib.ExitStack, base: Path) -> Lab:
+def build_scene(stack: contextlib.ExitStack) -> Scene:
     from pyroute2 import IPRoute
 
-    netns_dir = base / "netns"
-    host = create_namespace(netns_dir, "bench-host")
-    stack.callback(delete_namespace, host.path, missing_ok=True)
-    pod = create_namespace(netns_dir, "bench-pod")
-    stack.callback(delete_namespace, pod.path, missing_ok=True)
+    lab = NetnsLab(parents=(PARENT,))
+    stack.callback(lab.close)
+    pod_ref = lab.kernel.add_namespace(POD)
+    pod = NamespaceHandle(pod_ref.path, pod_ref.device, pod_ref.inode, pod_ref.boot_id)
+    host_path = lab.kernel.host_namespace().path
     pod_fd = os.open(pod.path, os.O_RDONLY | os.O_CLOEXEC)
     stack.callback(os.close, pod_fd)
-    host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, host.path)))
+    host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, host_path)))
     pod_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, pod.path)))
-    host_ipr.link("add", ifname=PARENT, kind="veth", peer=PEER)
-    for name in (PARENT, PEER):
-        (msg,) = host_ipr.link("get", ifname=name)
-        host_ipr.link("set", index=msg["index"], mtu=MTU, state="up")
-    (parent,) = host_ipr.link("get", ifname=PARENT)
-    host_thread = in_namespace_thread(host.path)
+    host_thread = in_namespace_thread(host_path)
     stack.callback(host_thread.shutdown)
-    return Lab(host, pod, host_ipr, pod_ipr, pod_fd, int(parent["index"]), host_thread)
+    (parent,) = lab.parents
+    return Scene(lab, pod, host_ipr, pod_ipr, pod_fd, parent.ifindex, host_thread)
 
 
-def start_service(stack: contextlib.ExitStack, base: Path, lab: Lab) -> ServiceProcess:
-    service = ServiceProcess(
-        "networkplugin-links",
-        ["plugins.services", "networkplugin-links"],
-        base / "service",
-        base / "sock.d",
-        f"linux://{lab.host.path}",
-        ["macvlan.sock"],
+def start_service(stack: contextlib.ExitStack, base: Path, scene: Scene) -> ServiceProcess:
+    """The real networkplugin-links service on the lab, as a process (a ``labs.Node``)."""
+    node = Node(
+        scene.lab,
+        base / "node",
+        services=[service_of("macvlan")],
+        processes=True,
+        coordinator=False,
+        pod=None,  # bench-pod is the scene's, bare
     )
+    stack.callback(node.close)
+    service = node.processes.of("macvlan")
 
-    def stop() -> None:
+    def stop() -> None:  # a clean stop first, so a failing exit shows in its log
         if service.proc is None:
             return
         try:
@@ -431,8 +428,7 @@ def start_service(stack: contextlib.ExitStack, base: Path, lab: Lab) -> ServiceP
             for line in tail:
                 print(f"  {line}", file=sys.stderr)
 
-    stack.callback(stop)
-    service.start()
+    stack.callback(stop)  # unwound before node.close, which would SIGKILL it
     return service
 
 
@@ -466,15 +462,15 @@ def run(args: argparse.Namespace) -> int:
     base = Path(tempfile.mkdtemp(prefix="bench-mv-", dir="/tmp"))  # short socket paths
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        lab = build_lab(stack, base)
-        service = start_service(stack, base, lab)
+        scene = build_scene(stack)
+        service = start_service(stack, base, scene)
         client = stack.enter_context(service.client("macvlan.sock"))
-        ours = Ours(lab, client)
+        ours = Ours(scene, client)
         stack.callback(ours.release)  # unwound first: before the client and the service
         ours.prepare()
-        contenders: list[Contender] = [ours, CNI(lab), Floor(lab)]
+        contenders: list[Contender] = [ours, CNI(scene), Floor(scene)]
         for c in contenders:
-            check(lab, c, f"check-{c.name}")
+            check(scene, c, f"check-{c.name}")
         for w in range(args.warmup):
             for c in contenders:
                 c.run(f"warm-{w}")
@@ -485,7 +481,7 @@ def run(args: argparse.Namespace) -> int:
             for c in contenders[shift:] + contenders[:shift]:
                 results[c.name].append(c.run(str(i)))
         for c in contenders:
-            check(lab, c, f"final-{c.name}")
+            check(scene, c, f"final-{c.name}")
         report(args, results, contenders, load)
     return 0
 
@@ -514,7 +510,11 @@ def main() -> int:
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _terminate)
-    return run(args)
+    try:
+        return run(args)
+    except NetnsLabUnavailable as exc:  # e.g. no macvlan module: one line, like preflight
+        print(f"bench_macvlan: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
