@@ -29,11 +29,14 @@ from plugins.sdk import (
     OperationEnvelope,
     PreparedState,
     PrepareRequest,
+    PrepareResponse,
     ResourceHandle,
     SandboxHandle,
+    from_json_value,
+    to_json_value,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints, to_json_value
+from plugins.sdk.runner import CrashPoints
 
 from ._allocate import AllocatedDevice
 from ._authority import NodeAuthority, ResourceClaim
@@ -137,7 +140,8 @@ class Coordinator:
         for name in [] if unit is None else unit[1].get("roots", []):
             call = self.journal.call(operation_id(prep_scope(claim, name), name, Hook.NODE_PREPARE))
             if call is not None and call.state == "succeeded" and call.response is not None:
-                prepared[name] = prepared_state_from_json(call.response["prepared_state"])
+                response: PrepareResponse = from_json_value(PrepareResponse, call.response)
+                prepared[name] = response.prepared_state
         return prepared
 
     # -- attachment ------------------------------------------------------------------------
@@ -365,16 +369,6 @@ receives the response (or the error text). The rig uses it for report steps."""
 @contextmanager
 def no_observer(hook: str, step: str, plugin: str, request: Any) -> Iterator[Callable[[Any], None]]:
     yield lambda outcome: None
-
-
-def prepared_state_from_json(data: Mapping[str, Any]) -> PreparedState:
-    """The inverse of ``to_json_value`` for a journaled PreparedState."""
-    return PreparedState(
-        data["root_id"],
-        data["plugin"],
-        data["preparation_id"],
-        tuple(ResourceHandle(**h) for h in data["handles"]),
-    )
 
 
 def prep_scope(claim: str, step: str) -> str:

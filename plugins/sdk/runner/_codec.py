@@ -1,7 +1,10 @@
 """Responses: typed handles from a plan's exports, and the replayable JSON of each response.
 
 A succeeded create stores its response so that a retry replays it byte for byte; a
-finished cleanup stores its own. Pure: no journal, no kernel.
+finished cleanup stores its own. Both are written and read back by the SDK's one codec
+(``to_json_value`` / ``from_json_value``: snake_case field names, enums by value), so a
+stored response that does not fit its type fails loudly instead of replaying something
+else. Pure: no journal, no kernel.
 """
 
 from __future__ import annotations
@@ -10,20 +13,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .._codec import from_json_value, to_json_value
 from .._plan import Plan, canonical_json, digest
 from .._registry import Registration
 from .._requests import (
     CleanupResponse,
-    CleanupStatus,
     ConnectRequest,
     ConnectResponse,
-    EffectState,
-    EffectStatus,
     PrepareRequest,
     PrepareResponse,
 )
-from .._types import Hook, PreparedState, ResourceHandle
-from ._semantic import to_json_value
+from .._types import Hook, ResourceHandle
 from ._validation import export_ports
 
 
@@ -78,31 +78,12 @@ def replay(
     stored: str, request: PrepareRequest | ConnectRequest
 ) -> PrepareResponse | ConnectResponse:
     """The response a succeeded create stored, for the retry of the same request."""
-    data = json.loads(stored)
-    if isinstance(request, PrepareRequest):
-        ps = data["prepared_state"]
-        return PrepareResponse(
-            PreparedState(
-                ps["root_id"],
-                ps["plugin"],
-                ps["preparation_id"],
-                tuple(ResourceHandle(**h) for h in ps["handles"]),
-            ),
-            tuple(data["cdi_device_ids"]),
-        )
-    return ConnectResponse(
-        {port: tuple(ResourceHandle(**h) for h in hs) for port, hs in data["outputs"].items()}
-    )
+    kind = PrepareResponse if isinstance(request, PrepareRequest) else ConnectResponse
+    response: PrepareResponse | ConnectResponse = from_json_value(kind, json.loads(stored))
+    return response
 
 
 def cleanup_response(stored: str) -> CleanupResponse:
     """The response a finished cleanup stored."""
-    data = json.loads(stored)
-    return CleanupResponse(
-        CleanupStatus(data["status"]),
-        data["detail"],
-        tuple(
-            EffectStatus(e["effect_id"], e["kind"], EffectState(e["state"]), e["detail"])
-            for e in data["effects"]
-        ),
-    )
+    response: CleanupResponse = from_json_value(CleanupResponse, json.loads(stored))
+    return response
