@@ -19,6 +19,10 @@ the names of its two fixed namespaces, so labs running at once never share a nam
 (``NetnsKernel``): named namespaces, deleting one and waiting until it is gone, and a
 ``snapshot()`` in the fake kernel's JSON shape over the lab's namespaces only, so
 ``fakekernel.model.diff`` and ``harness.invariants`` read it unchanged.
+
+The Linux backend (``plugins.kernel.linux``, which loads all of pyroute2: most of a
+second) is imported when a lab is built, not with this module: ``import labs`` runs
+in every service process the kit's crash launcher starts, on every tier.
 """
 
 from __future__ import annotations
@@ -34,16 +38,27 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fakekernel.lab import plant_pod_interface
-from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec, NsRef, kernel_error
-from plugins.kernel.linux import LinuxKernel
-from plugins.kernel.linux import netns as pins
+from plugins.kernel import (
+    Kernel,
+    KernelError,
+    Link,
+    LinkChanges,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+    kernel_error,
+)
 from plugins.sdk import NamespaceHandle
 
-from ._lab import Lab
+from ._lab import Lab, LabKernel
 from ._seed import start_state_seed
+
+if TYPE_CHECKING:
+    from plugins.kernel.linux import LinuxKernel
 
 PIN_ROOT = Path("/run")  # root-only tmpfs, seen by the service processes the lab starts
 PIN_PREFIX = "dranp-lab-"
@@ -86,31 +101,89 @@ def missing() -> str | None:
     return None
 
 
-class NetnsKernel(LinuxKernel):
-    """A ``LinuxKernel`` on the lab's node namespace, plus the lab's named namespaces.
+class NetnsKernel:
+    """The ``Kernel`` protocol through a ``LinuxKernel`` on the lab's node namespace
+    (``linux``), plus the lab's named namespaces and its snapshot.
 
     ``list_namespaces`` (what a service's node-wide scan sees in this process) looks in
     the lab's pin directory only, never at the machine's mounts or processes.
     """
 
     def __init__(self, directory: Path, node: NamespaceHandle, wire: NamespaceHandle) -> None:
-        super().__init__(node, namespace_dirs=(directory,), proc_dir=None)
+        from plugins.kernel.linux import LinuxKernel
+
+        self.linux: LinuxKernel = LinuxKernel(node, namespace_dirs=(directory,), proc_dir=None)
         self.directory = directory
-        self.wire = self.open_namespace(wire)
+        try:
+            self.wire = self.open_namespace(wire)
+        except BaseException:
+            self.close()
+            raise
         self._fixed = {_name_of(node.path): self.host_namespace(), _name_of(wire.path): self.wire}
         self._added: dict[str, NsRef] = {}  # by name, in creation order
         self._deaths = 0
         self.death_deadline_s = NAMESPACE_DEATH_DEADLINE_S
 
+    # -- the Kernel protocol: the node's LinuxKernel ------------------------------------------
+
+    def boot_id(self) -> str:
+        return self.linux.boot_id()
+
+    def host_namespace(self) -> NsRef:
+        return self.linux.host_namespace()
+
+    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
+        return self.linux.open_namespace(handle)
+
+    def list_namespaces(self) -> list[NsRef]:
+        return self.linux.list_namespaces()
+
+    def list_links(self, ns: NsRef) -> list[Link]:
+        return self.linux.list_links(ns)
+
+    def get_link(
+        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
+    ) -> Link | None:
+        return self.linux.get_link(ns, name=name, ifindex=ifindex)
+
+    def find_device(self, pci_address: str) -> Link | None:
+        return self.linux.find_device(pci_address)
+
+    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
+        return self.linux.create_link(ns, spec)
+
+    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
+        return self.linux.set_link(ns, ifindex, changes)
+
+    def move_link(
+        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+    ) -> Link:
+        return self.linux.move_link(ns, ifindex, target, new_name=new_name)
+
+    def delete_link(self, ns: NsRef, ifindex: int) -> None:
+        self.linux.delete_link(ns, ifindex)
+
+    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
+        return self.linux.get_vfs(ns, pf_ifindex)
+
+    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
+        self.linux.set_vf(ns, pf_ifindex, vf_index, changes)
+
+    def close(self) -> None:
+        """Close the descriptors and sockets held (the pins are the lab's to delete)."""
+        self.linux.close()
+
     # -- named namespaces --------------------------------------------------------------------
 
     def add_namespace(self, name: str) -> NsRef:
         """A new namespace pinned at ``<lab dir>/name`` (EEXIST if the name is taken)."""
-        handle = pins.create_namespace(self.directory, name)
+        from plugins.kernel.linux.netns import create_namespace, delete_namespace
+
+        handle = create_namespace(self.directory, name)
         try:
             ref = self.open_namespace(handle)
         except BaseException:
-            pins.delete_namespace(handle.path, missing_ok=True)
+            delete_namespace(handle.path, missing_ok=True)
             raise
         self._added[name] = ref
         return ref
@@ -134,6 +207,8 @@ class NetnsKernel(LinuxKernel):
         process that opened it: a ``LinuxKernel`` lets go of a namespace whose pin is
         gone only at its next call), and then this fails with ETIMEDOUT.
         """
+        from plugins.kernel.linux.netns import delete_namespace
+
         if name in self._fixed:
             raise kernel_error(errno.EPERM, f"{name!r} is the lab's own; close() deletes it")
         ref = self.namespace(name)
@@ -143,11 +218,10 @@ class NetnsKernel(LinuxKernel):
             self.create_link(
                 ref, LinkSpec(kind="veth", name=DEATH_MARKER, peer_name=witness, peer_ns=self.wire)
             )
-            pins.delete_namespace(ref.path)
+            delete_namespace(ref.path)
             del self._added[name]
+            self.linux.release_namespace(ref)  # this kernel's own descriptor and socket of it
             deadline = time.monotonic() + self.death_deadline_s
-            # Each call below also drops this kernel's own descriptor of the namespace
-            # (its pin is gone), which may be the last reference.
             while self.get_link(self.wire, name=witness) is not None:
                 if not events.wait(deadline - time.monotonic()):
                     raise kernel_error(
@@ -222,6 +296,8 @@ class NetnsLab(Lab):
         problem = missing()
         if problem is not None:
             raise NetnsLabUnavailable(problem)
+        from plugins.kernel.linux.netns import create_namespace
+
         self.start_seed = start_state_seed() if start_seed is None else start_seed
         self.directory = Path(tempfile.mkdtemp(prefix=PIN_PREFIX, dir=pin_root))
         suffix = self.directory.name.removeprefix(PIN_PREFIX)
@@ -230,8 +306,8 @@ class NetnsLab(Lab):
         self._kernel: NetnsKernel | None = None
         try:
             with _cannot_run_without("network namespaces"):
-                node = pins.create_namespace(self.directory, f"node-{suffix}")
-                wire = pins.create_namespace(self.directory, f"wire-{suffix}")
+                node = create_namespace(self.directory, f"node-{suffix}")
+                wire = create_namespace(self.directory, f"wire-{suffix}")
             self._kernel = NetnsKernel(self.directory, node, wire)
             self.parents = [self._cable(i, name) for i, name in enumerate(parents)]
             if self.parents:
@@ -308,11 +384,13 @@ def _remove_pins(directory: Path) -> None:
     Every pin is tried even when one fails; the first failure is raised afterwards, so
     a namespace left behind is never silent.
     """
+    from plugins.kernel.linux.netns import delete_namespace
+
     failures: list[OSError] = []
     with contextlib.suppress(FileNotFoundError):
         for entry in sorted(directory.iterdir()):
             try:
-                pins.delete_namespace(entry, missing_ok=True)
+                delete_namespace(entry, missing_ok=True)
             except OSError as exc:
                 failures.append(exc)
         directory.rmdir()
@@ -386,7 +464,9 @@ def _veth_peers_across(spaces: list[NsRef]) -> dict[tuple[str, int], tuple[str, 
     so pairing veths by ifindex alone can pick the wrong one. This asks each namespace
     for IFLA_LINK_NETNSID and maps the ids back with RTM_GETNSID, through pyroute2.
     """
-    from pyroute2 import IPRoute  # only a snapshot needs it
+    from pyroute2 import IPRoute
+
+    from plugins.kernel.linux.netns import run_in_netns
 
     with contextlib.ExitStack() as stack:
         fds: dict[str, int] = {}
@@ -395,7 +475,7 @@ def _veth_peers_across(spaces: list[NsRef]) -> dict[tuple[str, int], tuple[str, 
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
             stack.callback(os.close, fd)
             fds[ref.path] = fd
-            sock = pins.run_in_netns(fd, _rtnl_socket, cleanup=socket.socket.close)
+            sock = run_in_netns(fd, _rtnl_socket, cleanup=socket.socket.close)
             stack.callback(sock.close)
             routes[ref.path] = stack.enter_context(IPRoute(use_socket=sock))
         remote: dict[tuple[str, int], tuple[int, int]] = {}  # -> (netnsid, ifindex there)
@@ -450,11 +530,18 @@ class _LinkEvents:
 @contextlib.contextmanager
 def _link_events(ns_path: str) -> Iterator[_LinkEvents]:
     """Link events of the namespace pinned at ``ns_path``, from now on."""
+    from plugins.kernel.linux.netns import run_in_netns
+
     fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        sock = pins.run_in_netns(fd, _rtnl_socket, cleanup=socket.socket.close)
+        sock = run_in_netns(fd, _rtnl_socket, cleanup=socket.socket.close)
     finally:
         os.close(fd)
     with sock:
         sock.bind((0, RTMGRP_LINK))
         yield _LinkEvents(sock)
+
+
+def _is_a_lab_kernel(k: NetnsKernel) -> tuple[Kernel, LabKernel]:
+    """mypy checks here that NetnsKernel is a Kernel and a LabKernel."""
+    return k, k
