@@ -15,10 +15,11 @@ the names of its two fixed namespaces, so labs running at once never share a nam
 - the namespaces a test adds (``add_namespace``: the pods), pinned by the name given,
   so ``lab.sandbox("pod-a")`` finds ``.../pod-a`` as on the fake tiers.
 
-``kernel`` is a ``LinuxKernel`` on the node namespace plus what a test needs
-(``NetnsKernel``): named namespaces, deleting one and waiting until it is gone, and a
-``snapshot()`` in the fake kernel's JSON shape over the lab's namespaces only, so
-``fakekernel.model.diff`` and ``harness.invariants`` read it unchanged.
+``kernel`` (a ``NetnsKernel``) is the ``Kernel`` protocol through a ``LinuxKernel`` on
+the node namespace, plus what a test needs: named namespaces, deleting one and waiting
+until it is gone, and a ``snapshot()`` in the fake kernel's JSON shape over the lab's
+namespaces only, so ``fakekernel.model.diff`` and ``harness.invariants`` read it
+unchanged.
 
 The Linux backend (``plugins.kernel.linux``, which loads all of pyroute2: most of a
 second) is imported when a lab is built, not with this module: ``import labs`` runs
