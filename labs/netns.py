@@ -124,6 +124,9 @@ class NetnsKernel:
         self._added: dict[str, NsRef] = {}  # by name, in creation order
         self._deaths = 0
         self.death_deadline_s = NAMESPACE_DEATH_DEADLINE_S
+        # The lab this kernel belongs to: a caller holding only ``lab.kernel`` keeps the
+        # lab, and so its pins, alive (they go when the lab is collected).
+        self.owner: object = None
 
     # -- the Kernel protocol: the node's LinuxKernel ------------------------------------------
 
@@ -310,6 +313,7 @@ class NetnsLab(Lab):
                 node = create_namespace(self.directory, f"node-{suffix}")
                 wire = create_namespace(self.directory, f"wire-{suffix}")
             self._kernel = NetnsKernel(self.directory, node, wire)
+            self._kernel.owner = self
             self.parents = [self._cable(i, name) for i, name in enumerate(parents)]
             if self.parents:
                 self._probe_macvlan()
