@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +93,6 @@ class Target:
 
 
 # -- the five logical plugins of this project ---------------------------------------------------
-
-
-def _registry(register: Callable[[Registry], None]) -> Callable[[], Registry]:
-    def make() -> Registry:
-        registry = Registry()
-        register(registry)
-        return registry
-
-    return make
 
 
 def _only(registry: Callable[[], Registry], name: str) -> Callable[[], Registry]:
@@ -287,12 +279,12 @@ def project_targets() -> list[Target]:
     """The five logical plugins, as their services register them."""
     from plugins import bond, links, vf
 
-    link_registry = _registry(links.register)
+    link_registry = partial(Registry.of, links.register)
     return [
         Target(
             "sriov",
             "sriov.sock",
-            _registry(vf.register),
+            partial(Registry.of, vf.register),
             _linux_effects,
             _vf_connect,
             prepare=_vf_prepare,
@@ -301,7 +293,7 @@ def project_targets() -> list[Target]:
         Target(
             "bond",
             "bond.sock",
-            _registry(bond.register),
+            partial(Registry.of, bond.register),
             _linux_effects,
             _bond_connect,
             setup=_bond_setup,

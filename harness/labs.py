@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import labs.netns
 
 TIERS = ("fake", "netns", "vm", "sriov")
 
@@ -31,9 +32,7 @@ class LabSpec:
         if self.tier == "fake":
             return None
         if self.tier == "netns":
-            if os.geteuid() != 0:
-                return "needs root to create network namespaces"
-            return None
+            return labs.netns.missing()
         if self.tier == "vm":
             return "the QEMU VM lab (Debian kernel, emulated igb SR-IOV NIC) is not built yet"
         if not Path(self.target).is_file():

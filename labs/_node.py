@@ -48,26 +48,31 @@ class Node:
         """``pod``: the pod namespace that exists before any service starts (None: none)."""
         self.lab = lab
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        if pod is not None:
-            self.sandbox(pod)
         self._socket_dir: Path | None = None
         self.in_process: InProcessServices | None = None
         self.out_of_process: ProcessServices | None = None
-        if processes:
-            # Unix socket paths are short (107 bytes): sockets live in a short /tmp dir.
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))
-            self.out_of_process = ProcessServices(lab, root, services, self._socket_dir)
-            self.out_of_process.start()
-        else:
-            self.in_process = InProcessServices(lab, root, services)
-            self.in_process.start(crash)
         self._journal: CoordinatorJournal | None = None
         self._coordinator: Coordinator | None = None
         self._observer = observer
-        if coordinator:
-            self._journal = CoordinatorJournal(root / "coordinator")
-            self._coordinator = Coordinator(self._journal, self.clients(), observer=observer)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            if pod is not None:
+                self.sandbox(pod)
+            if processes:
+                # Unix socket paths are short (107 bytes): sockets live in a short /tmp dir.
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))
+                self.out_of_process = ProcessServices(lab, root, services, self._socket_dir)
+                self.out_of_process.start()
+            else:
+                self.in_process = InProcessServices(lab, root, services)
+                self.in_process.start(crash)
+            if coordinator:
+                self._journal = CoordinatorJournal(root / "coordinator")
+                self._coordinator = Coordinator(self._journal, self.clients(), observer=observer)
+        except BaseException:
+            # A node that did not come up leaves nothing running: processes, lab, sockets.
+            self.close()
+            raise
 
     def __enter__(self) -> Node:
         return self

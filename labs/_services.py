@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
 from plugins.kernel import CrashingKernel, Kernel
 from plugins.sdk import (
@@ -32,20 +32,12 @@ from plugins.sdk import (
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints, EffectRegistry, EndpointRunner, Runner
 from plugins.sdk.store import Store
+from plugins.services import SERVICES
 
 from ._lab import Lab
 from ._process import ServiceProcess
 
 T = TypeVar("T")
-
-
-def _registry_of(register: Callable[[Registry], None]) -> Callable[[], Registry]:
-    def make() -> Registry:
-        registry = Registry()
-        register(registry)
-        return registry
-
-    return make
 
 
 @dataclass(frozen=True)
@@ -73,14 +65,10 @@ class ServiceSpec:
         return f"sha256:{self.name}"
 
 
-# The project's three services: the one table every suite uses.
+# The project's three services, from the product's one table (plugins.services.SERVICES).
 PROJECT_SERVICES: tuple[ServiceSpec, ...] = tuple(
-    ServiceSpec(name, _registry_of(register), command=("plugins.services", name))
-    for name, register in (
-        ("networkplugin-vf", vf.register),
-        ("networkplugin-bond", bond.register),
-        ("networkplugin-links", links.register),
-    )
+    ServiceSpec(name, partial(Registry.of, register), command=("plugins.services", name))
+    for name, register in SERVICES.items()
 )
 
 

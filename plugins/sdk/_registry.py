@@ -53,6 +53,14 @@ class Registry:
         self._endpoints: list[Endpoint] = []
         self._sealed: tuple[Registration, ...] | None = None
 
+    @classmethod
+    def of(cls, *registers: Callable[[Registry], None]) -> Registry:
+        """A registry filled by each plugin package's ``register`` function, in order."""
+        registry = cls()
+        for register in registers:
+            register(registry)
+        return registry
+
     def register(self, endpoint: Endpoint) -> None:
         if self._sealed is not None:
             raise RegistrationError("registry is sealed; register every endpoint before serving")

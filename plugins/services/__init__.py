@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
@@ -27,21 +28,13 @@ def make_effects(kernel_url: str, crash: CrashPoints) -> tuple[EffectRegistry, s
     return linux_effects(wrapped), kernel.boot_id()
 
 
-def _registry(register: Callable[[Registry], None]) -> Callable[[], Registry]:
-    def make() -> Registry:
-        registry = Registry()
-        register(registry)
-        return registry
-
-    return make
-
-
 SERVICES: dict[str, Callable[[Registry], None]] = {
     "networkplugin-vf": vf.register,
     "networkplugin-bond": bond.register,
     "networkplugin-links": links.register,
 }
-"""Each service by its program name: what it registers."""
+"""Each service by its program name: what it registers (the one table; the test kit's
+``labs.PROJECT_SERVICES`` is built from it)."""
 
 
 def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
@@ -54,7 +47,7 @@ def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
             file=sys.stderr,
         )
         return EXIT_REFUSED
-    return main(rest, name, _registry(register), make_effects, crash=crash)
+    return main(rest, name, partial(Registry.of, register), make_effects, crash=crash)
 
 
 def vf_main() -> int:
