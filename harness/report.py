@@ -15,7 +15,7 @@ from typing import Any
 import allure
 
 from fakekernel.model import diff
-from plugins.sdk.runner import to_json_value
+from plugins.sdk import to_json_value
 
 
 def _json(value: Any) -> str:

@@ -167,13 +167,3 @@ def compile_selector(
             owner, expression, _describe_parse_error(exc), step=step, policy=policy
         ) from None
     return CompiledSelector(expression, owner, step, policy, runner)
-
-
-def __getattr__(name: str) -> Any:
-    # tests/e2e/node.py imported ``Allocator`` from here before the split; it should import
-    # ``plugins.coordinator.Allocator``. Lazy, so that this module never imports allocation.
-    if name == "Allocator":
-        from ._allocate import Allocator
-
-        return Allocator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

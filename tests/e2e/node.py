@@ -8,14 +8,14 @@ from typing import Any
 import labs
 from harness.report import AllureObserver
 from plugins.coordinator import (
+    Allocator,
     CompiledTopology,
+    NodeAuthority,
     load_inventory,
     load_policies,
     load_topology,
     validate_topology,
 )
-from plugins.coordinator._authority import NodeAuthority
-from plugins.coordinator._cel import Allocator
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "topologies"

@@ -20,6 +20,7 @@ PACKAGED = [
     ("plugins.sdk", "service-config.schema.json"),
     ("plugins.coordinator", "network-topology.schema.json"),
     ("plugins.coordinator", "device-exposure-policy.schema.json"),
+    ("plugins.coordinator", "device-inventory.schema.json"),
     ("fakekernel", "lab.schema.json"),
 ]
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import plugins.sdk.runner
 from plugins.sdk import (
     ConnectRequest,
     ConnectResponse,
@@ -64,10 +63,6 @@ def test_keys_are_field_names_as_written() -> None:
         "root_provenance": "vf0",
         "description_json": '{"netns":{"device":4}}',
     }
-
-
-def test_the_runner_reexports_the_one_codec() -> None:
-    assert plugins.sdk.runner.to_json_value is to_json_value
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from ._effects import (
 )
 from ._endpoint import EndpointRunner
 from ._runner import Runner
-from ._semantic import request_semantics, semantic_digest, to_json_value
+from ._semantic import request_semantics, semantic_digest
 
 __all__ = [
     "ENV_ARM",
@@ -51,5 +51,4 @@ __all__ = [
     "request_semantics",
     "scope_evidence",
     "semantic_digest",
-    "to_json_value",
 ]

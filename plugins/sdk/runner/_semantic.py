@@ -20,9 +20,7 @@ from .._plan import digest
 from .._requests import CleanupRequest, ConnectRequest, PrepareRequest
 from .._types import OperationEnvelope
 
-# to_json_value is re-exported: the runner's package root and its response codec import
-# it from here.
-__all__ = ["Request", "request_semantics", "semantic_digest", "to_json_value"]
+__all__ = ["Request", "request_semantics", "semantic_digest"]
 
 Request = PrepareRequest | ConnectRequest | CleanupRequest
 
