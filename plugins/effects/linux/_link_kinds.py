@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from plugins.effects import CREATE_BOND, CREATE_SHARED_CHILD, CREATE_VLAN
 from plugins.kernel import BondInfo, Link, LinkSpec
 from plugins.sdk import FailedPrecondition
 
@@ -18,7 +19,7 @@ def bond_spec(new: NewLink) -> LinkSpec:
 
 
 CreateBond = OwnedLink(
-    effect_kind="linux/create-bond/v1",
+    effect_kind=CREATE_BOND,
     link_kind="bond",
     payload_schema=owned_link_payload(
         {
@@ -55,7 +56,7 @@ def vlan_spec(new: NewLink) -> LinkSpec:
 
 
 CreateVLAN = OwnedLink(
-    effect_kind="linux/create-vlan/v1",
+    effect_kind=CREATE_VLAN,
     link_kind="vlan",
     payload_schema=owned_link_payload(
         {
@@ -95,7 +96,7 @@ def shared_child_spec(new: NewLink) -> LinkSpec:
 
 
 CreateSharedChild = OwnedLink(
-    effect_kind="linux/create-shared-child/v1",
+    effect_kind=CREATE_SHARED_CHILD,
     link_kind=lambda payload: str(payload["kind"]),
     payload_schema=owned_link_payload(
         {
