@@ -65,7 +65,7 @@ def test_applying_before_applying_is_durable_is_caught(
 def test_forgetting_the_removal_fence_is_caught(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(_runner, "_check_fence", lambda scope, name: None)
+    monkeypatch.setattr(_runner, "check_fence", lambda scope, name: None)
     with pytest.raises(ConformanceError, match="delayed past its removal was executed"):
         run_check("fencing", "macvlan", tmp_path)
 
