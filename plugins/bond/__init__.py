@@ -34,7 +34,6 @@ class Plugin(OperationOnly):
     def connect_network(self, call: ConnectCall) -> Plan:
         members = call.require_local_interfaces("members", 2, 8)
         call.require_distinct_resources(members)  # physical identity, not just names
-        call.require_grant(effects.ATTACH_MEMBER, members)
         cfg = call.config(Config)
         sandbox = call.require_sandbox()
         name = call.interface_name("interface")

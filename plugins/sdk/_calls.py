@@ -224,12 +224,6 @@ class ConnectCall(_ConfiguredCall):
                 )
             seen_physical[physical] = h.id
 
-    def require_grant(self, effect_kind: str, handles: Sequence[ResourceHandle]) -> None:
-        granted = {(g.effect, g.resource_id) for g in self.grants}
-        for h in handles:
-            if (effect_kind, h.id) not in granted:
-                raise self._fail("grant", f"no {effect_kind} grant for handle {h.id}")
-
     def interface_name(self, port: str) -> str:
         check = "interface-name"
         if port not in self.descriptor.interface_names:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from plugins.sdk import (
     FailedPrecondition,
     Grant,
     Hook,
+    InvalidArgument,
     PrerequisiteError,
     ResourceHandle,
 )
@@ -112,6 +114,21 @@ def bond_request(node: FakeNode, members: tuple[ResourceHandle, ...]) -> Connect
         interface_names={"interface": "bond0"},
         grants=tuple(Grant("linux/attach-member/v1", m.id) for m in members),
     )
+
+
+def test_bond_without_a_member_grant_is_refused_by_the_runner_and_changes_nothing(
+    node: FakeNode,
+) -> None:
+    """The bond plugin does not check grants itself: the runner does, for every plugin."""
+    h0, h1 = two_vfs(node)
+    request = dataclasses.replace(
+        bond_request(node, (h0, h1)), grants=(Grant("linux/attach-member/v1", h0.id),)
+    )
+    before, rows = node.model.snapshot(), journal_rows(node)
+    with pytest.raises(InvalidArgument, match=f"consumes input handle '{h1.id}'"):
+        node.endpoints["bond"].connect_network(request)
+    assert diff(before, node.model.snapshot()) == []
+    assert journal_rows(node) == rows
 
 
 @pytest.mark.parametrize("duplicate", ["same-handle", "same-physical-member"])

@@ -207,14 +207,6 @@ def test_distinct_resources_by_physical_identity() -> None:
     )
 
 
-def test_grants_are_required_per_handle() -> None:
-    call = f.connect_call("bond", BOND_CONFIG, grants=f.grants("linux/attach-member/v1", A))
-    call.require_grant("linux/attach-member/v1", [A])
-    assert "no linux/attach-member/v1 grant for handle h-b" in fails(
-        "grant", call.require_grant, "linux/attach-member/v1", [A, B]
-    )
-
-
 @pytest.mark.parametrize(
     ("names", "port", "fragment"),
     [

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from plugins.effects import ATTACH_MEMBER, SET_LINK_UP
 from plugins.kernel import Kernel, Link, LinkChanges
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
@@ -18,7 +19,7 @@ from ._common import HANDLE_SCHEMA, IFNAME_SCHEMA, MTU_SCHEMA, describe, locate
 class SetLinkUp:
     """An update-only effect on an owned link: it keeps the link's identity."""
 
-    kind: str = "linux/set-link-up/v1"
+    kind: str = SET_LINK_UP
     outputs: tuple[str, ...] = ()
     payload_schema: Mapping[str, Any] = {"type": "object", "additionalProperties": False}
 
@@ -66,7 +67,7 @@ class AttachMember:
     Undo releases it and restores only what enslaving changed on it.
     """
 
-    kind: str = "linux/attach-member/v1"
+    kind: str = ATTACH_MEMBER
     outputs: tuple[str, ...] = ()
     payload_schema: Mapping[str, Any] = {
         "type": "object",
