@@ -7,13 +7,13 @@ from typing import Literal
 
 from plugins import effects
 from plugins.sdk import (
+    BundleStore,
     ConnectCall,
     DescriptorRef,
     Endpoint,
     OperationOnly,
     Plan,
     Registry,
-    StepKind,
     new_plan,
 )
 
@@ -27,16 +27,24 @@ class Config:
     down_delay_ms: int | None = None
 
 
+SCHEMA_ID = "bond/v1alpha1"
+"""The one contract this code implements; its bundle holds the name, kinds and ports."""
+
+
 class Plugin(OperationOnly):
     def describe(self) -> DescriptorRef:
-        return DescriptorRef("bond", "v1alpha1", (StepKind.OPERATION,), "bond/v1alpha1")
+        return BundleStore().load(SCHEMA_ID).descriptor.ref()
 
     def connect_network(self, call: ConnectCall) -> Plan:
-        members = call.require_local_interfaces("members", 2, 8)
+        (port,) = call.descriptor.inputs
+        (interface,) = call.descriptor.outputs
+        # Two to eight members is what an active-backup bond of ours takes; the descriptor
+        # may only narrow that.
+        members = call.require_local_interfaces(port.name, 2, 8)
         call.require_distinct_resources(members)  # physical identity, not just names
         cfg = call.config(Config)
         sandbox = call.require_sandbox()
-        name = call.interface_name("interface")
+        name = call.interface_name(interface.name)
         plan = new_plan()
         bond = plan.add(
             "create-bond",
@@ -55,9 +63,9 @@ class Plugin(OperationOnly):
                 "attach-member", i, effects.attach_member(bond.output("interface"), member)
             )
         plan.add("activate-bond", effects.set_link_up(bond.output("interface")))
-        plan.export("interface", bond.output("interface"))
+        plan.export(interface.name, bond.output("interface"))
         return plan.build()
 
 
 def register(registry: Registry) -> None:
-    registry.register(Endpoint("bond.sock", "bond/v1alpha1", Plugin()))
+    registry.register(Endpoint("bond.sock", SCHEMA_ID, Plugin()))
