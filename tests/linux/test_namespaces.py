@@ -138,9 +138,39 @@ def test_release_namespace_and_reopen_on_use(kernel: LinuxKernel, ns_a: NsRef) -
     kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
     before = fd_count()
     kernel.release_namespace(ns_a)
-    assert fd_count() == before - 2  # the namespace fd and its netlink socket
+    assert fd_count() == before  # nothing of ns_a was held between calls anyway
     assert all(ref.key != ns_a.key for ref in kernel.cached_namespaces())
     assert kernel.get_link(ns_a, name="va") is not None  # reopened from its verified path
+
+
+def test_a_namespace_is_held_only_during_a_call(kernel: LinuxKernel, ns_a: NsRef) -> None:
+    host = kernel.host_namespace()
+    kernel.list_links(host)
+    before = fd_count()
+    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    assert kernel.get_link(ns_a, name="va") is not None
+    assert fd_count() == before  # the descriptor and socket of ns_a are closed again
+    assert [ref.key for ref in kernel.held_namespaces()] == [host.key]
+    assert ns_a.key in [ref.key for ref in kernel.cached_namespaces()]  # still known
+
+
+def test_a_deleted_namespace_dies_without_another_call(
+    kernel: LinuxKernel, ns_a: NsRef, make_ns: MakeNamespace
+) -> None:
+    """A service that used a pod's namespace must not keep it (and a VF in it) alive once
+    the runtime deletes it, even if that service never calls the kernel again."""
+    watch = kernel.open_namespace(make_ns())
+    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="w0", peer_ns=watch))
+    kernel.list_links(ns_a)
+    events = LinkEvents(watch.path)
+    try:
+        delete_namespace(ns_a.path)
+        # w0 dies with ns_a; only another LinuxKernel looks (ours is left alone, open).
+        with LinuxKernel(HOST_NS) as other:
+            seen = other.open_namespace(namespace_handle(watch.path))
+            events.wait_until(lambda: other.get_link(seen, name="w0") is None)
+    finally:
+        events.close()
 
 
 def test_no_thread_of_ours_changes_namespace(kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef) -> None:

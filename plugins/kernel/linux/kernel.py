@@ -10,13 +10,17 @@ so no thread that does other work ever changes namespace). Requests about links 
 a namespace go to that namespace's socket; a link is created in, or moved to,
 another namespace with ``IFLA_NET_NS_FD`` in the same message.
 
-Both the descriptor and the socket keep the namespace alive. So that the service
-does not pin namespaces the coordinator has released, every call re-checks the
-mount paths it has seen: a namespace none of whose paths still names it is dropped
-(descriptor and socket closed) before the call proceeds, and a call that names it
-fails with ENOENT (path gone) or ESTALE (path names another namespace), as
-``open_namespace`` would. ``release_namespace`` drops one explicitly, ``close``
-drops all.
+Both the descriptor and the socket keep the namespace alive, so a namespace other than
+the host is *held* only while a call needs it: when the last call in progress returns,
+the descriptor and socket of every namespace but the host's are closed, and the next
+call reopens them from a path verified to still name the namespace. A pod deleted by
+the runtime therefore dies as soon as no call of ours is using it, even in a service
+that never calls again (the cost, a descriptor and a socket per call, is measured in
+docs/benchmarks.md). The namespaces seen stay *known* (their identity, paths and
+netnsids, ``cached_namespaces``): every call re-checks the mount paths of the known
+ones, and a namespace none of whose paths still names it is forgotten; a call that
+names it fails with ENOENT (path gone) or ESTALE (path names another namespace), as
+``open_namespace`` would. ``release_namespace`` forgets one explicitly, ``close`` all.
 
 ``list_namespaces`` finds namespaces without holding them: it stats (and, for a
 mount path seen for the first time, opens, checks and closes) every candidate
@@ -34,20 +38,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from plugins.sdk import NamespaceHandle, kernel_name_problem
 
 from .._protocol import Kernel
-from .._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from .._types import KernelError, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
 from . import _wire as w
 from ._decode import (
     BOND_MODES,
@@ -89,24 +94,47 @@ PROC_DIR = "/proc"
 
 @dataclass(eq=False)
 class _Namespace:
-    """An opened network namespace: its verified fd, the paths naming it, its socket."""
+    """A known network namespace: the paths naming it, and while a call holds it, its
+    verified descriptor and its socket (``fd``/``sock``, None when not held)."""
 
     key: Identity
-    fd: int
+    fd: int | None
     paths: list[str]
     sock: w.RtnlSocket | None = None
     nsids: dict[int, Identity] = field(default_factory=dict)  # nsid seen from here -> ns
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
 
-    def close(self) -> None:
+    def held_fd(self) -> int:
+        """The descriptor, reopened from a path still naming this namespace if needed
+        (ENOENT if none does any more). Call with ``lock`` held."""
+        if self.closed:
+            raise netlink_error(errno.ENOENT, f"namespace {self.key} was released")
+        if self.fd is None:
+            for path in self.paths:
+                try:
+                    self.fd, _ = open_netns(path, self.key)
+                    break
+                except (OSError, KernelError):
+                    continue  # gone, or names another namespace now
+            else:
+                raise netlink_error(errno.ENOENT, f"namespace {self.key} is gone")
+        return self.fd
+
+    def let_go(self) -> None:
+        """Close the descriptor and socket; the namespace stays known (reopened on use)."""
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
             if self.sock is not None:
                 self.sock.close()
-            os.close(self.fd)
+                self.sock = None
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+
+    def close(self) -> None:
+        self.let_go()
+        with self.lock:
+            self.closed = True
 
 
 _FdOf = Callable[[_Namespace], int]
@@ -120,13 +148,32 @@ def _borrow_fd(space: _Namespace) -> Iterator[int]:
     open: the duplicate keeps naming the verified namespace until the request is done.
     """
     with space.lock:
-        if space.closed:
-            raise netlink_error(errno.ENOENT, f"namespace {space.key} was released")
-        fd = os.dup(space.fd)
+        fd = os.dup(space.held_fd())
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _call(fn: Callable[Concatenate[LinuxKernel, P], R]) -> Callable[Concatenate[LinuxKernel, P], R]:
+    """A public call: errors translated (``translated``), and the namespaces it opened let
+    go of when the last call in progress returns (see the module's docstring)."""
+    inner = translated(fn)
+
+    @functools.wraps(fn)
+    def wrapper(self: LinuxKernel, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            self._calls += 1
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            self._call_returned()
+
+    return wrapper
 
 
 def _new_rtnl_socket() -> socket.socket:
@@ -160,6 +207,8 @@ class LinuxKernel:
         self._proc_dir = None if proc_dir is None else os.fspath(proc_dir)
         self._lock = threading.RLock()
         self._spaces: dict[Identity, _Namespace] = {}
+        self._calls = 0  # public calls in progress (any thread)
+        self._host_key: Identity | None = None
         self._closed = False
         with kernel_errors("LinuxKernel"):
             self._boot_id = read_boot_id()
@@ -169,6 +218,7 @@ class LinuxKernel:
                 path = os.fspath(host_namespace)
                 space = self._register(path, None)
                 self._host = self._ref_of(space, path)
+            self._host_key = (self._host.device, self._host.inode)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -202,9 +252,25 @@ class LinuxKernel:
             space.close()
 
     def cached_namespaces(self) -> list[NsRef]:
-        """The namespaces currently held open (for diagnostics and tests)."""
+        """The namespaces known here (used and still named by a path), held or not."""
         with self._lock:
             return [self._ref_of(s, s.paths[0]) for s in self._spaces.values()]
+
+    def held_namespaces(self) -> list[NsRef]:
+        """The namespaces whose descriptor is open now: between calls, the host's only."""
+        with self._lock:
+            return [self._ref_of(s, s.paths[0]) for s in self._spaces.values() if s.fd is not None]
+
+    def _call_returned(self) -> None:
+        """Let go of every namespace but the host's once no call is in progress. Done
+        under the kernel's lock, which a call takes to start: none starts meanwhile."""
+        with self._lock:
+            self._calls -= 1
+            if self._calls:
+                return
+            for space in self._spaces.values():
+                if space.key != self._host_key:
+                    space.let_go()
 
     # -- Kernel: namespaces ----------------------------------------------------------------
 
@@ -214,7 +280,7 @@ class LinuxKernel:
     def host_namespace(self) -> NsRef:
         return self._host
 
-    @translated
+    @_call
     def open_namespace(self, handle: NamespaceHandle) -> NsRef:
         if handle.boot_id != self._boot_id:
             raise netlink_error(errno.ESTALE, f"{handle.path} is a handle of boot {handle.boot_id}")
@@ -228,7 +294,7 @@ class LinuxKernel:
         space = self._register(handle.path, expect)
         return self._ref_of(space, handle.path)
 
-    @translated
+    @_call
     def list_namespaces(self) -> list[NsRef]:
         """The host namespace, then each other namespace once, by the first path found.
 
@@ -264,7 +330,7 @@ class LinuxKernel:
 
     # -- Kernel: links ---------------------------------------------------------------------
 
-    @translated
+    @_call
     def list_links(self, ns: NsRef) -> list[Link]:
         space = self._resolve(ns)
         body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
@@ -272,7 +338,7 @@ class LinuxKernel:
         links = [self._link(space, ns, decode_link_msg(r)) for r in replies]
         return sorted(links, key=lambda lk: lk.ifindex)
 
-    @translated
+    @_call
     def get_link(
         self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
     ) -> Link | None:
@@ -282,7 +348,7 @@ class LinuxKernel:
         msg = self._get_msg(space, name=name, ifindex=ifindex)
         return None if msg is None else self._link(space, ns, msg)
 
-    @translated
+    @_call
     def find_device(self, pci_address: str) -> Link | None:
         """Scan the host namespace and every namespace opened here for the PCI function."""
         pci = pci_address.strip().lower()
@@ -306,7 +372,7 @@ class LinuxKernel:
                     return self._link(space, ref, msg)
         return None
 
-    @translated
+    @_call
     def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
         if "%" in spec.name:
             # The kernel would pick a name we could not find again in another namespace.
@@ -350,7 +416,7 @@ class LinuxKernel:
         body = w.ifinfomsg() + b"".join(attrs) + extra
         self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
 
-    @translated
+    @_call
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
         space = self._resolve(ns)
         attrs: list[bytes] = []
@@ -374,7 +440,7 @@ class LinuxKernel:
             raise netlink_error(errno.ENODEV, f"link {ifindex} vanished after the change")
         return self._link(space, ns, msg)
 
-    @translated
+    @_call
     def move_link(
         self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
     ) -> Link:
@@ -396,19 +462,19 @@ class LinuxKernel:
             raise netlink_error(errno.ENODEV, f"{name} is not in the target namespace")
         return self._link(dst, target, moved)
 
-    @translated
+    @_call
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         space = self._resolve(ns)
         self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(_s32(ifindex)))
 
     # -- Kernel: VFs -----------------------------------------------------------------------
 
-    @translated
+    @_call
     def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
         space = self._resolve(ns)
         return self._vfs(space, pf_ifindex)
 
-    @translated
+    @_call
     def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
         space = self._resolve(ns)
         vf = _u32(vf_index, "vf index")
@@ -531,13 +597,12 @@ class LinuxKernel:
 
     def _socket(self, space: _Namespace) -> w.RtnlSocket:
         with space.lock:
-            if space.closed:
-                raise netlink_error(errno.ENOENT, f"namespace {space.key} was released")
+            fd = space.held_fd()
             if space.sock is None or space.sock.closed:
                 if current_thread_identity() == space.key:
                     raw = _new_rtnl_socket()
                 else:
-                    raw = run_in_netns(space.fd, _new_rtnl_socket, cleanup=socket.socket.close)
+                    raw = run_in_netns(fd, _new_rtnl_socket, cleanup=socket.socket.close)
                 space.sock = w.RtnlSocket(raw)
             return space.sock
 
