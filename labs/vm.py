@@ -1,0 +1,326 @@
+"""The vm tier's lab: Debian's own kernel in a QEMU guest, with two emulated igb PFs.
+
+``VmLab(kernel="6.1")`` boots ``/boot/vmlinuz-<release>`` with virtme-ng under software
+emulation (TCG: ``/dev/kvm`` is not relied on), the host's root shared read-only, so
+the guest runs this repository and its venv as they are on the host. Each guest has
+two igb NICs (QEMU >= 8), each behind a PCIe root port of its own, whose SR-IOV VFs are
+real PCI functions with igbvf netdevs (``enp1s0v0``..).
+
+Boot once, call many times: the guest runs one long-lived process, the kernel agent
+(``labs.kernel_agent``), serving the guest's real kernel over a virtio-serial port whose
+host end is a Unix socket of QEMU's. ``lab.kernel`` is a ``FakeKernelClient`` on that
+socket (the agent speaks the fake kernel server's protocol) plus the guest-only calls
+(``release``, ``sriov``, ``set_sriov_numvfs``). docs/vm-lab.md has the figures.
+
+``kernel_url`` is None: services hosted in this process reach the guest's kernel
+through ``lab.kernel``; service processes would need a URL scheme for the agent's
+socket (see docs/vm-lab.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from fakekernel.client import FakeKernelClient
+from plugins.kernel import NsRef
+
+from ._lab import Lab, LabKernel
+from ._seed import start_state_seed
+from .kernel_agent import PORT_NAME, READY
+
+__all__ = ["KERNELS", "PFS", "VmKernel", "VmLab", "VmLabUnavailable", "kernel_image", "missing"]
+
+REPO = Path(__file__).resolve().parent.parent
+INSTALL = "scripts/install-vm-lab"
+QEMU = "qemu-system-x86_64"
+QEMU_MIN_MAJOR = 8  # the igb NIC (emulated SR-IOV) came with QEMU 8.0
+# The kernels a lab URL may ask for -> the /boot image names of their Debian packages.
+KERNELS = {"6.1": "vmlinuz-6.1.0-*-amd64", "6.12": "vmlinuz-6.12.*-amd64"}
+DEFAULT_KERNEL = "6.1"
+# The guest's PF netdevs: udev names an igb on root port N's bus "enpNs0".
+PFS = ("enp1s0", "enp2s0")
+BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower
+POWER_OFF_DEADLINE_S = 60.0
+CONSOLE_TAIL_LINES = 40
+CALL_TIMEOUT_S = 120.0  # one kernel call under TCG (a snapshot of many links: seconds)
+
+
+class VmLabUnavailable(RuntimeError):
+    """The VM lab cannot run or did not boot; the message says why (and the console's tail)."""
+
+
+def kernel_image(kernel: str = DEFAULT_KERNEL) -> Path | None:
+    """The newest installed image of a kernel ``KERNELS`` names (None: not installed)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+    images = Path("/boot").glob(KERNELS[kernel])
+    return max(images, key=lambda p: _version_key(p.name), default=None)
+
+
+def _version_key(name: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", name)]
+
+
+def vng_path() -> str | None:
+    """virtme-ng's ``vng``: on PATH, or where ``uv tool install`` puts it."""
+    found = shutil.which("vng")
+    if found is None and (Path.home() / ".local/bin/vng").is_file():
+        found = str(Path.home() / ".local/bin/vng")
+    return found
+
+
+def qemu_major() -> int | None:
+    if shutil.which(QEMU) is None:
+        return None
+    out = subprocess.run([QEMU, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"version (\d+)\.", out)
+    return int(match.group(1)) if match else None
+
+
+def missing(kernel: str = DEFAULT_KERNEL) -> str | None:
+    """Why a ``VmLab`` of ``kernel`` cannot run here, in one line naming the install
+    command (None: it may; booting tells the rest)."""
+    absent = []
+    major = qemu_major()
+    if major is None:
+        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR}")
+    elif major < QEMU_MIN_MAJOR:
+        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR} (found {major}.x)")
+    if kernel_image(kernel) is None:
+        absent.append(f"the {kernel} kernel image (/boot/{KERNELS[kernel]})")
+    if vng_path() is None:
+        absent.append("virtme-ng (vng)")
+    if os.geteuid() != 0:
+        absent.append("root (the guest's root is the host's, and the agent runs as root)")
+    if not absent:
+        return None
+    return f"the VM lab needs {', '.join(absent)}; install with {INSTALL}"
+
+
+class VmKernel(FakeKernelClient):
+    """The guest's kernel through the agent: the ``Kernel`` protocol and the lab's
+    named namespaces and snapshot (as ``FakeKernelClient`` speaks them), plus what only
+    the guest can tell."""
+
+    def release(self) -> str:
+        """The guest kernel's ``uname -r``."""
+        return str(self._call("release"))
+
+    def sriov(self, pf: str) -> dict[str, int]:
+        """``{"totalvfs": n, "numvfs": n}`` of a PF netdev of the guest."""
+        answer: dict[str, int] = self._call("sriov", pf=pf)
+        return answer
+
+    def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
+        """Give the PF ``count`` VFs; returns their netdev names once all exist."""
+        return [str(name) for name in self._call("set_sriov_numvfs", pf=pf, count=count)]
+
+
+class VmLab(Lab):
+    """A QEMU guest of Debian's ``kernel`` (a key of ``KERNELS``) and its kernel agent.
+
+    Boots in the constructor (raising ``VmLabUnavailable`` with the console's tail if the
+    agent is not ready by ``boot_deadline_s``); ``close()`` powers the guest off.
+    ``boot_seconds``: from starting virtme-ng to the agent serving.
+    """
+
+    tier = "vm"
+
+    def __init__(
+        self,
+        kernel: str = DEFAULT_KERNEL,
+        *,
+        start_seed: int | None = None,
+        boot_deadline_s: float = BOOT_DEADLINE_S,
+        memory: str = "2G",
+        cpus: int = 2,
+    ) -> None:
+        problem = missing(kernel)
+        if problem is not None:
+            raise VmLabUnavailable(problem)
+        image = kernel_image(kernel)
+        vng = vng_path()
+        assert image is not None
+        assert vng is not None
+        self.kernel_name = kernel
+        self.image = image
+        self.start_seed = start_state_seed() if start_seed is None else start_seed
+        # Unix socket paths are short (107 bytes): the lab's files live in a short /tmp dir.
+        self.directory = Path(tempfile.mkdtemp(prefix="vmlab-", dir="/tmp"))
+        self.socket = self.directory / "kernel.sock"
+        self.console_log = self.directory / "console.log"
+        self._client: VmKernel | None = None
+        self._console = _Console(self.console_log, READY)
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            self._command(vng, memory, cpus),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,  # vng and its QEMU: one group, killed together
+        )
+        try:
+            assert self.process.stdout is not None
+            self._console.follow(self.process.stdout)
+            self._client = self._connect(started + boot_deadline_s)
+            self._console.wait_marked(self.process, started + boot_deadline_s)
+            self.boot_seconds = time.monotonic() - started
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, VmLabUnavailable | TimeoutError | OSError):
+                raise VmLabUnavailable(
+                    f"the {kernel} guest did not boot: {exc}\n"
+                    f"console ({self.console_log}), last lines:\n{self._console.tail()}"
+                ) from exc
+            raise
+
+    def _command(self, vng: str, memory: str, cpus: int) -> list[str]:
+        devices = []
+        for slot, _ in enumerate(PFS, start=1):
+            devices += [
+                f"-device pcie-root-port,id=rp{slot},chassis={slot},slot={slot}",
+                f"-device igb,bus=rp{slot}",
+            ]
+        # wait=on: QEMU starts the guest only once we are connected, so the agent's port
+        # is connected from the start (a virtio-serial port with no host end reads EOF).
+        devices += [
+            f"-chardev socket,id=dranpk,path={self.socket},server=on,wait=on",
+            "-device virtio-serial-pci",
+            f"-device virtserialport,chardev=dranpk,name={PORT_NAME}",
+        ]
+        agent = (
+            f"cd {shlex.quote(str(REPO))} && PYTHONDONTWRITEBYTECODE=1 "
+            f"exec {shlex.quote(sys.executable)} -m labs.kernel_agent --port {PORT_NAME}"
+        )
+        return [
+            vng,
+            "--disable-kvm",
+            "--disable-microvm",  # microvm has no PCIe: the igb root ports need q35
+            "--verbose",  # the kernel's console on stdout, for the log a failure shows
+            "--run",
+            str(self.image),
+            "--cpus",
+            str(cpus),
+            "--memory",
+            memory,
+            f"--qemu-opts={' '.join(devices)}",
+            "--exec",
+            agent,
+        ]
+
+    def _connect(self, deadline: float) -> VmKernel:
+        """Connect to QEMU's socket once it listens (it does before the guest starts)."""
+        while True:
+            try:
+                return VmKernel(self.socket, timeout=CALL_TIMEOUT_S)
+            except (FileNotFoundError, ConnectionRefusedError):
+                if self.process.poll() is not None:
+                    raise VmLabUnavailable(
+                        f"virtme-ng exited with {self.process.returncode} before QEMU listened"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("QEMU never listened on the agent's socket") from None
+                # QEMU creates its socket within a second of starting; waiting on the
+                # process (not a sleep) also notices it dying at once.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=0.05)
+
+    @property
+    def kernel(self) -> VmKernel:
+        assert self._client is not None, "this VmLab is closed"
+        return self._client
+
+    def furnish_sandbox(self, ns: NsRef) -> None:
+        """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""
+        from fakekernel.lab import plant_pod_interface
+
+        plant_pod_interface(self.kernel, ns, self.start_seed)
+
+    def close(self) -> None:
+        """Power the guest off (the agent exits when we hang up, and virtme-ng's init
+        then powers off), killing it at a deadline; leaves nothing running."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        process = getattr(self, "process", None)
+        if process is not None and process.poll() is None:
+            try:
+                process.wait(timeout=POWER_OFF_DEADLINE_S if client is not None else 0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self._console.join()
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class _Console:
+    """virtme-ng's output (the guest's console and the agent's stdout): copied to a log
+    file by a thread, its last lines kept for errors, and waited on for a marker."""
+
+    def __init__(self, log: Path, marker: str) -> None:
+        self.log = log
+        self.marker = marker
+        self.marked = False
+        self.lines: collections.deque[str] = collections.deque(maxlen=CONSOLE_TAIL_LINES)
+        self.changed = threading.Condition()
+        self.ended = False
+        self._thread: threading.Thread | None = None
+
+    def follow(self, stream: IO[bytes]) -> None:
+        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream: IO[bytes]) -> None:
+        with self.log.open("wb") as log:
+            for raw in stream:
+                log.write(raw)
+                log.flush()
+                with self.changed:
+                    line = raw.decode(errors="replace").rstrip()
+                    self.lines.append(line)
+                    self.marked = self.marked or line.endswith(self.marker)
+                    self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def wait_marked(self, process: subprocess.Popen[Any], deadline: float) -> None:
+        """Return once a line ended with the marker; raise if the output ends first or
+        at the deadline."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.marked or self.ended, deadline - time.monotonic())
+            marked, ended = self.marked, self.ended
+        if marked:
+            return
+        if ended:
+            raise VmLabUnavailable(f"virtme-ng exited with {process.wait()} before {self.marker!r}")
+        raise TimeoutError(f"no {self.marker!r} within the boot deadline")
+
+    def tail(self) -> str:
+        with self.changed:
+            return "\n".join(self.lines)
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=POWER_OFF_DEADLINE_S)
+
+
+def _is_a_lab_kernel(k: VmKernel) -> LabKernel:
+    return k  # mypy proves VmKernel satisfies the LabKernel protocol
