@@ -10,23 +10,29 @@ Every lab here, the reference's included, starts from the random state of the ri
 seed (``harness.inprocess``): the same devices up, the same MTUs, MACs and VF settings,
 so a retry's responses must equal the reference's, and the kernel must come back to
 that state, not to the kernel's defaults.
+
+The lab is the fake model by default; ``make_lab`` (a factory, called once per run) puts the
+same runs on another tier's lab, e.g. a ``labs.NetnsLab`` on the running kernel, whose
+kernel the invariants then read.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs import Node
+from labs import Lab, Node
 from plugins.sdk.runner import CrashPoint, CrashPoints, SimulatedCrash
 
 from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
+LabFactory = Callable[[], Lab]
 UNDO_PHASES = ("undoing.", "undone.", "quarantined.", "pending:", "target:", "cleanup.")
 
 
@@ -45,6 +51,24 @@ def is_recovery_boundary(point: str) -> bool:
 class Reference:
     points: list[str]
     results: dict[str, Any]
+    neutral: dict[str, str] = field(default_factory=dict)  # results, lab identity removed
+
+
+MAC = re.compile(r'"mac":"([0-9a-f:]{17})"')
+
+
+def lab_neutral(result: Any, before: dict[str, Any]) -> str:
+    """``result`` with what differs between two labs of a real kernel made neutral: the
+    namespaces' paths and inodes (by their order in ``before``), the MACs of links of
+    ``before`` (by name), and a MAC the kernel chose for a link made during the run (a
+    macvlan's address is random on Linux), so a retry compares with another lab's run."""
+    text = repr(result)
+    for i, ns in enumerate(before["namespaces"]):
+        text = text.replace(ns["path"], f"<ns{i}>").replace(
+            f'"inode":{ns["inode"]}', f'"inode":"<ns{i}>"'
+        )
+    names = {lk["mac"]: lk["name"] for lk in before["links"] if lk["mac"]}
+    return MAC.sub(lambda m: f'"mac":"<{names.get(m.group(1), "kernel-chosen")}>"', text)
 
 
 @dataclass
@@ -61,13 +85,24 @@ class RunResult:
         return not self.violations and not self.replay_mismatch
 
 
-def reference(topology: str, root: Path | None = None) -> Reference:
+def node(root: Path, crash: CrashPoints | None = None, make_lab: LabFactory | None = None) -> Node:
+    """In-process services on a new lab: ``make_lab()``, or the fake model (None)."""
+    if make_lab is None:
+        return in_process_node(root, crash=crash)
+    return Node(make_lab(), root, crash=crash)
+
+
+def reference(
+    topology: str, root: Path | None = None, *, make_lab: LabFactory | None = None
+) -> Reference:
     root = root or Path(tempfile.mkdtemp(prefix="rig-ref-"))
-    lab = in_process_node(root)
+    lab = node(root, make_lab=make_lab)
     try:
+        before = lab.kernel.snapshot()
         life = Lifecycle(topology, lab)
         life.run()
-        return Reference(list(lab.crash_points.reached), dict(life.results))
+        neutral = {p: lab_neutral(r, before) for p, r in life.results.items()}
+        return Reference(list(lab.crash_points.reached), dict(life.results), neutral)
     finally:
         lab.close()
 
@@ -98,9 +133,11 @@ def crash_run(
     *,
     second: Callable[[str], bool] | None = None,
     ref: Reference | None = None,
+    make_lab: LabFactory | None = None,
 ) -> RunResult:
-    """One crash (two with ``second``) at ``point``, then retry or cleanup, then invariants."""
-    lab = in_process_node(root, crash=CrashPoints(armed=point))
+    """One crash (two with ``second``) at ``point``, then retry or cleanup, then invariants
+    (on a new lab from ``make_lab``; None: the fake model)."""
+    lab = node(root, CrashPoints(armed=point), make_lab)
     before = lab.kernel.snapshot()
     try:
         life = Lifecycle(topology, lab)
@@ -126,7 +163,13 @@ def crash_run(
         mismatch = ""
         if path == "retry" and ref is not None:
             for phase in ("prepare", "connect"):
-                if phase in life.results and life.results[phase] != ref.results[phase]:
+                if phase not in life.results:
+                    continue
+                if make_lab is None:  # the fake model: the same lab state, equal results
+                    differs = life.results[phase] != ref.results[phase]
+                else:
+                    differs = lab_neutral(life.results[phase], before) != ref.neutral[phase]
+                if differs:
                     mismatch = f"{phase} result after the crash differs from the uncrashed run"
         found = violations(before, lab.kernel, lab.journal, dict(lab.coordinator.clients))
         return RunResult(point, path, crashes, PHASES[crashed], found, mismatch)

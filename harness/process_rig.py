@@ -1,5 +1,6 @@
 """SIGKILL runs: the same lifecycles against real service processes on the fake kernel
-server, with a real service killed by SIGKILL at an armed crash point."""
+server (or another lab with a kernel URL, e.g. a ``labs.NetnsLab``), with a real service
+killed by SIGKILL at an armed crash point."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import signal
 from pathlib import Path
 
-from labs import SANDBOX, FakeServerLab, Node, service_of
+from labs import SANDBOX, FakeServerLab, Lab, Node, service_of
 from plugins.coordinator import StepFailed
 from plugins.sdk import CleanupStatus
 from plugins.sdk.runner import CrashPoint
@@ -41,11 +42,11 @@ def renamed(point: str, n: int) -> str:
 
 
 class ProcessRig(Node):
-    """A node of real service processes on the fake kernel server, reused by many runs
-    with fresh identities."""
+    """A node of real service processes on the fake kernel server (or on ``lab``), reused
+    by many runs with fresh identities."""
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(FakeServerLab(), root, processes=True)
+    def __init__(self, root: Path, lab: Lab | None = None) -> None:
+        super().__init__(FakeServerLab() if lab is None else lab, root, processes=True)
         # Each run ends with the pod deleted (the invariants delete it) and the next run's
         # pod is a new namespace: the baseline is the node without one.
         self.baseline = without_namespace(self.snapshot(), SANDBOX)

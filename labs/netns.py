@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import random
 import re
 import select
 import socket
@@ -65,6 +67,8 @@ PIN_ROOT = Path("/run")  # root-only tmpfs, seen by the service processes the la
 PIN_PREFIX = "dranp-lab-"
 PARENTS = ("enp3s0f0", "enp3s0f1", "enp3s0f2")
 PARENT_MTU = 1500
+PARENT_MTUS = (1500, 9000)  # what a randomized parent draws from (a child of 1500 fits)
+log = logging.getLogger(__name__)
 # How long a deleted namespace may take to die (cleanup_net runs on a workqueue).
 NAMESPACE_DEATH_DEADLINE_S = 10.0
 # dev_change_name lets an UP link be renamed since Linux 6.2 (the fake's ``live_rename``).
@@ -207,9 +211,9 @@ class NetnsKernel:
 
         Dead means its links are gone: the kernel tears a namespace down when the last
         reference goes, and a veth planted from it into the wire dies in the same
-        batch. Anything still holding it keeps it alive (a process in it, or a service
-        process that opened it: a ``LinuxKernel`` lets go of a namespace whose pin is
-        gone only at its next call), and then this fails with ETIMEDOUT.
+        batch. Anything still holding it keeps it alive (a process in it, or a call of
+        a service's ``LinuxKernel`` still in progress: between calls it holds none but
+        its host), and then this fails with ETIMEDOUT.
         """
         from plugins.kernel.linux.netns import delete_namespace
 
@@ -284,8 +288,12 @@ class NetnsKernel:
 class NetnsLab(Lab):
     """The running kernel in namespaces of the lab's own (root; veth and macvlan).
 
-    ``parents``: the node's parent devices (veth ends, up, MTU 1500). Raises
-    ``NetnsLabUnavailable`` (one line) when the machine cannot run it.
+    ``parents``: the node's parent devices (veth ends, up, MTU 1500). ``randomize``:
+    start from a random state of the seed instead, as the fake labs do, in what a real
+    kernel allows here: each parent's MTU, MAC and admin state, and a foreign veth pair
+    in the node (``fveth0``/``fveth1``, alias ``foreign``); the pod's own interface is
+    random on every lab (``furnish_sandbox``). Raises ``NetnsLabUnavailable`` (one
+    line) when the machine cannot run it.
     """
 
     tier = "netns"
@@ -296,6 +304,7 @@ class NetnsLab(Lab):
         start_seed: int | None = None,
         parents: Sequence[str] = PARENTS,
         pin_root: Path = PIN_ROOT,
+        randomize: bool = False,
     ) -> None:
         problem = missing()
         if problem is not None:
@@ -317,6 +326,8 @@ class NetnsLab(Lab):
             self.parents = [self._cable(i, name) for i, name in enumerate(parents)]
             if self.parents:
                 self._probe_macvlan()
+            if randomize:
+                self._randomize()
         except BaseException:
             self.close()
             raise
@@ -332,6 +343,32 @@ class NetnsLab(Lab):
         assert parent.peer is not None  # a veth always reports its peer
         k.set_link(k.wire, parent.peer, LinkChanges(up=True))
         return k.set_link(k.host_namespace(), parent.ifindex, LinkChanges(up=True))
+
+    def _randomize(self) -> None:
+        """Each parent's MTU, MAC and admin state, and a foreign veth pair, from the seed
+        (each from its own stream, so adding a parent changes no other's state)."""
+        k = self.kernel
+        host = k.host_namespace()
+        for i, parent in enumerate(self.parents):
+            rng = random.Random(f"{self.start_seed}/{parent.name}")
+            changes = LinkChanges(
+                mtu=rng.choice(PARENT_MTUS), mac=_random_mac(rng), up=rng.random() < 0.5
+            )
+            self.parents[i] = k.set_link(host, parent.ifindex, changes)
+            log.info("netns lab seed %d: %s starts %s", self.start_seed, parent.name, changes)
+        rng = random.Random(f"{self.start_seed}/foreign")
+        spec = LinkSpec(
+            kind="veth",
+            name="fveth0",
+            peer_name="fveth1",
+            mtu=rng.choice(PARENT_MTUS),
+            mac=_random_mac(rng),
+            alias="foreign",
+        )
+        foreign = k.create_link(host, spec)
+        if rng.random() < 0.5:
+            k.set_link(host, foreign.ifindex, LinkChanges(up=True))
+        log.info("netns lab seed %d: foreign %s", self.start_seed, spec)
 
     def _probe_macvlan(self) -> None:
         """Fail here, in one line, rather than deep inside a service's first macvlan."""
@@ -401,6 +438,13 @@ def _remove_pins(directory: Path) -> None:
         directory.rmdir()
     if failures:
         raise failures[0]
+
+
+def _random_mac(rng: random.Random) -> str:
+    """A unicast, locally administered address."""
+    octets = [rng.randrange(256) for _ in range(6)]
+    octets[0] = (octets[0] & 0xFC) | 0x02
+    return ":".join(f"{o:02x}" for o in octets)
 
 
 def _name_of(path: str) -> str:
