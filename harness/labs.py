@@ -3,7 +3,8 @@
 - ``fake://``: the fake kernel (in-process for crash enumeration; a server process with
   real service processes for the SIGKILL and end-to-end runs). Runs anywhere.
 - ``netns://``: the running kernel in network namespaces (root; veth, macvlan here).
-- ``vm://``: a QEMU guest booting Debian's kernel (bonding, 8021q, ipvlan, dummy, igb).
+- ``vm://``: a QEMU guest booting Debian's kernel (bonding, 8021q, ipvlan, dummy, igb);
+  Debian 12's 6.1 by default, ``vm://?kernel=6.12`` for the other (``labs.vm.KERNELS``).
 - ``sriov://INVENTORY``: Ansible-provisioned NIC hosts described by an inventory file.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import labs.netns
+import labs.vm
 
 TIERS = ("fake", "netns", "vm", "sriov")
 
@@ -26,6 +28,7 @@ class LabURLError(ValueError):
 class LabSpec:
     tier: str
     target: str  # inventory path for sriov://, empty otherwise
+    kernel: str = ""  # vm://: the guest kernel, a key of labs.vm.KERNELS; empty otherwise
 
     def missing(self) -> str | None:
         """Why this lab cannot run on this machine, in one line; None if it can."""
@@ -34,7 +37,7 @@ class LabSpec:
         if self.tier == "netns":
             return labs.netns.missing()
         if self.tier == "vm":
-            return "the QEMU VM lab (Debian kernel, emulated igb SR-IOV NIC) is not built yet"
+            return labs.vm.missing(self.kernel)
         if not Path(self.target).is_file():
             return f"inventory {self.target!r} does not exist"
         return "provisioning SR-IOV hosts with ansible-runner is not built yet"
@@ -53,4 +56,28 @@ def parse_lab_url(url: str) -> LabSpec:
         )
     if parts.scheme != "sriov" and (parts.netloc or parts.path not in ("", "/")):
         raise LabURLError(f"lab URL {url!r}: {parts.scheme}:// takes no path")
+    if parts.scheme == "vm":
+        return LabSpec("vm", "", _vm_kernel(url, parts.query))
+    if parts.query:
+        raise LabURLError(f"lab URL {url!r}: {parts.scheme}:// takes no options")
     return LabSpec(parts.scheme, target)
+
+
+def _vm_kernel(url: str, query: str) -> str:
+    """The kernel a ``vm://`` URL asks for: its one option, ``kernel`` (default 6.1)."""
+    valid = ", ".join(labs.vm.KERNELS)
+    try:
+        options = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise LabURLError(f"lab URL {url!r}: options are key=value; vm:// takes kernel") from None
+    unknown = sorted(set(options) - {"kernel"})
+    if unknown:
+        raise LabURLError(
+            f"lab URL {url!r}: unknown option {', '.join(unknown)}; vm:// takes kernel={{{valid}}}"
+        )
+    kernels = options.get("kernel", [labs.vm.DEFAULT_KERNEL])
+    if len(kernels) != 1 or kernels[0] not in labs.vm.KERNELS:
+        raise LabURLError(
+            f"lab URL {url!r}: unknown kernel {'/'.join(kernels)!r}; valid kernels: {valid}"
+        )
+    return kernels[0]

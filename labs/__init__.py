@@ -26,6 +26,7 @@ from ._services import (
 )
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
 from .netns import NetnsLab
+from .vm import VmLab
 
 __all__ = [
     "DEFAULT_LAB",
@@ -44,6 +45,7 @@ __all__ = [
     "ProcessServices",
     "ServiceProcess",
     "ServiceSpec",
+    "VmLab",
     "project_descriptors",
     "service_of",
     "start_state_seed",
