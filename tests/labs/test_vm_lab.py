@@ -1,0 +1,117 @@
+"""VmLab: Debian's kernel in a QEMU guest, reached through the guest's kernel agent.
+
+One guest per session (booting under TCG takes minutes, never per test). The kernel
+is ``DRANP_VM_KERNEL`` (a key of ``labs.vm.KERNELS``; default 6.1). The guest runs the
+asked release; both emulated igb PFs give VFs with netdevs; every link kind the issue
+names is created through ``lab.kernel``, shows in the list and the snapshot, and
+deleting it all gives back the snapshot the test started from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from fakekernel.model import diff
+from harness.labs import parse_lab_url
+from harness.pytest_plugin import require_lab
+from labs.vm import PFS, VmLab, kernel_image
+from plugins.kernel import BondInfo, LinkChanges, LinkSpec
+
+pytestmark = pytest.mark.vm
+
+KERNEL = os.environ.get("DRANP_VM_KERNEL", "6.1")
+VFS_PER_PF = 4
+
+
+@pytest.fixture(scope="session")
+def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
+    require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={KERNEL}").missing())
+    lab = VmLab(KERNEL)
+    try:
+        yield lab
+    finally:
+        lab.close()
+    assert lab.process.poll() is not None, "the guest outlived close()"
+
+
+def test_the_guest_runs_the_asked_kernel(vm_lab: VmLab) -> None:
+    image = kernel_image(KERNEL)
+    assert image is not None
+    assert vm_lab.kernel.release() == image.name.removeprefix("vmlinuz-")
+
+
+def test_both_igb_pfs_give_vfs_with_netdevs(vm_lab: VmLab) -> None:
+    k = vm_lab.kernel
+    host = k.host_namespace()
+    for pf in PFS:
+        assert k.sriov(pf)["totalvfs"] >= VFS_PER_PF
+        names = k.set_sriov_numvfs(pf, VFS_PER_PF)
+        assert len(names) == VFS_PER_PF
+        assert k.sriov(pf)["numvfs"] == VFS_PER_PF
+        pf_link = k.get_link(host, name=pf)
+        assert pf_link is not None
+        assert pf_link.pci_address is not None
+        vfs = {link.name: link.vf_of for link in k.list_links(host) if link.vf_of is not None}
+        assert {name: vfs.get(name) for name in names} == {
+            name: (pf_link.pci_address, index) for index, name in enumerate(names)
+        }
+
+
+def test_every_link_kind_comes_and_goes_through_the_agent(vm_lab: VmLab) -> None:
+    k = vm_lab.kernel
+    before = k.snapshot()
+    host = k.host_namespace()
+    pod = k.add_namespace("vm-kinds")
+
+    dummy = k.create_link(host, LinkSpec(kind="dummy", name="dum0"))
+    bond = k.create_link(
+        host,
+        LinkSpec(kind="bond", name="bond0", bond=BondInfo(mode="active-backup", miimon_ms=100)),
+    )
+    members = [k.create_link(host, LinkSpec(kind="dummy", name=f"mem{i}")) for i in range(2)]
+    for member in members:
+        k.set_link(host, member.ifindex, LinkChanges(master=bond.ifindex))
+    vlan = k.create_link(
+        host, LinkSpec(kind="vlan", name="dum0.10", parent=dummy.ifindex, vlan_id=10)
+    )
+    lower = k.create_link(pod, LinkSpec(kind="dummy", name="low0"))
+    ipvlan = k.create_link(
+        pod, LinkSpec(kind="ipvlan", name="ipv0", parent=lower.ifindex, mode="l2")
+    )
+    macvlan = k.create_link(
+        pod, LinkSpec(kind="macvlan", name="mac0", parent=lower.ifindex, mode="bridge")
+    )
+
+    listed = {link.name: link for link in k.list_links(host) + k.list_links(pod)}
+    assert {name: listed[name].kind for name in ("dum0", "bond0", "mem0", "mem1", "dum0.10")} == {
+        "dum0": "dummy",
+        "bond0": "bond",
+        "mem0": "dummy",
+        "mem1": "dummy",
+        "dum0.10": "vlan",
+    }
+    assert [listed[f"mem{i}"].master for i in range(2)] == [bond.ifindex] * 2
+    assert listed["dum0.10"].vlan_id == 10
+    assert (listed["ipv0"].kind, listed["ipv0"].parent) == ("ipvlan", lower.ifindex)
+    assert (listed["mac0"].kind, listed["mac0"].mode) == ("macvlan", "bridge")
+
+    during = k.snapshot()
+    rows = {(row["ns"], row["name"]): row for row in during["links"]}
+    bond_row = rows[(host.path, "bond0")]
+    assert bond_row["bond"]["slaves"] == sorted(
+        f"{host.path}#{m.ifindex}" for m in members
+    ) or sorted(bond_row["bond"]["slaves"]) == sorted(f"{host.path}#{m.ifindex}" for m in members)
+    assert rows[(pod.path, "ipv0")]["kind"] == "ipvlan"
+    assert rows[(pod.path, "mac0")]["parent"] == f"{pod.path}#{lower.ifindex}"
+    assert rows[(host.path, "dum0.10")]["vlan_id"] == 10
+
+    for ns, link in [(pod, macvlan), (pod, ipvlan), (pod, lower), (host, vlan), (host, dummy)]:
+        k.delete_link(ns, link.ifindex)
+    for member in members:
+        k.delete_link(host, member.ifindex)
+    k.delete_link(host, bond.ifindex)
+    k.delete_namespace("vm-kinds")
+    assert diff(before, k.snapshot()) == []
