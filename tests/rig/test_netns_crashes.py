@@ -76,7 +76,7 @@ def kinds(request: pytest.FixtureRequest) -> dict[str, str | None]:
 def why_not(topology: str, kinds: dict[str, str | None]) -> str | None:
     """One line: what the host kernel lacks for ``topology`` (None: it can run it)."""
     missing = [
-        f"the {MODULES[k]} module (creating a {k} link gives {kinds[k]})"
+        f"the {MODULES[k]} module (creating a link of kind {k} gives {kinds[k]})"
         for k in NEEDS[topology]
         if kinds[k]
     ]
