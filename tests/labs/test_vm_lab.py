@@ -78,12 +78,14 @@ def test_every_link_kind_comes_and_goes_through_the_agent(vm_lab: VmLab) -> None
     vlan = k.create_link(
         host, LinkSpec(kind="vlan", name="dum0.10", parent=dummy.ifindex, vlan_id=10)
     )
+    # One parent each: Linux refuses a macvlan on a device with ipvlan ports (EBUSY).
     lower = k.create_link(pod, LinkSpec(kind="dummy", name="low0"))
+    other = k.create_link(pod, LinkSpec(kind="dummy", name="low1"))
     ipvlan = k.create_link(
         pod, LinkSpec(kind="ipvlan", name="ipv0", parent=lower.ifindex, mode="l2")
     )
     macvlan = k.create_link(
-        pod, LinkSpec(kind="macvlan", name="mac0", parent=lower.ifindex, mode="bridge")
+        pod, LinkSpec(kind="macvlan", name="mac0", parent=other.ifindex, mode="bridge")
     )
 
     listed = {link.name: link for link in k.list_links(host) + k.list_links(pod)}
@@ -106,10 +108,17 @@ def test_every_link_kind_comes_and_goes_through_the_agent(vm_lab: VmLab) -> None
         f"{host.path}#{m.ifindex}" for m in members
     ) or sorted(bond_row["bond"]["slaves"]) == sorted(f"{host.path}#{m.ifindex}" for m in members)
     assert rows[(pod.path, "ipv0")]["kind"] == "ipvlan"
-    assert rows[(pod.path, "mac0")]["parent"] == f"{pod.path}#{lower.ifindex}"
+    assert rows[(pod.path, "mac0")]["parent"] == f"{pod.path}#{other.ifindex}"
     assert rows[(host.path, "dum0.10")]["vlan_id"] == 10
 
-    for ns, link in [(pod, macvlan), (pod, ipvlan), (pod, lower), (host, vlan), (host, dummy)]:
+    for ns, link in [
+        (pod, macvlan),
+        (pod, ipvlan),
+        (pod, lower),
+        (pod, other),
+        (host, vlan),
+        (host, dummy),
+    ]:
         k.delete_link(ns, link.ifindex)
     for member in members:
         k.delete_link(host, member.ifindex)
