@@ -46,8 +46,12 @@ class FakeKernelClient:
 
     def __init__(self, socket_path: str | Path, *, timeout: float = 30.0) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        self._sock.connect(str(socket_path))
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.connect(str(socket_path))
+        except BaseException:
+            self._sock.close()  # a refused connect must not leak the socket
+            raise
         self._rfile = self._sock.makefile("rb")
         self._lock = threading.Lock()
         self._next_id = 0

@@ -192,3 +192,12 @@ def test_a_bad_lab_fails_start_with_the_reason(tmp_path: Path) -> None:
     lab.write_text("pfs: [{name: eth0}]\n")
     with pytest.raises(RuntimeError, match="does not encode a PCI address"):
         FakeKernelProcess(tmp_path / "k.sock", lab).start()
+
+
+def test_a_refused_connect_leaves_no_socket_open(tmp_path: Path) -> None:
+    """filterwarnings=error turns a leaked socket's ResourceWarning into a failure here."""
+    import gc
+
+    with pytest.raises(FileNotFoundError):
+        FakeKernelClient(tmp_path / "nobody-listens.sock")
+    gc.collect()
