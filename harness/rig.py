@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from labs.vm import KERNEL_ENV
+
 from .labs import LabURLError, parse_lab_url
 from .report import write_environment
 from .scenarios import start_state_seed
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     write_environment(results, args.lab)
     collector = _Collector()
     started = time.monotonic()
+    if spec.tier == "vm":
+        os.environ[KERNEL_ENV] = spec.kernel  # the guest the vm tier's tests boot
     with tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir:
         os.environ[STATS_DIR_ENV] = stats_dir
         status = pytest.main(

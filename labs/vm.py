@@ -50,6 +50,8 @@ QEMU_MIN_MAJOR = 8  # the igb NIC (emulated SR-IOV) came with QEMU 8.0
 # The kernels a lab URL may ask for -> the /boot image names of their Debian packages.
 KERNELS = {"6.1": "vmlinuz-6.1.0-*-amd64", "6.12": "vmlinuz-6.12.*-amd64"}
 DEFAULT_KERNEL = "6.1"
+KERNEL_ENV = "DRANP_VM_KERNEL"
+"""Which of ``KERNELS`` the vm tier's tests boot (``scripts/rig vm://?kernel=K`` sets it)."""
 # The guest's PF netdevs: udev names an igb on root port N's bus "enpNs0".
 PFS = ("enp1s0", "enp2s0")
 BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower

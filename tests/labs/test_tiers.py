@@ -29,6 +29,28 @@ def test_bad_lab_urls_are_refused(url: str) -> None:
         parse_lab_url(url)
 
 
+@pytest.mark.parametrize(
+    ("url", "kernel"),
+    [("vm://", "6.1"), ("vm://?kernel=6.1", "6.1"), ("vm://?kernel=6.12", "6.12")],
+)
+def test_vm_urls_name_their_kernel(url: str, kernel: str) -> None:
+    assert parse_lab_url(url).kernel == kernel
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("vm://?kernel=5.10", "6.1, 6.12"),
+        ("vm://?cpus=4", "unknown option cpus"),
+        ("vm://?kernel=6.1&kernel=6.12", "6.1, 6.12"),
+        ("netns://?kernel=6.1", "takes no options"),
+    ],
+)
+def test_bad_vm_options_name_the_valid_ones(url: str, named: str) -> None:
+    with pytest.raises(LabURLError, match=named):
+        parse_lab_url(url)
+
+
 def test_the_fake_lab_runs_anywhere() -> None:
     assert parse_lab_url("fake://").missing() is None
 

@@ -17,13 +17,13 @@ import pytest
 from fakekernel.model import diff
 from harness.labs import parse_lab_url
 from harness.pytest_plugin import require_lab
-from labs.vm import BOOT_DEADLINE_S, PFS, VmLab, kernel_image
+from labs.vm import BOOT_DEADLINE_S, DEFAULT_KERNEL, KERNEL_ENV, PFS, VmLab, kernel_image
 from plugins.kernel import BondInfo, LinkChanges, LinkSpec
 
 # Whichever test runs first boots the guest in its setup, under the per-test timeout.
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(BOOT_DEADLINE_S + 120)]
 
-KERNEL = os.environ.get("DRANP_VM_KERNEL", "6.1")
+KERNEL = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
 VFS_PER_PF = 4
 
 
