@@ -24,6 +24,7 @@ import socketserver
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -33,7 +34,14 @@ from plugins.sdk import JSONCodecError, from_json_value, to_json_value
 from .lab import LabError, build_model, load_lab
 from .model import FakeKernelModel
 
-__all__ = ["METHODS", "FakeKernelServer", "error_message"]
+__all__ = [
+    "METHODS",
+    "FakeKernelServer",
+    "ProtocolError",
+    "answer",
+    "decode_params",
+    "error_message",
+]
 
 KERNEL_METHODS = (
     "boot_id",
@@ -56,7 +64,60 @@ METHODS = (*KERNEL_METHODS, *ADMIN_METHODS, "load_lab")
 
 
 class ProtocolError(Exception):
-    pass
+    """A request this protocol cannot carry out (malformed, unknown method or parameter)."""
+
+
+def answer(line: bytes, call: Callable[[str, dict[str, Any]], Any], who: str) -> dict[str, Any]:
+    """The reply to one request line: ``call(method, params)``'s result, or the error.
+
+    Every server of this protocol (this one, the VM lab's guest agent) answers through
+    here, so the envelope and the error kinds are one thing: a ``KernelError`` travels
+    with its errno (``kernel``), a lab file problem as ``lab``, a request this protocol
+    cannot carry as ``protocol``, and a bug as ``internal`` (logged as ``who``; the
+    server keeps serving).
+    """
+    req_id: Any = None
+    try:
+        try:
+            req = json.loads(line)
+        except ValueError as e:
+            raise ProtocolError(f"not JSON: {e}") from None
+        if not isinstance(req, dict) or not isinstance(req.get("method"), str):
+            raise ProtocolError("a request is an object with a string 'method'")
+        req_id = req.get("id")
+        params = req.get("params") or {}
+        if not isinstance(params, dict):
+            raise ProtocolError("'params' must be an object")
+        return {"id": req_id, "result": to_json_value(call(req["method"], params))}
+    except KernelError as e:
+        return _error(req_id, e.code, error_message(e), "kernel")
+    except LabError as e:
+        return _error(req_id, errno.EINVAL, str(e), "lab")
+    except (ProtocolError, JSONCodecError) as e:
+        return _error(req_id, errno.EPROTO, str(e), "protocol")
+    except Exception as e:  # a bug: report it to the caller, keep serving
+        print(f"{who}: internal error: {e!r}", file=sys.stderr, flush=True)
+        return _error(req_id, errno.EPROTO, f"internal error: {e!r}", "internal")
+
+
+def _error(req_id: Any, code: int, message: str, kind: str) -> dict[str, Any]:
+    return {"id": req_id, "error": {"errno": code, "message": message, "kind": kind}}
+
+
+def decode_params(
+    method: str, params: dict[str, Any], types: dict[str, Any], target: Callable[..., Any]
+) -> dict[str, Any]:
+    """A request's parameters as the keyword arguments of ``target`` (by ``types``); a
+    parameter ``target`` does not take, or a missing required one, is a ProtocolError."""
+    unknown = set(params) - set(types)
+    if unknown:
+        raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
+    args = {name: from_json_value(types[name], value) for name, value in params.items()}
+    try:
+        inspect.signature(target).bind(**args)
+    except TypeError as e:  # a required parameter is missing
+        raise ProtocolError(f"{method}: {e}") from None
+    return args
 
 
 def error_message(e: KernelError) -> str:
@@ -88,33 +149,7 @@ class FakeKernelServer:
     # -- requests --------------------------------------------------------------------------
 
     def handle(self, line: bytes) -> dict[str, Any]:
-        req_id: Any = None
-        try:
-            try:
-                req = json.loads(line)
-            except ValueError as e:
-                raise ProtocolError(f"not JSON: {e}") from None
-            if not isinstance(req, dict) or not isinstance(req.get("method"), str):
-                raise ProtocolError("a request is an object with a string 'method'")
-            req_id = req.get("id")
-            params = req.get("params") or {}
-            if not isinstance(params, dict):
-                raise ProtocolError("'params' must be an object")
-            result = self.call(req["method"], params)
-            return {"id": req_id, "result": to_json_value(result)}
-        except KernelError as e:
-            return self._error(req_id, e.code, error_message(e), "kernel")
-        except LabError as e:
-            return self._error(req_id, errno.EINVAL, str(e), "lab")
-        except (ProtocolError, JSONCodecError) as e:
-            return self._error(req_id, errno.EPROTO, str(e), "protocol")
-        except Exception as e:  # a bug in the model: report it, keep serving
-            print(f"fakekernel: internal error: {e!r}", file=sys.stderr, flush=True)
-            return self._error(req_id, errno.EPROTO, f"internal error: {e!r}", "internal")
-
-    @staticmethod
-    def _error(req_id: Any, code: int, message: str, kind: str) -> dict[str, Any]:
-        return {"id": req_id, "error": {"errno": code, "message": message, "kind": kind}}
+        return answer(line, self.call, "fakekernel")
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
         if method == "load_lab":
@@ -123,15 +158,7 @@ class FakeKernelServer:
             return self._test_control(method, params)
         if method not in METHODS:
             raise ProtocolError(f"unknown method {method!r}")
-        types = _param_types(method)
-        unknown = set(params) - set(types)
-        if unknown:
-            raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
-        args = {name: from_json_value(types[name], value) for name, value in params.items()}
-        try:
-            inspect.signature(getattr(FakeKernelModel, method)).bind(None, **args)
-        except TypeError as e:  # a required parameter is missing
-            raise ProtocolError(f"{method}: {e}") from None
+        args = decode_params(method, params, _param_types(method), getattr(self.model, method))
         with self.lock:
             result = getattr(self.model, method)(**args)
         self._hold_if_stalled(method)  # outside rtnl: other callers go on

@@ -38,9 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, get_type_hints
 
-from fakekernel.server import ADMIN_METHODS, KERNEL_METHODS, error_message
-from plugins.kernel import KernelError, kernel_error
-from plugins.sdk import JSONCodecError, from_json_value, to_json_value
+from fakekernel.server import ADMIN_METHODS, KERNEL_METHODS, ProtocolError, answer, decode_params
+from plugins.kernel import kernel_error
 
 from ._lab import LabKernel
 
@@ -61,10 +60,6 @@ VF_NETDEV_DEADLINE_S = 60.0
 SYSFS_NET = Path("/sys/class/net")
 
 
-class AgentProtocolError(Exception):
-    pass
-
-
 @functools.cache
 def _param_types(method: str) -> dict[str, Any]:
     function = getattr(LabKernel, method)
@@ -82,43 +77,15 @@ class KernelAgent:
         self.guest = guest
 
     def handle(self, line: bytes) -> dict[str, Any]:
-        req_id: Any = None
-        try:
-            try:
-                req = json.loads(line)
-            except ValueError as e:
-                raise AgentProtocolError(f"not JSON: {e}") from None
-            if not isinstance(req, dict) or not isinstance(req.get("method"), str):
-                raise AgentProtocolError("a request is an object with a string 'method'")
-            req_id = req.get("id")
-            params = req.get("params") or {}
-            if not isinstance(params, dict):
-                raise AgentProtocolError("'params' must be an object")
-            return {"id": req_id, "result": to_json_value(self.call(req["method"], params))}
-        except KernelError as e:
-            return _error(req_id, e.code, error_message(e), "kernel")
-        except (AgentProtocolError, JSONCodecError) as e:
-            return _error(req_id, errno.EPROTO, str(e), "protocol")
-        except Exception as e:  # a bug: report it to the caller, keep serving
-            print(f"kernel agent: internal error: {e!r}", file=sys.stderr, flush=True)
-            return _error(req_id, errno.EPROTO, f"internal error: {e!r}", "internal")
+        return answer(line, self.call, "kernel agent")
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
         if method in GUEST_METHODS and self.guest is not None:
             return self._guest_call(method, params)
         if method not in SERVED_METHODS:
-            raise AgentProtocolError(f"unknown method {method!r}")
-        types = _param_types(method)
-        unknown = set(params) - set(types)
-        if unknown:
-            raise AgentProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
-        args = {name: from_json_value(types[name], value) for name, value in params.items()}
+            raise ProtocolError(f"unknown method {method!r}")
         function = getattr(self.kernel, method)
-        try:
-            inspect.signature(function).bind(**args)
-        except TypeError as e:  # a required parameter is missing
-            raise AgentProtocolError(f"{method}: {e}") from None
-        return function(**args)
+        return function(**decode_params(method, params, _param_types(method), function))
 
     def _guest_call(self, method: str, params: dict[str, Any]) -> Any:
         assert self.guest is not None
@@ -127,7 +94,7 @@ class KernelAgent:
             type(params[name]) is not kind for name, kind in shape.items()
         ):
             wanted = ", ".join(f"{n} ({k.__name__})" for n, k in shape.items()) or "nothing"
-            raise AgentProtocolError(f"{method} takes {wanted}")
+            raise ProtocolError(f"{method} takes {wanted}")
         handler: Callable[..., Any] = getattr(self.guest, method)
         return handler(**params)
 
@@ -137,10 +104,6 @@ class KernelAgent:
             if not line.strip():
                 continue
             _write_all(outgoing_fd, json.dumps(self.handle(line)).encode() + b"\n")
-
-
-def _error(req_id: Any, code: int, message: str, kind: str) -> dict[str, Any]:
-    return {"id": req_id, "error": {"errno": code, "message": message, "kind": kind}}
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,0 +1,48 @@
+"""The VM lab's guest agent answers the fake kernel protocol for any LabKernel; checked
+here over the kernel model, so it runs on every machine (the vm tier runs it in a guest)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fakekernel.lab import load_lab
+from labs import DEFAULT_LAB
+from labs.kernel_agent import KernelAgent
+
+
+def ask(agent: KernelAgent, method: str, **params: Any) -> dict[str, Any]:
+    line = json.dumps({"id": 7, "method": method, "params": params}).encode()
+    return agent.handle(line)
+
+
+def test_a_kernel_call_answers_with_its_result() -> None:
+    model = load_lab(DEFAULT_LAB)
+    reply = ask(KernelAgent(model), "boot_id")
+    assert reply == {"id": 7, "result": model.boot_id()}
+
+
+def test_a_kernel_refusal_travels_with_its_errno() -> None:
+    model = load_lab(DEFAULT_LAB)
+    reply = ask(KernelAgent(model), "namespace", name="no-such-pod")
+    assert reply["error"]["kind"] == "kernel"
+    assert reply["error"]["errno"] == 2  # ENOENT, as the model (and Linux) answer
+
+
+def test_requests_the_protocol_cannot_carry_are_named() -> None:
+    agent = KernelAgent(load_lab(DEFAULT_LAB))
+    unknown = ask(agent, "reboot")["error"]
+    assert (unknown["kind"], unknown["message"]) == ("protocol", "unknown method 'reboot'")
+    extra = ask(agent, "boot_id", now=True)["error"]
+    assert extra["message"] == "boot_id: unknown parameters ['now']"
+    missing = ask(agent, "namespace")["error"]
+    assert missing["kind"] == "protocol"
+    assert "missing a required argument" in missing["message"]
+    garbage = agent.handle(b"{not json")["error"]
+    assert garbage["kind"] == "protocol"
+    assert garbage["message"].startswith("not JSON")
+
+
+def test_guest_only_methods_are_unknown_without_a_guest() -> None:
+    reply = ask(KernelAgent(load_lab(DEFAULT_LAB)), "release")
+    assert reply["error"]["message"] == "unknown method 'release'"
