@@ -170,11 +170,6 @@ class InProcessServices:
         self.runners = {}
         self.start(crash)
 
-    def restart(self, crash: CrashPoints | None = None) -> None:
-        """A clean stop, then a start."""
-        self.close()
-        self.start(crash)
-
     def clients(self) -> dict[str, LocalClient]:
         return {plugin: LocalClient(self.endpoints, plugin) for plugin in self.endpoints}
 
