@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness.labs import parse_lab_url
 from harness.stats import STATS_DIR_ENV
+from labs.vm import DEFAULT_KERNEL, KERNEL_ENV, VmLab
 
 LAB_MARKERS = ("netns", "vm", "sriov")
 MARKERS = {
@@ -33,10 +37,15 @@ class RigStats:
     """Counters the rig's tests add to; written to reports/summary.json by the rig."""
 
     counts: Counter[str] = field(default_factory=Counter)
+    facts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def add(self, key: str, n: int = 1) -> None:
         self.counts[key] += n
+
+    def fact(self, key: str, value: Any) -> None:
+        """A single JSON value for the summary (a kernel release, boot seconds)."""
+        self.facts[key] = value
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,11 +82,32 @@ def require_lab(config: pytest.Config, tier: str, missing: str | None) -> None:
     pytest.skip(f"{tier} tier: {missing}")
 
 
+@pytest.fixture(scope="session")
+def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
+    """The session's one guest (``DRANP_VM_KERNEL``, default 6.1): every vm test shares
+    it, since a boot under TCG takes minutes. Tests leave it as they found it (their own
+    namespaces, deleted at the end); the first test to ask boots it, in its setup."""
+    kernel = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+    require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={kernel}").missing())
+    lab = VmLab(kernel)
+    stats = request.config.stash[STATS_KEY]
+    stats.fact("vm_kernel", kernel)
+    stats.fact("kernel_release", lab.kernel.release())
+    stats.fact("boot_seconds", round(lab.boot_seconds, 1))
+    stats.fact("qemu_version", lab.qemu_version)
+    try:
+        yield lab
+    finally:
+        lab.close()
+    assert lab.process.poll() is not None, "the guest outlived close()"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Each process (xdist worker or not) leaves its counters where the rig can add them up."""
     directory = os.environ.get(STATS_DIR_ENV)
     if not directory:
         return
     worker = getattr(session.config, "workerinput", {}).get("workerid", "main")
-    counts = dict(session.config.stash[STATS_KEY].counts)
-    (Path(directory) / f"stats-{worker}.json").write_text(json.dumps(counts))
+    stats = session.config.stash[STATS_KEY]
+    written = {"counts": dict(stats.counts), "facts": stats.facts}
+    (Path(directory) / f"stats-{worker}.json").write_text(json.dumps(written))

@@ -25,7 +25,7 @@ from labs.vm import KERNEL_ENV
 from .labs import LabURLError, parse_lab_url
 from .report import write_environment
 from .scenarios import start_state_seed
-from .stats import STATS_DIR_ENV, gather
+from .stats import STATS_DIR_ENV, Gathered, gather
 
 SUMMARY_COUNTS = (
     "crash_points_enumerated",
@@ -45,7 +45,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
-        self.stats: dict[str, int] = {}
+        self.stats = Gathered()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
@@ -56,7 +56,12 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
     # Every test process reads the same RIG_SEED (or the same default), so the seed the
     # labs' random starting states came from is known here without asking them.
     summary: dict[str, Any] = {"tier": tier, "lab": lab, "start_state_seed": start_state_seed()}
-    summary.update({key: collector.stats.get(key, 0) for key in SUMMARY_COUNTS})
+    counts = collector.stats.counts
+    summary.update({key: counts.get(key, 0) for key in SUMMARY_COUNTS})
+    # A tier's own figures (the vm tier's differential agreement, its power-loss runs)
+    # and facts (the guest's kernel release, its boot seconds) follow the common ones.
+    summary.update({key: counts[key] for key in sorted(counts) if key not in summary})
+    summary.update(collector.stats.facts)
     runs = (
         summary["crash_runs_inprocess"]
         + summary["crash_runs_sigkill"]

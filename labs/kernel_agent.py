@@ -26,21 +26,19 @@ Run in the guest as ``python -m labs.kernel_agent --port dranp.kernel``; it prin
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import inspect
 import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, get_type_hints
 
 from fakekernel.server import ADMIN_METHODS, KERNEL_METHODS, ProtocolError, answer, decode_params
-from plugins.kernel import kernel_error
 
+from ._guest import GUEST_METHODS, GUEST_PARAMS, GuestSide
 from ._lab import LabKernel
 
 __all__ = ["PORT_NAME", "READY", "GuestSide", "KernelAgent", "main"]
@@ -48,16 +46,6 @@ __all__ = ["PORT_NAME", "READY", "GuestSide", "KernelAgent", "main"]
 PORT_NAME = "dranp.kernel"  # the virtserialport's name: /dev/virtio-ports/<name> in the guest
 READY = "dranp-kernel-agent ready"
 SERVED_METHODS = (*KERNEL_METHODS, *ADMIN_METHODS)
-# The guest-only methods and their parameters' types (all plain JSON scalars).
-GUEST_PARAMS: dict[str, dict[str, type]] = {
-    "release": {},
-    "sriov": {"pf": str},
-    "set_sriov_numvfs": {"pf": str, "count": int},
-}
-GUEST_METHODS = tuple(GUEST_PARAMS)
-# How long the VFs' netdevs may take to appear after sriov_numvfs is written (TCG).
-VF_NETDEV_DEADLINE_S = 60.0
-SYSFS_NET = Path("/sys/class/net")
 
 
 @functools.cache
@@ -110,66 +98,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-class GuestSide:
-    """What the agent answers from the guest itself: its release and its PFs' SR-IOV."""
-
-    def __init__(self, node_pin: str) -> None:
-        self.node_pin = node_pin
-
-    def release(self) -> str:
-        return os.uname().release
-
-    def sriov(self, pf: str) -> dict[str, int]:
-        device = self._device(pf)
-        return {
-            "totalvfs": int((device / "sriov_totalvfs").read_text()),
-            "numvfs": int((device / "sriov_numvfs").read_text()),
-        }
-
-    def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
-        """Write ``count`` to the PF's ``sriov_numvfs`` (through 0, as the kernel asks
-        when VFs exist) and return the VFs' netdev names once all of them exist."""
-        from .netns import _link_events
-
-        device = self._device(pf)
-        numvfs = device / "sriov_numvfs"
-        with _link_events(self.node_pin) as events:
-            if int(numvfs.read_text()) not in (0, count):
-                numvfs.write_text("0")
-            if int(numvfs.read_text()) != count:
-                numvfs.write_text(str(count))
-            deadline = time.monotonic() + VF_NETDEV_DEADLINE_S
-            while (names := _vf_netdevs(device, count)) is None:
-                if not events.wait(deadline - time.monotonic()):
-                    raise kernel_error(
-                        errno.ETIMEDOUT,
-                        f"{pf}: {count} VF netdevs not there {VF_NETDEV_DEADLINE_S:g} s after "
-                        "sriov_numvfs was written",
-                    )
-            return names
-
-    @staticmethod
-    def _device(pf: str) -> Path:
-        device = SYSFS_NET / pf / "device"
-        if "/" in pf or not (device / "sriov_totalvfs").exists():
-            raise kernel_error(errno.ENODEV, f"{pf!r} is not an SR-IOV PF in this guest")
-        return device
-
-
-def _vf_netdevs(device: Path, count: int) -> list[str] | None:
-    """The netdev names of VFs 0..count-1 of the PF ``device``; None while one is missing
-    (the VF's driver has not bound yet, or udev has not renamed it yet: names still
-    ``eth*`` are not final)."""
-    names = []
-    for index in range(count):
-        net = device / f"virtfn{index}" / "net"
-        found = sorted(net.iterdir()) if net.is_dir() else []
-        if not found or found[0].name.startswith("eth"):
-            return None
-        names.append(found[0].name)
-    return names
 
 
 def guest_kernel(pin_root: Path = Path("/run")) -> tuple[LabKernel, GuestSide]:

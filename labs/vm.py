@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from fakekernel.client import FakeKernelClient
 from plugins.kernel import NsRef
 
+from ._guest import VmKernel
 from ._lab import Lab, LabKernel
 from ._seed import start_state_seed
 from .kernel_agent import PORT_NAME, READY
@@ -90,11 +90,18 @@ def vng_path() -> str | None:
     return found
 
 
-def qemu_major() -> int | None:
+def qemu_version() -> str | None:
+    """``qemu-system-x86_64 --version``'s version (``10.0.2+ds-...``); None: not installed."""
     if shutil.which(QEMU) is None:
         return None
     out = subprocess.run([QEMU, "--version"], capture_output=True, text=True, check=False).stdout
-    match = re.search(r"version (\d+)\.", out)
+    match = re.search(r"version (\S+)", out)
+    return match.group(1) if match else None
+
+
+def qemu_major() -> int | None:
+    version = qemu_version()
+    match = re.match(r"(\d+)\.", version or "")
     return int(match.group(1)) if match else None
 
 
@@ -116,25 +123,6 @@ def missing(kernel: str = DEFAULT_KERNEL) -> str | None:
     if not absent:
         return None
     return f"the VM lab needs {', '.join(absent)}; install with {INSTALL}"
-
-
-class VmKernel(FakeKernelClient):
-    """The guest's kernel through the agent: the ``Kernel`` protocol and the lab's
-    named namespaces and snapshot (as ``FakeKernelClient`` speaks them), plus what only
-    the guest can tell."""
-
-    def release(self) -> str:
-        """The guest kernel's ``uname -r``."""
-        return str(self._call("release"))
-
-    def sriov(self, pf: str) -> dict[str, int]:
-        """``{"totalvfs": n, "numvfs": n}`` of a PF netdev of the guest."""
-        answer: dict[str, int] = self._call("sriov", pf=pf)
-        return answer
-
-    def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
-        """Give the PF ``count`` VFs; returns their netdev names once all exist."""
-        return [str(name) for name in self._call("set_sriov_numvfs", pf=pf, count=count)]
 
 
 class VmLab(Lab):
@@ -165,6 +153,7 @@ class VmLab(Lab):
         assert vng is not None
         self.kernel_name = kernel
         self.image = image
+        self.qemu_version = qemu_version() or "unknown"
         self.start_seed = start_state_seed() if start_seed is None else start_seed
         # Unix socket paths are short (107 bytes): the lab's files live in a short /tmp dir.
         self.directory = Path(tempfile.mkdtemp(prefix="vmlab-", dir="/tmp"))

@@ -1,8 +1,8 @@
 """VmLab: Debian's kernel in a QEMU guest, reached through the guest's kernel agent.
 
-One guest per session (booting under TCG takes minutes, never per test). The kernel
-is ``DRANP_VM_KERNEL`` (a key of ``labs.vm.KERNELS``; default 6.1). The guest runs the
-asked release; both emulated igb PFs give VFs with netdevs; every link kind the issue
+One guest per session (the kit's ``vm_lab`` fixture: a boot under TCG takes minutes,
+never per test). The kernel is ``DRANP_VM_KERNEL`` (a key of ``labs.vm.KERNELS``;
+default 6.1). The guest runs the asked release; both emulated igb PFs give VFs with netdevs; every link kind the issue
 names is created through ``lab.kernel``, shows in the list and the snapshot, and
 deleting it all gives back the snapshot the test started from.
 """
@@ -10,13 +10,10 @@ deleting it all gives back the snapshot the test started from.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from fakekernel.model import diff
-from harness.labs import parse_lab_url
-from harness.pytest_plugin import require_lab
 from labs.vm import BOOT_DEADLINE_S, DEFAULT_KERNEL, KERNEL_ENV, PFS, VmLab, kernel_image
 from plugins.kernel import BondInfo, LinkChanges, LinkSpec
 
@@ -25,17 +22,6 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(BOOT_DEADLINE_S + 120)]
 
 KERNEL = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
 VFS_PER_PF = 4
-
-
-@pytest.fixture(scope="session")
-def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
-    require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={KERNEL}").missing())
-    lab = VmLab(KERNEL)
-    try:
-        yield lab
-    finally:
-        lab.close()
-    assert lab.process.poll() is not None, "the guest outlived close()"
 
 
 def test_the_guest_runs_the_asked_kernel(vm_lab: VmLab) -> None:

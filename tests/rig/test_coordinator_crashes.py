@@ -19,6 +19,7 @@ from harness.coordinator_crash import (
 from harness.pytest_plugin import RigStats
 from harness.rig import _Collector, summarize
 from harness.scenarios import TOPOLOGIES
+from harness.stats import Gathered
 from plugins.coordinator._journal import CoordinatorJournal
 
 HOOKS = {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
@@ -76,7 +77,7 @@ def test_a_coordinator_that_leaves_abandoned_calls_open_fails_the_rig(
 
 def test_the_rig_summary_counts_coordinator_crash_runs() -> None:
     collector = _Collector()
-    collector.stats = {"coordinator_crash_runs": 7}
+    collector.stats = Gathered({"coordinator_crash_runs": 7})
     summary = summarize("fake", "fake://", collector, 2.0)
     assert summary["coordinator_crash_runs"] == 7
     assert summary["crash_runs_per_second"] == 3.5
