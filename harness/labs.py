@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -81,3 +82,14 @@ def _vm_kernel(url: str, query: str) -> str:
             f"lab URL {url!r}: unknown kernel {'/'.join(kernels)!r}; valid kernels: {valid}"
         )
     return kernels[0]
+
+
+def lab_slug(url: str) -> str:
+    """A lab URL as a name for files and report keys: ``vm://?kernel=6.12`` -> ``vm-6.12``."""
+    slug = url.replace("://?kernel=", "-").replace("://", "-")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", slug).rstrip("-_")
+
+
+def summary_path(reports: Path, url: str) -> Path:
+    """Where the rig writes the summary of a run on the lab ``url``."""
+    return reports / f"summary-{lab_slug(url)}.json"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import allure
 import pytest
 
 from harness.labs import parse_lab_url
@@ -100,6 +101,15 @@ def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
     finally:
         lab.close()
     assert lab.process.poll() is not None, "the guest outlived close()"
+
+
+@pytest.fixture(autouse=True)
+def _vm_kernel_in_report(request: pytest.FixtureRequest) -> None:
+    """A vm test's Allure result names the guest's kernel, so one report holds the two
+    kernels' runs side by side rather than as retries of one test."""
+    if request.node.get_closest_marker("vm") is not None:
+        kernel = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+        allure.dynamic.parameter("kernel", kernel)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

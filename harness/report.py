@@ -17,6 +17,8 @@ import allure
 from fakekernel.model import diff
 from plugins.sdk import to_json_value
 
+from .labs import lab_slug
+
 
 def _json(value: Any) -> str:
     return json.dumps(to_json_value(value), indent=2, sort_keys=True, default=str)
@@ -56,8 +58,11 @@ class AllureObserver:
             )
 
 
-def write_environment(results: Path, lab: str) -> None:
-    """environment.properties for the report: kernel, backend, NIC model, commit."""
+def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None = None) -> None:
+    """environment.properties for the report: the tier, the kernel the plugins ran on,
+    the backend, the NIC model, the commit. ``facts`` are the run's (``RigStats.fact``):
+    a vm run names the guest's kernel release and the QEMU that emulated its NICs."""
+    facts = facts or {}
     results.mkdir(parents=True, exist_ok=True)
     try:
         commit = subprocess.run(
@@ -70,17 +75,36 @@ def write_environment(results: Path, lab: str) -> None:
     except OSError:
         commit = "unknown"
     scheme = lab.split("://", 1)[0]
+    kernel = f"{platform.system()} {platform.release()}"
+    if scheme == "vm":
+        kernel = f"Linux {facts.get('kernel_release', 'unknown')} (guest; host {kernel})"
     nic = {
         "fake": "fake kernel model (fakekernel/labs/default.yaml)",
         "netns": "veth (host kernel)",
+        "vm": f"igb x2, emulated SR-IOV (QEMU {facts.get('qemu_version', 'unknown')})",
     }.get(scheme, "per inventory")
+    backend = {
+        "fake": "fakekernel",
+        "netns": "linux (pyroute2)",
+        "vm": "linux in a QEMU TCG guest, through the guest's kernel agent",
+    }.get(scheme, scheme)
+    # One report may hold several labs' runs (scripts/rig vm:// 'vm://?kernel=6.12'):
+    # each lab's keys carry its name, the machine's are shared.
+    name = lab_slug(lab)
     props = {
-        "lab": lab,
-        "kernel": f"{platform.system()} {platform.release()}",
-        "backend": {"fake": "fakekernel", "netns": "linux (pyroute2)"}.get(scheme, scheme),
-        "nic.model": nic,
+        f"{name}.lab": lab,
+        f"{name}.kernel": kernel,
+        f"{name}.backend": backend,
+        f"{name}.nic.model": nic,
         "commit": commit or "unknown",
         "python": platform.python_version(),
         "cpus": str(os.cpu_count()),
     }
-    (results / "environment.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    if "boot_seconds" in facts:
+        props[f"{name}.boot_seconds"] = str(facts["boot_seconds"])
+    path = results / "environment.properties"
+    earlier = path.read_text().splitlines() if path.is_file() else []
+    kept = [line for line in earlier if line.split("=", 1)[0] not in props]
+    path.write_text(
+        "".join(f"{line}\n" for line in kept) + "".join(f"{k}={v}\n" for k, v in props.items())
+    )

@@ -22,7 +22,7 @@ import pytest
 
 from labs.vm import KERNEL_ENV
 
-from .labs import LabURLError, parse_lab_url
+from .labs import LabURLError, parse_lab_url, summary_path
 from .report import write_environment
 from .scenarios import start_state_seed
 from .stats import STATS_DIR_ENV, Gathered, gather
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         "--lab", default="fake://", help="fake://, netns://, vm://, sriov://INVENTORY"
     )
     parser.add_argument("--alluredir", default="reports/allure-results")
-    parser.add_argument("--summary", default="reports/summary.json")
+    parser.add_argument(
+        "--reports", default="reports", help="where summary-<lab>.json goes (harness.summaries)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     try:
@@ -104,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             plugins=[collector],
         )
         collector.stats = gather(Path(stats_dir))
+    # Again, now that the run knows its facts (the guest's kernel release, its QEMU).
+    write_environment(results, args.lab, collector.stats.facts)
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
-    path = Path(args.summary)
+    path = summary_path(Path(args.reports), args.lab)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -1,0 +1,60 @@
+"""The rig's per-lab summaries, their names, the combined summary and the report's
+environment when one report holds several labs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.labs import lab_slug, summary_path
+from harness.report import write_environment
+from harness.summaries import combine, main
+
+
+@pytest.mark.parametrize(
+    ("url", "slug"),
+    [
+        ("fake://", "fake"),
+        ("netns://", "netns"),
+        ("vm://", "vm"),
+        ("vm://?kernel=6.12", "vm-6.12"),
+        ("sriov://inventories/emulated.yml", "sriov-inventories_emulated.yml"),
+    ],
+)
+def test_each_lab_has_its_own_summary_file(url: str, slug: str) -> None:
+    assert lab_slug(url) == slug
+    assert summary_path(Path("reports"), url) == Path(f"reports/summary-{slug}.json")
+
+
+def test_one_lab_is_its_own_summary_and_several_are_totalled() -> None:
+    vm = {"tier": "vm", "invariant_violations": 0, "tests_failed": 1, "seconds": 10.0}
+    fake = {"tier": "fake", "invariant_violations": 2, "tests_passed": 5, "seconds": 2.5}
+    assert combine([vm]) == vm
+    both = combine([vm, fake])
+    assert both["labs"] == [vm, fake]
+    assert (both["invariant_violations"], both["tests_failed"], both["tests_passed"]) == (2, 1, 5)
+    assert both["seconds"] == 12.5
+
+
+def test_a_lab_without_a_summary_fails_the_combination(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary_path(tmp_path, "fake://").write_text(json.dumps({"tier": "fake"}))
+    assert main([str(tmp_path), "fake://", "vm://"]) == 1
+    assert "summary-vm.json" in capsys.readouterr().err
+    assert json.loads((tmp_path / "summary.json").read_text()) == {"tier": "fake"}
+
+
+def test_the_environment_keeps_every_labs_keys(tmp_path: Path) -> None:
+    write_environment(tmp_path, "vm://")
+    write_environment(tmp_path, "vm://", {"kernel_release": "6.1.0-57-amd64", "boot_seconds": 70})
+    write_environment(tmp_path, "vm://?kernel=6.12", {"kernel_release": "6.12.117+deb12-amd64"})
+    lines = (tmp_path / "environment.properties").read_text().splitlines()
+    props = dict(line.split("=", 1) for line in lines)
+    assert len(props) == len(lines), "a key written twice"
+    assert props["vm.kernel"].startswith("Linux 6.1.0-57-amd64 (guest")
+    assert props["vm.boot_seconds"] == "70"
+    assert props["vm-6.12.kernel"].startswith("Linux 6.12.117+deb12-amd64 (guest")
+    assert "igb" in props["vm-6.12.nic.model"]
