@@ -39,7 +39,7 @@ import socket
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -305,6 +305,7 @@ class NetnsLab(Lab):
         parents: Sequence[str] = PARENTS,
         pin_root: Path = PIN_ROOT,
         randomize: bool = False,
+        furnish_node: Callable[[NetnsKernel], None] | None = None,
     ) -> None:
         problem = missing()
         if problem is not None:
@@ -323,6 +324,8 @@ class NetnsLab(Lab):
                 wire = create_namespace(self.directory, f"wire-{suffix}")
             self._kernel = NetnsKernel(self.directory, node, wire)
             self._kernel.owner = self
+            if furnish_node is not None:
+                furnish_node(self._kernel)
             self.parents = [self._cable(i, name) for i, name in enumerate(parents)]
             if self.parents:
                 self._probe_macvlan()

@@ -8,13 +8,17 @@ real PCI functions with igbvf netdevs (``enp1s0v0``..).
 
 Boot once, call many times: the guest runs one long-lived process, the kernel agent
 (``labs.kernel_agent``), serving the guest's real kernel over a virtio-serial port whose
-host end is a Unix socket of QEMU's. ``lab.kernel`` is a ``FakeKernelClient`` on that
-socket (the agent speaks the fake kernel server's protocol) plus the guest-only calls
-(``release``, ``sriov``, ``set_sriov_numvfs``). docs/vm-lab.md has the figures.
+host end is a Unix socket of QEMU's, which takes one connection. A relay in this process
+(``labs._relay.KernelRelay``) owns that connection and serves any number of clients on
+a socket of its own: ``kernel_url`` is ``fake://<relay socket>`` (service processes open
+a ``FakeKernelClient`` on it), and ``lab.kernel`` is a ``FakeKernelClient`` on it too
+(the agent speaks the fake kernel server's protocol) plus the guest-only calls
+(``release``, ``sriov``, ``set_sriov_numvfs``).
 
-``kernel_url`` is None: services hosted in this process reach the guest's kernel
-through ``lab.kernel``; service processes would need a URL scheme for the agent's
-socket (see docs/vm-lab.md).
+``lab.session(seed)`` is a fresh lab in the same guest without a reboot (a
+``VmSession``: a ``NetnsLab`` the agent builds in the guest, with its own relay socket
+and ``kernel_url``), what the rig's crash enumeration builds once per run.
+docs/vm-lab.md has the design and the figures.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,14 +39,25 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from fakekernel.client import FakeKernelClient
 from plugins.kernel import NsRef
 
 from ._guest import VmKernel
 from ._lab import Lab, LabKernel
+from ._relay import KernelRelay
 from ._seed import start_state_seed
 from .kernel_agent import PORT_NAME, READY
 
-__all__ = ["KERNELS", "PFS", "VmKernel", "VmLab", "VmLabUnavailable", "kernel_image", "missing"]
+__all__ = [
+    "KERNELS",
+    "PFS",
+    "VmKernel",
+    "VmLab",
+    "VmLabUnavailable",
+    "VmSession",
+    "kernel_image",
+    "missing",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = "scripts/install-vm-lab"
@@ -157,9 +173,12 @@ class VmLab(Lab):
         self.start_seed = start_state_seed() if start_seed is None else start_seed
         # Unix socket paths are short (107 bytes): the lab's files live in a short /tmp dir.
         self.directory = Path(tempfile.mkdtemp(prefix="vmlab-", dir="/tmp"))
-        self.socket = self.directory / "kernel.sock"
+        self.socket = self.directory / "kernel.sock"  # QEMU's: one connection, the relay's
+        self.relay_socket = self.directory / "relay.sock"
         self.console_log = self.directory / "console.log"
-        self._client: VmKernel | None = None
+        self._client: VmRootKernel | None = None
+        self.relay: KernelRelay | None = None
+        self.sessions: list[VmSession] = []
         self._console = _Console(self.console_log, READY)
         started = time.monotonic()
         _warm_bytecode()
@@ -174,7 +193,11 @@ class VmLab(Lab):
         try:
             assert self.process.stdout is not None
             self._console.follow(self.process.stdout)
-            self._client = self._connect(started + boot_deadline_s)
+            self.relay = KernelRelay(
+                self._connect(started + boot_deadline_s), timeout=CALL_TIMEOUT_S
+            )
+            self.relay.listen(self.relay_socket)
+            self._client = VmRootKernel(self.relay_socket, timeout=CALL_TIMEOUT_S)
             self._console.wait_marked(self.process, started + boot_deadline_s)
             self.boot_seconds = time.monotonic() - started
         except BaseException as exc:
@@ -221,14 +244,18 @@ class VmLab(Lab):
             agent,
         ]
 
-    def _connect(self, deadline: float) -> VmKernel:
+    def _connect(self, deadline: float) -> socket.socket:
         """Connect to QEMU's socket once it listens (it does before the guest starts)."""
         while True:
-            # FakeKernelClient leaks its socket when connect fails: try only once QEMU's
-            # socket exists (it binds and listens at once; a refusal is retried).
+            # Try only once QEMU's socket exists (it binds and listens at once; a
+            # refusal is retried).
             if self.socket.is_socket():
-                with contextlib.suppress(ConnectionRefusedError):
-                    return VmKernel(self.socket, timeout=CALL_TIMEOUT_S)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(str(self.socket))
+                    return sock
+                except ConnectionRefusedError:
+                    sock.close()
             if self.process.poll() is not None:
                 raise VmLabUnavailable(
                     f"virtme-ng exited with {self.process.returncode} before QEMU listened"
@@ -241,9 +268,22 @@ class VmLab(Lab):
                 self.process.wait(timeout=0.05)
 
     @property
-    def kernel(self) -> VmKernel:
+    def kernel(self) -> VmRootKernel:
         assert self._client is not None, "this VmLab is closed"
         return self._client
+
+    @property
+    def kernel_url(self) -> str:
+        """Service processes reach the guest's root namespace here (through the relay)."""
+        return f"fake://{self.relay_socket}"
+
+    def session(
+        self, start_seed: int | None = None, lend: dict[str, str] | None = None
+    ) -> VmSession:
+        """A fresh lab in this guest (see ``VmSession``); ``start_seed`` None: the lab's."""
+        opened = VmSession(self, self.start_seed if start_seed is None else start_seed, lend)
+        self.sessions.append(opened)
+        return opened
 
     def furnish_sandbox(self, ns: NsRef) -> None:
         """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""
@@ -254,13 +294,18 @@ class VmLab(Lab):
     def close(self) -> None:
         """Power the guest off (the agent exits when we hang up, and virtme-ng's init
         then powers off), killing it at a deadline; leaves nothing running."""
+        for opened in list(getattr(self, "sessions", ())):
+            opened.close()
         client, self._client = self._client, None
         if client is not None:
             client.close()
+        relay, self.relay = getattr(self, "relay", None), None
+        if relay is not None:
+            relay.close()  # the agent sees the end of its stream, and the guest powers off
         process = getattr(self, "process", None)
         if process is not None and process.poll() is None:
             try:
-                process.wait(timeout=POWER_OFF_DEADLINE_S if client is not None else 0)
+                process.wait(timeout=POWER_OFF_DEADLINE_S if relay is not None else 0)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
@@ -269,6 +314,80 @@ class VmLab(Lab):
         if process is not None and process.stdout is not None:
             process.stdout.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class VmRootKernel(VmKernel):
+    """The guest's root namespace through the relay, plus opening and closing sessions."""
+
+    def open_session(self, seed: int, lend: dict[str, str]) -> str:
+        return str(self._call("open_session", seed=seed, lend=lend))
+
+    def close_session(self, session: str) -> None:
+        self._call("close_session", session=session)
+
+
+class VmSession(Lab):
+    """A fresh lab in a running guest, without a reboot: the agent builds a
+    ``labs.netns.NetnsLab`` in the guest (node and wire namespaces of its own, the
+    parents ``enp3s0f0``..``enp3s0f2`` as veth ends, the random start state of
+    ``start_seed``), served on a relay socket of its own: ``kernel`` and ``kernel_url``
+    reach only the session's namespaces. ``lend`` (a guest device's name -> its name in
+    the session's node, e.g. ``{"enp1s0v0": "enp3s0f0v0"}``) moves physical devices in
+    (a parent of that name is then not made). ``close()`` returns once every namespace
+    of the session is dead and the lent devices are back in the guest's root namespace
+    under their own names and state."""
+
+    tier = "vm"
+
+    def __init__(self, vm: VmLab, start_seed: int, lend: dict[str, str] | None = None) -> None:
+        assert vm.relay is not None, "this VmLab is closed"
+        self.vm = vm
+        self.start_seed = start_seed
+        self.lend = dict(lend or {})
+        self._client: FakeKernelClient | None = None
+        started = time.monotonic()
+        self.id = vm.kernel.open_session(start_seed, self.lend)
+        self.socket = vm.directory / f"{self.id}.sock"
+        try:
+            vm.relay.listen(self.socket, session=self.id)
+            self._client = FakeKernelClient(self.socket, timeout=CALL_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+        self.open_seconds = time.monotonic() - started
+        self.close_seconds: float | None = None
+
+    @property
+    def kernel(self) -> FakeKernelClient:
+        assert self._client is not None, f"session {self.id} is closed"
+        return self._client
+
+    @property
+    def kernel_url(self) -> str:
+        return f"fake://{self.socket}"
+
+    def furnish_sandbox(self, ns: NsRef) -> None:
+        """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""
+        from fakekernel.lab import plant_pod_interface
+
+        plant_pod_interface(self.kernel, ns, self.start_seed)
+
+    def close(self) -> None:
+        """Delete the session's namespaces, returning once they are dead (idempotent)."""
+        if self.close_seconds is not None:
+            return
+        started = time.monotonic()
+        self.close_seconds = 0.0
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        if self in self.vm.sessions:
+            self.vm.sessions.remove(self)
+        if self.vm.relay is None:
+            return  # the guest is gone, and its sessions with it
+        self.vm.relay.unlisten(self.socket)
+        self.vm.kernel.close_session(self.id)
+        self.close_seconds = time.monotonic() - started
 
 
 def _warm_bytecode() -> None:
@@ -334,5 +453,5 @@ class _Console:
             self._thread.join(timeout=POWER_OFF_DEADLINE_S)
 
 
-def _is_a_lab_kernel(k: VmKernel) -> LabKernel:
-    return k  # mypy proves VmKernel satisfies the LabKernel protocol
+def _is_a_lab_kernel(k: VmKernel, s: FakeKernelClient) -> tuple[LabKernel, LabKernel]:
+    return k, s  # mypy proves both satisfy the LabKernel protocol

@@ -10,12 +10,14 @@ deleting it all gives back the snapshot the test started from.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from fakekernel.model import diff
-from labs.vm import BOOT_DEADLINE_S, DEFAULT_KERNEL, KERNEL_ENV, PFS, VmLab, kernel_image
-from plugins.kernel import BondInfo, LinkChanges, LinkSpec
+from labs.netns import PARENTS
+from labs.vm import BOOT_DEADLINE_S, DEFAULT_KERNEL, KERNEL_ENV, PFS, VmLab, VmSession, kernel_image
+from plugins.kernel import BondInfo, LinkChanges, LinkSpec, open_kernel
 
 # Whichever test runs first boots the guest in its setup, under the per-test timeout.
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(BOOT_DEADLINE_S + 120)]
@@ -111,3 +113,83 @@ def test_every_link_kind_comes_and_goes_through_the_agent(vm_lab: VmLab) -> None
     k.delete_link(host, bond.ifindex)
     k.delete_namespace("vm-kinds")
     assert diff(before, k.snapshot()) == []
+
+
+def test_service_processes_reach_the_guest_through_the_relay(vm_lab: VmLab) -> None:
+    """``kernel_url`` is the relay's socket: several clients at once, each answered."""
+    clients = [open_kernel(vm_lab.kernel_url) for _ in range(3)]
+    try:
+        boot = vm_lab.kernel.boot_id()
+        assert [c.boot_id() for c in clients] == [boot] * 3
+        host = clients[0].host_namespace()
+        made = clients[1].create_link(host, LinkSpec(kind="dummy", name="relay0"))
+        found = clients[2].get_link(host, name="relay0")
+        assert found is not None
+        assert found.ifindex == made.ifindex
+        clients[0].delete_link(host, made.ifindex)
+        assert vm_lab.kernel.get_link(host, name="relay0") is None
+    finally:
+        for client in clients:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+
+
+def test_a_session_is_a_fresh_lab_and_leaves_the_guest_as_it_was(vm_lab: VmLab) -> None:
+    """A lab session (what each crash run gets): the parents of the netns lab in the
+    seed's random state, its own kernel URL; a VF lent to it, moved on into the
+    session's pod, comes home when the session's namespaces die, under its own name."""
+    k = vm_lab.kernel
+    if k.sriov(PFS[0])["numvfs"] == 0:
+        k.set_sriov_numvfs(PFS[0], VFS_PER_PF)
+    vf = f"{PFS[0]}v0"
+    root_before = k.snapshot()
+    first = vm_lab.session(start_seed=11)
+    second = vm_lab.session(start_seed=11, lend={vf: "enp3s0f0v0"})
+    try:
+        host = first.kernel.host_namespace()
+        assert host != second.kernel.host_namespace(), "two sessions share a node"
+
+        def parents(session: VmSession) -> list[tuple[str, int, str, bool]]:
+            node = session.kernel.host_namespace()
+            links = {lk.name: lk for lk in session.kernel.list_links(node)}
+            return [
+                (n, links[n].mtu, links[n].mac, links[n].up)
+                for n in (*PARENTS, "fveth0")
+                if n in links
+            ]
+
+        assert len(parents(first)) == len(PARENTS) + 1
+        assert parents(second) == parents(first), "one seed, one start state"
+        # The lent VF is in the second session's node, and nowhere in the first's.
+        node = second.kernel.host_namespace()
+        lent = second.kernel.get_link(node, name="enp3s0f0v0")
+        assert lent is not None
+        assert lent.vf_of is not None
+        assert first.kernel.find_device(str(lent.pci_address)) is None
+        assert k.get_link(k.host_namespace(), name=vf) is None
+        # Service processes reach the session through its own URL.
+        service = open_kernel(second.kernel_url)
+        try:
+            assert service.host_namespace() == node
+        finally:
+            close = getattr(service, "close", None)
+            if close is not None:
+                close()
+        # Into the session's pod, as the sriov plugin moves a VF.
+        pod = second.kernel.add_namespace("pod-a")
+        second.kernel.move_link(node, lent.ifindex, pod, new_name="net1")
+        started = time.monotonic()
+        for _ in range(10):
+            second.kernel.get_link(pod, name="net1")
+        round_trip = (time.monotonic() - started) / 10
+    finally:
+        first.close()
+        second.close()
+    assert diff(root_before, k.snapshot()) == []
+    assert vm_lab.sessions == []
+    print(
+        f"\nvm session: open {first.open_seconds:.2f} s / {second.open_seconds:.2f} s (lent VF), "
+        f"close {first.close_seconds:.2f} s / {second.close_seconds:.2f} s, "
+        f"get_link round trip {round_trip * 1000:.0f} ms"
+    )
