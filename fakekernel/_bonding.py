@@ -148,6 +148,8 @@ def detach_dying(state: State, slave: LinkState) -> None:
 
 
 def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
+    if port.loopback:
+        raise fail(errno.EINVAL, "the loopback device cannot be a bridge port")  # br_add_if
     if not valid_ether_addr(port.mac):
         # br_add_if refuses a port without a valid Ethernet address before anything else,
         # e.g. a bridge whose last port left (its address is then all zeros).

@@ -180,6 +180,10 @@ def dev_close(state: State, link: LinkState) -> None:
     if not link.up:
         return
     link.up = False
+    if link.vf_of is not None:
+        from ._vfs import vf_reset
+
+        vf_reset(state, link)  # igbvf_down ends with igbvf_reset
     for child in state.children(link, "vlan"):  # vlan_device_event NETDEV_DOWN
         dev_close(state, child)
 

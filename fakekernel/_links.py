@@ -133,6 +133,11 @@ def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState
     lower = state.in_ns(lower_ns.ref.inode, spec.parent)
     if lower is None:
         raise fail(errno.ENODEV, f"no lower device with ifindex {spec.parent}")
+    if lower.loopback:
+        if spec.kind == "vlan":
+            raise fail(errno.EOPNOTSUPP, "lo is VLAN challenged")  # vlan_check_real_dev
+        # macvlan_port_create / ipvlan_port_create: not an Ethernet device, or loopback
+        raise fail(errno.EINVAL, f"{spec.kind} cannot sit on the loopback device")
     if spec.kind == "vlan":
         _vlan_check(state, lower, spec)
         link.vlan_id, link.vlan_protocol = spec.vlan_id, spec.vlan_protocol
@@ -253,7 +258,7 @@ def move(state: State, link: LinkState, target: Namespace, new_name: str | None)
     """do_setlink with IFLA_NET_NS_FD (+ IFLA_IFNAME): __dev_change_net_namespace, then rename."""
     if new_name is not None:
         name_policy(new_name)
-    if link.kind in NETNS_LOCAL:
+    if link.kind in NETNS_LOCAL or link.loopback:
         raise fail(errno.EINVAL, f"{link.kind} {link.name} is local to its namespace")
     dest = target.ref.inode
     if link.ns != dest:
@@ -322,7 +327,8 @@ def destroy_namespace(state: State, ns: Namespace) -> None:
     """cleanup_net: devices go home (default_device_exit_net), virtual links die."""
     host = state.host.ref.inode
     inode = ns.ref.inode
-    for link in [lk for lk in state.links.values() if lk.ns == inode and lk.kind == "device"]:
+    devices = [lk for lk in state.links.values() if lk.ns == inode and lk.kind == "device"]
+    for link in [lk for lk in devices if not lk.loopback]:
         if link.master is not None:
             release(state, state.links[link.master], link)  # NETDEV_UNREGISTER on a port
         dev_close(state, link)
@@ -334,3 +340,66 @@ def destroy_namespace(state: State, ns: Namespace) -> None:
         state.relocate(link, host, name)
     unregister(state, [lk for lk in state.links.values() if lk.ns == inode])
     del state.namespaces[inode]
+
+
+# -- RTM_NEWLINK on an existing link: kind options (changelink) ------------------------
+
+LINK_OPTIONS = ("bond.mode", "bond.miimon", "bond.active_slave", "ipvlan.mode", "vlan.id")
+
+
+def changelink(state: State, link: LinkState, option: str, value: str) -> None:
+    """rtnl_changelink's ops->changelink for the options ``LINK_OPTIONS`` names."""
+    if option not in LINK_OPTIONS:
+        raise fail(errno.EINVAL, f"unknown link option {option!r}")
+    kind = option.partition(".")[0]
+    if link.kind != kind:
+        # rtnl_newlink: IFLA_INFO_KIND must match the existing link's ops
+        raise fail(errno.EOPNOTSUPP, f"{link.name} is a {link.kind}, not a {kind}")
+    if option == "vlan.id":
+        vid = int(value)
+        if not 0 <= vid < 4095:
+            raise fail(errno.ERANGE, f"invalid vlan id {vid}")  # vlan_validate
+        return  # vlan_changelink has no IFLA_VLAN_ID: the id of a vlan never changes
+    if option == "ipvlan.mode":
+        if value not in IPVLAN_MODES:
+            raise fail(errno.EINVAL, f"ipvlan mode {value!r}")
+        state.links[link.parent or 0].ipvlan_port_mode = value  # ipvlan_set_port_mode
+        return
+    bond = link.bond
+    assert bond is not None
+    if option == "bond.mode":
+        if value not in BOND_MODES:
+            raise fail(errno.EINVAL, f"bond mode {value!r}")
+        if value == bond.mode:
+            return
+        if bond.slaves:
+            raise fail(errno.ENOTEMPTY, f"{link.name} has slaves")  # BOND_OPTFLAG_NOSLAVES
+        if link.up:
+            raise fail(errno.EBUSY, f"{link.name} is up")  # BOND_OPTFLAG_IFDOWN
+        bond.mode = value
+    elif option == "bond.miimon":
+        miimon = int(value)
+        if miimon < 0:
+            raise fail(errno.EINVAL, "miimon must not be negative")
+        bond.miimon_ms = miimon
+    else:
+        _bond_set_active(state, link, value)
+
+
+def _bond_set_active(state: State, bond_link: LinkState, name: str) -> None:
+    """bond_option_active_slave_set."""
+    bond = bond_link.bond
+    assert bond is not None
+    if bond.mode not in ("active-backup", "balance-tlb", "balance-alb"):
+        raise fail(errno.EINVAL, f"{bond.mode} has no active slave")
+    if not name:
+        bond.active = None
+        return
+    slave = state.by_name(bond_link.ns, name)
+    if slave is None:
+        raise fail(errno.ENODEV, f"no link {name!r}")
+    if slave.master != bond_link.id:
+        raise fail(errno.EINVAL, f"{name} is not a slave of {bond_link.name}")
+    if not slave.up:
+        raise fail(errno.EINVAL, f"{name} is down")
+    bond.active = slave.id

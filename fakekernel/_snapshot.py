@@ -21,7 +21,8 @@ def snapshot(state: State) -> dict[str, Any]:
             {"path": ns.ref.path, "name": ns.name, "device": ns.ref.device, "inode": ns.ref.inode}
             for _, ns in sorted(state.namespaces.items())
         ],
-        "links": [_link(state, lk) for _, lk in sorted(state.links.items())],
+        # lo is left out, as the netns and vm labs' snapshots leave it out
+        "links": [_link(state, lk) for _, lk in sorted(state.links.items()) if not lk.loopback],
         "pfs": [
             {
                 "pci": pf.pci,
@@ -36,7 +37,8 @@ def snapshot(state: State) -> dict[str, Any]:
 def _link(state: State, lk: LinkState) -> dict[str, Any]:
     """Relations (parent, master, peer, bond slaves) are given as link ids, which unlike
     ifindexes are unique across namespaces."""
-    out = {k: v for k, v in vars(lk).items() if k not in ("ns", "bond", "saved", "vf_of")}
+    skip = ("ns", "bond", "saved", "vf_of", "loopback")
+    out = {k: v for k, v in vars(lk).items() if k not in skip}
     out["ns"] = state.path_of(lk.ns)
     out["vf_of"] = list(lk.vf_of) if lk.vf_of else None
     out["bond"] = None if lk.bond is None else dict(vars(lk.bond), slaves=list(lk.bond.slaves))

@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 
 from plugins.kernel import KernelError, LinkKind, NsRef, kernel_error
 
+from ._nics import DRIVERS, NicProfile
+
 NSFS_DEVICE = 4  # st_dev of nsfs is the same for every namespace on a boot
 FIRST_INODE = 4026531840  # the kernel's first proc inode number (PROC_DYNAMIC_FIRST)
-FIRST_IFINDEX = 2  # 1 is every namespace's loopback, which the model leaves out
+FIRST_IFINDEX = 2  # 1 is every namespace's loopback
+LOOPBACK_IFINDEX = 1
+LOOPBACK_MTU = 65536
 
 
 def fail(code: int, what: str) -> KernelError:
@@ -80,6 +84,7 @@ class LinkState:
     br_mtu_set_by_user: bool = False  # bridges: BROPT_MTU_SET_BY_USER (no MTU auto-adjust)
     # the perm_addr of the macvlan port on this lower, kept while a passthru macvlan is on it
     passthru_perm_mac: str | None = None
+    loopback: bool = False  # a namespace's lo (IFF_LOOPBACK, NETIF_F_NETNS_LOCAL)
 
 
 @dataclass
@@ -100,6 +105,9 @@ class PfState:
     pci: str
     capabilities: frozenset[str]
     vfs: list[VfState]
+    nic: NicProfile = field(default_factory=lambda: DRIVERS["generic"])
+    name: str = ""  # the PF netdev's name at probe: its VFs are named after it (<name>v<i>)
+    vf_mtu: int = 1500
 
 
 @dataclass
@@ -107,6 +115,7 @@ class State:
     boot_id: str
     host_path: str
     live_rename: bool  # Linux >= 6.2 lets an UP link be renamed; older kernels say EBUSY
+    loopback: bool = False  # every namespace has its lo (off: the model leaves lo out)
     namespaces: dict[int, Namespace] = field(default_factory=dict)
     links: dict[int, LinkState] = field(default_factory=dict)  # by link id
     pfs: dict[str, PfState] = field(default_factory=dict)
@@ -121,6 +130,22 @@ class State:
         self.next_inode += 1
         ns = Namespace(name, ref)
         self.namespaces[ref.inode] = ns
+        if self.loopback:
+            # loopback_net_init: ifindex 1 (LOOPBACK_IFINDEX), down until someone opens it
+            lo = LinkState(
+                id=self.new_id(),
+                ifindex=LOOPBACK_IFINDEX,
+                name="lo",
+                kind="device",
+                ns=ref.inode,
+                mac="00:00:00:00:00:00",
+                mac_assign="perm",
+                mtu=LOOPBACK_MTU,
+                min_mtu=0,
+                max_mtu=0,
+                loopback=True,
+            )
+            self.links[lo.id] = lo
         return ns
 
     def new_id(self) -> int:

@@ -24,6 +24,7 @@ def get_vfs(state: State, pf: LinkState) -> list[VFConfig]:
     if table is None:
         return []  # a netdev without VFs reports no IFLA_VFINFO_LIST
     caps = table.capabilities
+    reported = "link_state" in caps or table.nic.reports_link_state
     return [
         VFConfig(
             vf_index=i,
@@ -35,7 +36,7 @@ def get_vfs(state: State, pf: LinkState) -> list[VFConfig]:
             trust=vf.trust if "trust" in caps else None,
             min_tx_rate=vf.min_tx_rate if "rate" in caps else None,
             max_tx_rate=vf.max_tx_rate if "rate" in caps else None,
-            link_state=vf.link_state if "link_state" in caps else None,
+            link_state=vf.link_state if reported else None,
         )
         for i, vf in enumerate(table.vfs)
     ]
@@ -53,9 +54,9 @@ def set_vf(state: State, pf: LinkState, index: int, changes: VFChanges) -> None:
         if is_multicast(mac):
             raise fail(errno.EINVAL, f"VF MAC {mac} is multicast")
         vf.mac = mac
-        netdev = _vf_netdev(state, table.pci, index)
-        if netdev is not None and mac != ZERO_MAC:
-            set_mac_raw(state, netdev, mac, netdev.mac_assign)  # the VF driver takes it on reset
+        netdev = vf_netdev(state, table.pci, index)
+        if netdev is not None and mac != ZERO_MAC and table.nic.vf_admin_mac == "immediate":
+            set_mac_raw(state, netdev, mac, netdev.mac_assign)  # the VF driver takes it at once
     if changes.vlan is not None or changes.qos is not None or changes.vlan_proto is not None:
         _set_vlan(table, index, changes)
     if changes.min_tx_rate is not None or changes.max_tx_rate is not None:
@@ -65,6 +66,13 @@ def set_vf(state: State, pf: LinkState, index: int, changes: VFChanges) -> None:
         hi = vf.max_tx_rate if changes.max_tx_rate is None else changes.max_tx_rate
         if lo < 0 or hi < 0 or (hi != 0 and lo > hi):
             raise fail(errno.EINVAL, f"tx rate min {lo} / max {hi}")
+        nic = table.nic
+        if lo and not nic.rate_min_allowed:
+            raise fail(errno.EINVAL, f"{nic.driver} has no minimum VF rate")  # igb_ndo_set_vf_bw
+        if nic.rate_needs_link and not (pf.up and _has_link(state, pf)):
+            raise fail(errno.EINVAL, f"{pf.name} has no link: no VF rate")
+        if nic.link_speed and hi > nic.link_speed:
+            raise fail(errno.EINVAL, f"VF rate {hi} above the link speed {nic.link_speed}")
         vf.min_tx_rate, vf.max_tx_rate = lo, hi
     if changes.spoofchk is not None:
         _require(table, "spoofchk")
@@ -92,11 +100,30 @@ def _set_vlan(table: PfState, index: int, changes: VFChanges) -> None:
     proto = proto or vf.vlan_proto
     if not 0 <= vlan <= 4095 or not 0 <= qos <= 7:
         raise fail(errno.EINVAL, f"VF vlan {vlan} qos {qos}")
-    if qos and not vlan:
+    if qos and not vlan and table.nic.qos_needs_vlan:
         raise fail(errno.EINVAL, "VF qos needs a vlan")
     if proto == "802.1ad" and "vlan_proto_8021ad" not in table.capabilities:
         raise fail(errno.EPROTONOSUPPORT, "this NIC only tags VFs with 802.1Q")
     vf.vlan, vf.qos, vf.vlan_proto = vlan, qos, proto
+
+
+def _has_link(state: State, pf: LinkState) -> bool:
+    """An emulated NIC's PF has link once it is up (QEMU's igb: the cable is always in)."""
+    return pf.up
+
+
+def vf_reset(state: State, vf: LinkState) -> None:
+    """The VF driver's reset (igbvf_reset, on its way down): it takes the address the PF
+    set for it, if any, as its address and its permanent address."""
+    if vf.vf_of is None:
+        return
+    table = state.pfs.get(vf.vf_of[0])
+    if table is None or table.nic.vf_admin_mac != "vf_reset" or vf.vf_of[1] >= len(table.vfs):
+        return
+    mac = table.vfs[vf.vf_of[1]].mac
+    if mac != ZERO_MAC:
+        vf.perm_mac = mac
+        set_mac_raw(state, vf, mac, vf.mac_assign)
 
 
 def _require(table: PfState, capability: str) -> None:
@@ -110,5 +137,5 @@ def _vf(table: PfState, index: int) -> VfState:
     return table.vfs[index]
 
 
-def _vf_netdev(state: State, pf_pci: str, index: int) -> LinkState | None:
+def vf_netdev(state: State, pf_pci: str, index: int) -> LinkState | None:
     return next((lk for lk in state.links.values() if lk.vf_of == (pf_pci, index)), None)

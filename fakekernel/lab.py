@@ -5,6 +5,7 @@ Format (every key but the names is optional)::
     boot_id: <str>                  # default: DEFAULT_BOOT_ID
     host_path: /proc/1/ns/net       # the approved host namespace mount
     live_rename: false              # true: renaming an UP link works (Linux >= 6.2)
+    loopback: false                 # true: every namespace has its lo, as on Linux
     nics:                           # NIC variants, referenced by PFs
       <variant>:
         capabilities: [link_state, trust, spoofchk, rate, vlan_proto_8021ad]
@@ -62,7 +63,7 @@ from plugins.kernel import (
 )
 from plugins.sdk import DocumentSchema, YAMLLoadError, load_yaml_documents
 
-from ._vfs import CAPABILITIES
+from ._nics import DRIVERS, NicProfile, profile, vf_pci
 from .model import DEFAULT_BOOT_ID, FakeKernelModel
 
 __all__ = [
@@ -134,6 +135,7 @@ def _build(lab: _Section) -> FakeKernelModel:
         lab.get("boot_id", DEFAULT_BOOT_ID),
         host_path=lab.get("host_path", "/proc/1/ns/net"),
         live_rename=lab.get("live_rename", False),
+        loopback=lab.get("loopback", False),
     )
     nics = {name: _nic(section) for name, section in lab.mapping("nics")}
     namespaces: list[str] = lab.get("namespaces", [])
@@ -151,50 +153,55 @@ def _build(lab: _Section) -> FakeKernelModel:
 # -- sections --------------------------------------------------------------------------
 
 
-def _nic(r: _Section) -> dict[str, Any]:
-    return {
-        "capabilities": r.get("capabilities", []),
-        "max_mtu": r.get("max_mtu", 9702),
-        "vf_offset": r.get("vf_offset", 128),
-        "vf_stride": r.get("vf_stride", 2),
-    }
+def _nic(r: _Section) -> NicProfile:
+    """A NIC variant: a driver's profile (``driver``, default generic) with overrides.
+    A variant without ``driver`` and without ``capabilities`` has none (as before)."""
+    driver = r.get("driver", "generic")
+    if driver not in DRIVERS:
+        raise LabError(f"{r.where}.driver: no NIC profile {driver!r} (have: {sorted(DRIVERS)})")
+    caps = r.data.get("capabilities")
+    if caps is None and driver == "generic":
+        caps = []
+    return profile(
+        driver,
+        capabilities=caps,
+        max_mtu=r.data.get("max_mtu"),
+        vf_offset=r.data.get("vf_offset"),
+        vf_stride=r.data.get("vf_stride"),
+        totalvfs=r.data.get("totalvfs"),
+    )
 
 
-DEFAULT_NIC: dict[str, Any] = {
-    "capabilities": sorted(CAPABILITIES),
-    "max_mtu": 9702,
-    "vf_offset": 128,
-    "vf_stride": 2,
-}
-
-
-def _pf(model: FakeKernelModel, r: _Section, nics: dict[str, dict[str, Any]]) -> None:
+def _pf(model: FakeKernelModel, r: _Section, nics: dict[str, NicProfile]) -> None:
     name: str = r.data["name"]
     pci = _pci_of(r, name)
     nic_name = r.get("nic", "")
-    if nic_name and nic_name not in nics:
-        raise LabError(f"{r.where}.nic: no NIC variant {nic_name!r} (have: {sorted(nics)})")
-    nic = nics[nic_name] if nic_name else DEFAULT_NIC
-    rid = _rid(pci)
+    if nic_name and nic_name not in nics and nic_name not in DRIVERS:
+        known = sorted({*nics, *DRIVERS})
+        raise LabError(f"{r.where}.nic: no NIC variant {nic_name!r} (have: {known})")
+    nic = nics.get(nic_name) or (profile(nic_name) if nic_name else profile("generic"))
     vfs = []
-    for i in range(r.get("num_vfs", 0)):
-        vf_rid = rid + nic["vf_offset"] + nic["vf_stride"] * i
-        if vf_rid > 0xFFFF:
+    num_vfs = r.get("num_vfs", 0)
+    if num_vfs > nic.totalvfs:
+        raise LabError(f"{r.where}.num_vfs: {num_vfs} above the NIC's totalvfs {nic.totalvfs}")
+    for i in range(num_vfs):
+        vf_pci_address = vf_pci(pci, nic, i)
+        if vf_pci_address is None:
             raise LabError(f"{r.where}.num_vfs: VF {i} runs past the PCI bus range")
-        vf_pci = f"{_domain(pci)}:{vf_rid >> 8:02x}:{(vf_rid >> 3) & 0x1F:02x}.{vf_rid & 7}"
-        vfs.append((f"{name}v{i}", vf_pci, _mac_of(vf_pci)))
+        vfs.append((f"{name}v{i}", vf_pci_address, _mac_of(vf_pci_address)))
     pf = _kernel(
         r.where,
         model.add_pf,
         name,
         pci_address=pci,
         mac=r.get("mac", _mac_of(pci)),
-        capabilities=nic["capabilities"],
+        capabilities=nic.capabilities,
         vfs=vfs,
         mtu=r.get("mtu", 1500),
-        max_mtu=nic["max_mtu"],
+        max_mtu=nic.max_mtu,
         vf_mtu=r.get("vf_mtu", 1500),
-        vf_max_mtu=nic["max_mtu"],
+        vf_max_mtu=nic.max_mtu,
+        nic=nic,
     )
     _set_up(model, r, pf)
 
@@ -457,17 +464,6 @@ def _pci_of(r: _Section, name: str) -> str:
     if not PCI_ADDRESS.match(pci):
         raise LabError(f"{r.where}.pci: {pci!r} is not DDDD:BB:SS.F")
     return pci
-
-
-def _domain(pci: str) -> str:
-    return pci.rsplit(":", 2)[0]
-
-
-def _rid(pci: str) -> int:
-    """The routing id (bus, device, function) of a checked PCI address."""
-    _, bus, rest = pci.rsplit(":", 2)
-    slot, fn = rest.split(".")
-    return int(bus, 16) << 8 | int(slot, 16) << 3 | int(fn)
 
 
 def _mac_of(pci: str) -> str:

@@ -27,6 +27,7 @@ from plugins.sdk import NamespaceHandle
 
 from . import _bonding, _links, _vfs
 from ._checks import claim_name, name_policy, parse_mac
+from ._nics import NicProfile, derived_mac, profile, vf_pci
 from ._snapshot import diff, snapshot
 from ._state import LinkState, Namespace, PfState, State, VfState, fail
 
@@ -45,8 +46,14 @@ class FakeKernelModel:
         *,
         host_path: str = "/proc/1/ns/net",
         live_rename: bool = False,
+        loopback: bool = False,
     ) -> None:
-        self._s = State(boot_id=boot_id, host_path=host_path, live_rename=live_rename)
+        """``loopback``: every namespace has its ``lo`` (ifindex 1, kind "device", MTU
+        65536), as on Linux; off, the model leaves it out (what labs built before it
+        expect: a scan of the host's devices does not meet it)."""
+        self._s = State(
+            boot_id=boot_id, host_path=host_path, live_rename=live_rename, loopback=loopback
+        )
         self._s.new_namespace("", host_path)
 
     # -- Kernel: namespaces ----------------------------------------------------------------
@@ -163,8 +170,10 @@ class FakeKernelModel:
         max_mtu: int = 9702,
         ns: NsRef | None = None,
         vf_of: tuple[str, int] | None = None,
+        perm_mac: str | None = None,
     ) -> Link:
-        """A PCI netdev appearing (driver probe): kind "device" with a permanent address."""
+        """A PCI netdev appearing (driver probe): kind "device" with a permanent address
+        (``perm_mac``, default: its address)."""
         inode = self._ns(ns or self.host_namespace()).ref.inode
         name_policy(name)
         mac = parse_mac(mac)
@@ -184,7 +193,7 @@ class FakeKernelModel:
             mtu=mtu,
             min_mtu=min_mtu,
             max_mtu=max_mtu,
-            perm_mac=mac,
+            perm_mac=parse_mac(perm_mac) if perm_mac else mac,
             pci_address=pci,
             vf_of=vf_of,
         )
@@ -202,25 +211,108 @@ class FakeKernelModel:
         max_mtu: int = 9702,
         vf_mtu: int = 1500,
         vf_max_mtu: int = 9702,
+        nic: NicProfile | None = None,
     ) -> Link:
-        """A PF with ``sriov_numvfs`` VFs; ``vfs`` is (netdev name, PCI address, MAC) per VF."""
+        """A PF with ``sriov_numvfs`` VFs; ``vfs`` is (netdev name, PCI address, MAC) per VF.
+
+        ``nic``: the driver's profile (default: ``generic`` with ``capabilities`` and the
+        MTU bounds given); a "random" ``vf_mac`` profile ignores the MACs given."""
         caps = frozenset(capabilities)
         unknown = caps - _vfs.CAPABILITIES
         if unknown:
             raise fail(errno.EINVAL, f"unknown VF capabilities {sorted(unknown)}")
-        pf = self.add_device(name, pci_address=pci_address, mac=mac, mtu=mtu, max_mtu=max_mtu)
+        nic = nic or profile("generic", capabilities=caps, max_mtu=max_mtu)
+        pf = self.add_device(
+            name, pci_address=pci_address, mac=mac, mtu=mtu, min_mtu=nic.min_mtu, max_mtu=max_mtu
+        )
         pci = pf.pci_address or ""
-        self._s.pfs[pci] = PfState(pci, caps, [VfState() for _ in vfs])
-        for index, (vf_name, vf_pci, vf_mac) in enumerate(vfs):
-            self.add_device(
-                vf_name,
-                pci_address=vf_pci,
-                mac=vf_mac,
-                mtu=vf_mtu,
-                max_mtu=vf_max_mtu,
-                vf_of=(pci, index),
-            )
+        self._s.pfs[pci] = PfState(pci, caps, [], nic, name, vf_mtu)
+        for index, (vf_name, vf_address, vf_mac) in enumerate(vfs):
+            self._add_vf(self._s.pfs[pci], index, vf_name, vf_address, vf_mac, vf_max_mtu)
         return pf
+
+    def _add_vf(
+        self, table: PfState, index: int, name: str, pci: str, mac: str, max_mtu: int
+    ) -> Link:
+        """VF ``index`` of ``table`` appearing: its VF-table entry, then its netdev."""
+        nic = table.nic
+        table.vfs.append(VfState())
+        perm = None
+        if nic.vf_mac == "random":  # the VF driver makes its addresses up
+            mac, perm = self._s.random_mac(), self._s.random_mac()
+        elif not mac:
+            mac = derived_mac(pci)
+        return self.add_device(
+            name,
+            pci_address=pci,
+            mac=mac,
+            perm_mac=perm,
+            mtu=table.vf_mtu,
+            min_mtu=nic.min_mtu,
+            max_mtu=max_mtu,
+            vf_of=(table.pci, index),
+        )
+
+    def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
+        """Write ``count`` to the ``sriov_numvfs`` of the host's PF netdev ``pf``
+        (sriov_numvfs_store): the same count is a no-op, more than ``sriov_totalvfs``
+        ERANGE, a change between two non-zero counts EBUSY; 0 removes every VF, wherever
+        its netdev is (a bond releases it, links stacked on it die); VFs made appear in
+        the host named ``<pf>v<i>``. Returns the new VFs' names ([] when none were made)."""
+        link = self._s.by_name(self._s.host.ref.inode, pf)
+        table = self._s.pfs.get(link.pci_address or "") if link is not None else None
+        if link is None or table is None:
+            raise fail(errno.ENODEV, f"{pf!r} is not an SR-IOV PF in the host namespace")
+        nic = table.nic
+        if not 0 <= count <= nic.totalvfs:
+            raise fail(errno.ERANGE, f"{count} VFs: sriov_totalvfs is {nic.totalvfs}")
+        current = len(table.vfs)
+        if count == current:
+            return []
+        if count and current:
+            raise fail(errno.EBUSY, f"{pf} already has {current} VFs; write 0 first")
+        if count == 0:
+            for index in reversed(range(current)):
+                vf = _vfs.vf_netdev(self._s, table.pci, index)
+                if vf is not None:
+                    self.remove_device(vf.pci_address or "")
+            table.vfs.clear()
+            return []
+        names = []
+        for index in range(count):
+            pci = vf_pci(table.pci, nic, index)
+            if pci is None:
+                raise fail(errno.ERANGE, f"VF {index} runs past the PCI bus range")
+            made = self._add_vf(table, index, f"{table.name}v{index}", pci, "", nic.max_mtu)
+            names.append(made.name)
+        return names
+
+    def sriov_totalvfs(self, pf: str) -> int:
+        link = self._s.by_name(self._s.host.ref.inode, pf)
+        table = self._s.pfs.get(link.pci_address or "") if link is not None else None
+        if table is None:
+            raise fail(errno.ENODEV, f"{pf!r} is not an SR-IOV PF in the host namespace")
+        return table.nic.totalvfs
+
+    # -- admin: options of existing links (ip link set NAME type KIND ...) -----------------
+
+    def change_link(self, ns: NsRef, name: str, option: str, value: str) -> None:
+        """RTM_NEWLINK on an existing link with IFLA_LINKINFO: ``option`` is one of
+        bond.mode, bond.miimon, bond.active_slave (a slave's name, "" for none),
+        ipvlan.mode, vlan.id; ``value`` as ``ip link`` takes it."""
+        space = self._ns(ns)
+        link = self._s.by_name(space.ref.inode, name)
+        if link is None:
+            raise fail(errno.ENODEV, f"no link {name!r}")
+        _links.changelink(self._s, link, option, value)
+
+    def bond_active_slave(self, ns: NsRef, bond: str) -> str:
+        """The name of ``bond``'s active slave, "" for none (the model fails over at once)."""
+        link = self._s.by_name(self._ns(ns).ref.inode, bond)
+        if link is None:
+            raise fail(errno.ENODEV, f"no link {bond!r}")
+        active = link.bond.active if link.bond is not None else None
+        return "" if active is None else self._s.links[active].name
 
     def remove_device(self, pci_address: str) -> None:
         """A PCI netdev vanishing (driver unbind, fewer VFs): unregister_netdevice.

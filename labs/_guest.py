@@ -8,13 +8,17 @@ without touching the wire.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fakekernel.client import FakeKernelClient
-from plugins.kernel import kernel_error
+from plugins.kernel import NsRef, kernel_error
 
 __all__ = ["GUEST_METHODS", "GUEST_PARAMS", "GuestSide", "VmKernel"]
 
@@ -23,7 +27,23 @@ GUEST_PARAMS: dict[str, dict[str, type]] = {
     "release": {},
     "sriov": {"pf": str},
     "set_sriov_numvfs": {"pf": str, "count": int},
+    "write_sriov_numvfs": {"pf": str, "count": int},
+    "change_link": {"ns": str, "name": str, "option": str, "value": str},
+    "await_bond_active": {"ns": str, "bond": str, "avoid": str, "timeout_s": float},
 }
+# The options ``change_link`` changes on an existing link (RTM_NEWLINK without
+# NLM_F_CREATE, IFLA_LINKINFO's kind data), and how their value is given.
+LINK_OPTIONS = ("bond.mode", "bond.miimon", "bond.active_slave", "ipvlan.mode", "vlan.id")
+BOND_MODE_NUMBERS = {
+    "balance-rr": 0,
+    "active-backup": 1,
+    "balance-xor": 2,
+    "broadcast": 3,
+    "802.3ad": 4,
+    "balance-tlb": 5,
+    "balance-alb": 6,
+}
+IPVLAN_MODE_NUMBERS = {"l2": 0, "l3": 1, "l3s": 2}
 # How long the VFs' netdevs may take to appear after sriov_numvfs is written (TCG).
 VF_NETDEV_DEADLINE_S = 60.0
 SYSFS_NET = Path("/sys/class/net")
@@ -68,6 +88,86 @@ class GuestSide:
                     )
             return names
 
+    def write_sriov_numvfs(self, pf: str, count: int) -> list[str]:
+        """Write ``count`` to the PF's ``sriov_numvfs`` as it is (no detour through 0, so
+        the kernel's own answers show: EBUSY, ERANGE); when that created VFs, return
+        their netdev names once udev has named all of them, else []."""
+        from .netns import _link_events
+
+        device = self._device(pf)
+        numvfs = device / "sriov_numvfs"
+        before = int(numvfs.read_text())
+        with _link_events(self.node_pin) as events:
+            try:
+                with numvfs.open("w") as out:
+                    out.write(str(count))
+            except OSError as exc:
+                raise kernel_error(exc.errno or errno.EIO, f"{pf}: sriov_numvfs={count}") from None
+            if count in (0, before):
+                return []
+            deadline = time.monotonic() + VF_NETDEV_DEADLINE_S
+            while (names := _vf_netdevs(device, count)) is None:
+                if not events.wait(deadline - time.monotonic()):
+                    raise kernel_error(errno.ETIMEDOUT, f"{pf}: {count} VF netdevs never named")
+            return names
+
+    def change_link(self, ns: str, name: str, option: str, value: str) -> None:
+        """Change one option of an existing link in the namespace pinned at ``ns``, as
+        ``ip link set NAME type KIND OPTION VALUE`` does (RTM_NEWLINK, IFLA_LINKINFO)."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        if option not in LINK_OPTIONS:
+            raise kernel_error(errno.EINVAL, f"unknown link option {option!r}")
+        kind = option.partition(".")[0]
+        with _route_in(ns, IPRoute) as route:
+            found = route.link_lookup(ifname=name)
+            if not found:
+                raise kernel_error(errno.ENODEV, f"no link {name!r}")
+            data: dict[str, Any]
+            if option == "bond.mode":
+                data = {"bond_mode": BOND_MODE_NUMBERS.get(value, 99)}
+            elif option == "bond.miimon":
+                data = {"bond_miimon": int(value)}
+            elif option == "bond.active_slave":
+                slave = route.link_lookup(ifname=value) if value else [0]
+                data = {"bond_active_slave": slave[0] if slave else 0x7FFFFF00}
+            elif option == "ipvlan.mode":
+                data = {"ipvlan_mode": IPVLAN_MODE_NUMBERS.get(value, 99)}
+            else:
+                data = {"vlan_id": int(value)}
+            try:
+                route.link("set", index=found[0], kind=kind, **data)
+            except NetlinkError as exc:
+                raise kernel_error(exc.code, f"{name}: {option}={value}") from None
+
+    def await_bond_active(self, ns: str, bond: str, avoid: str, timeout_s: float) -> str:
+        """The name of ``bond``'s active slave ("" for none) once it is not ``avoid``, or
+        as it is at the deadline: the bond's link monitor fails over in its own time."""
+        from .netns import _link_events
+
+        deadline = time.monotonic() + timeout_s
+        with _link_events(ns) as events:
+            while (active := self._active_slave(ns, bond)) == avoid:
+                if not events.wait(deadline - time.monotonic()):
+                    break
+            return active
+
+    @staticmethod
+    def _active_slave(ns: str, bond: str) -> str:
+        from pyroute2 import IPRoute
+
+        with _route_in(ns, IPRoute) as route:
+            found = route.link_lookup(ifname=bond)
+            if not found:
+                raise kernel_error(errno.ENODEV, f"no link {bond!r}")
+            info = route.link("get", index=found[0])[0].get_attr("IFLA_LINKINFO")
+            data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+            index = data.get_attr("IFLA_BOND_ACTIVE_SLAVE") if data is not None else None
+            if not index:
+                return ""
+            return str(route.link("get", index=index)[0].get_attr("IFLA_IFNAME"))
+
     @staticmethod
     def _device(pf: str) -> Path:
         device = SYSFS_NET / pf / "device"
@@ -90,6 +190,22 @@ def _vf_netdevs(device: Path, count: int) -> list[str] | None:
     return names
 
 
+@contextlib.contextmanager
+def _route_in(ns_path: str, factory: Any) -> Iterator[Any]:
+    """A pyroute2 ``IPRoute`` on an rtnetlink socket of the namespace pinned at ``ns_path``."""
+    from plugins.kernel.linux.netns import run_in_netns
+
+    from .netns import _rtnl_socket
+
+    fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        sock = run_in_netns(fd, _rtnl_socket, cleanup=socket.socket.close)
+    finally:
+        os.close(fd)
+    with sock, factory(use_socket=sock) as route:
+        yield route
+
+
 class VmKernel(FakeKernelClient):
     """The guest's kernel through the agent: the ``Kernel`` protocol and the lab's
     named namespaces and snapshot (as ``FakeKernelClient`` speaks them), plus what only
@@ -107,3 +223,19 @@ class VmKernel(FakeKernelClient):
     def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
         """Give the PF ``count`` VFs; returns their netdev names once all exist."""
         return [str(name) for name in self._call("set_sriov_numvfs", pf=pf, count=count)]
+
+    def write_sriov_numvfs(self, pf: str, count: int) -> list[str]:
+        """Write ``count`` to the PF's ``sriov_numvfs`` as it is (the kernel's errno on
+        refusal); the new VFs' netdev names once named, [] when none were created."""
+        return [str(name) for name in self._call("write_sriov_numvfs", pf=pf, count=count)]
+
+    def change_link(self, ns: NsRef, name: str, option: str, value: str) -> None:
+        """Change an option of an existing link (``LINK_OPTIONS``: bond mode, miimon,
+        active slave; ipvlan mode; vlan id), as ``ip link set NAME type KIND ...``."""
+        self._call("change_link", ns=ns.path, name=name, option=option, value=value)
+
+    def await_bond_active(self, ns: NsRef, bond: str, avoid: str, timeout_s: float) -> str:
+        """``bond``'s active slave ("": none) once it is not ``avoid``, or at the deadline."""
+        return str(
+            self._call("await_bond_active", ns=ns.path, bond=bond, avoid=avoid, timeout_s=timeout_s)
+        )

@@ -17,11 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from fakekernel.lab import load_lab
+from labs import VmLab
+from labs._guest import VmKernel
 from plugins.kernel import KernelError, LinkKind, LinkSpec
 from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux.netns import create_namespace, delete_namespace
 
-from .world import errno_name, running_kernel_has_live_rename
+from .world import (
+    GUEST_PFS,
+    VM_LAB,
+    GuestBaseline,
+    errno_name,
+    running_kernel_has_live_rename,
+)
 
 MODULES: dict[str, str] = {
     "veth": "veth",
@@ -42,6 +51,9 @@ class Stats:
     ran: set[str] = field(default_factory=set)
     skipped: Counter[str] = field(default_factory=Counter)
     live_rename: bool | None = None
+    # the VM lab's guest: its release, and how many scenarios agreed in what
+    vm_release: str | None = None
+    vm: Counter[str] = field(default_factory=Counter)
 
 
 STATS = pytest.StashKey[Stats]()
@@ -58,6 +70,8 @@ class RealKernel:
     def why_not(self, kinds: frozenset[LinkKind]) -> str | None:
         if self.reason is not None:
             return self.reason
+        if "device" in kinds:
+            return "needs SR-IOV PFs (run in the VM lab)"
         lacking = sorted(k for k in kinds if k in self.missing)
         if not lacking:
             return None
@@ -131,4 +145,53 @@ def pytest_terminal_summary(
         f"differential: {len(s.scenarios)} scenarios, {len(s.ran)} ran on the real kernel "
         f"({os.uname().release}, fake with {rename}), {skipped} skipped"
     )
-    terminalreporter.write_line(line + (f" ({reasons})" if reasons else ""))
+    if s.ran or skipped:
+        terminalreporter.write_line(line + (f" ({reasons})" if reasons else ""))
+    if s.vm_release is not None and s.vm["scenarios"]:
+        terminalreporter.write_line(vm_summary(s))
+
+
+def vm_summary(s: Stats) -> str:
+    n = s.vm["scenarios"]
+
+    def pct(key: str) -> str:
+        return f"{100 * s.vm[key] / n:.1f} %"
+
+    return (
+        f"differential vm: {s.vm_release}: {n} scenarios, outcome agreement "
+        f"{pct('outcome_agree')} ({s.vm['outcome_agree']}), state agreement "
+        f"{pct('state_agree')} ({s.vm['state_agree']}), {s.vm['known']} known divergences"
+    )
+
+
+@pytest.fixture(scope="session")
+def guest(vm_lab: VmLab) -> Iterator[GuestBaseline]:
+    """The VM lab's guest as the corpus found it, with no VFs (put back at the end), and
+    checked against the lab file the fake side models it with."""
+    kernel = vm_lab.kernel
+    found = {pf: kernel.sriov(pf)["numvfs"] for pf in GUEST_PFS}
+    for pf, count in found.items():
+        if count:
+            kernel.set_sriov_numvfs(pf, 0)
+    try:
+        baseline = GuestBaseline(kernel)
+        check_guest_matches_lab(kernel, baseline)
+        yield baseline
+    finally:
+        for pf, count in found.items():
+            if count:
+                kernel.set_sriov_numvfs(pf, count)
+
+
+def check_guest_matches_lab(kernel: VmKernel, baseline: GuestBaseline) -> None:
+    model = load_lab(VM_LAB)
+    host = model.host_namespace()
+    for pf in GUEST_PFS:
+        fake, real = model.get_link(host, name=pf), baseline.devices_by_name.get(pf)
+        assert fake is not None, f"{pf} is not in {VM_LAB}"
+        assert real is not None, f"{pf} is not in the guest"
+        ours = (fake.pci_address, fake.mac, fake.mtu, fake.up, fake.min_mtu, fake.max_mtu)
+        theirs = (real.pci_address, real.mac, real.mtu, real.up, real.min_mtu, real.max_mtu)
+        assert ours == theirs, f"{pf}: {VM_LAB} says {ours}, the guest {theirs}"
+        total = kernel.sriov(pf)["totalvfs"]
+        assert model.sriov_totalvfs(pf) == total, f"{pf}: the guest has totalvfs {total}"

@@ -680,6 +680,743 @@ def vlan_refuses_an_ipvlan_parent(w: World) -> None:
     vlan(w, a, "ipv.5", "ipv", 5)  # EOPNOTSUPP: ipvlan is VLAN challenged
 
 
+# -- the loopback device --------------------------------------------------------------
+
+
+@scenario("veth")
+def loopback_is_in_every_namespace(w: World) -> None:
+    a = w.ns("a")
+    w.get(a, "lo")  # ifindex 1, down in a new namespace, MTU 65536
+    w.create(a, veth("lo", "lp"))  # EEXIST: lo is taken
+    w.set(a, "lo", up=True)
+    w.get(a, "lo")
+    w.set(a, "lo", mtu=1500)
+
+
+@scenario("veth")
+def loopback_cannot_leave_or_die(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.move(a, "lo", b)  # NETIF_F_NETNS_LOCAL
+    w.move(a, "lo", b, new_name="lo2")
+    w.delete(a, "lo")  # no rtnl_link_ops: no dellink
+    w.set(a, "lo", mac="02:00:00:00:00:01")
+    w.set(a, "lo", name="lo1")
+    w.get(a, "lo1")
+    w.set(a, "lo1", name="lo")
+
+
+@scenario("veth", "macvlan", "bridge")
+def loopback_as_a_lower_or_port(w: World) -> None:
+    a = w.ns("a")
+    macvlan(w, a, "mv", "lo")  # not an Ethernet device
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.set(a, "lo", master="br0")
+
+
+@scenario("vlan", "ipvlan", "bond")
+def loopback_under_vlan_ipvlan_and_bond(w: World) -> None:
+    a = w.ns("a")
+    vlan(w, a, "lo.5", "lo", 5)
+    stacked(w, "ipvlan", a, "ipl", "lo")
+    w.create(a, LinkSpec(kind="bond", name="bond0"))
+    w.set(a, "lo", master="bond0")
+
+
+# -- defaults of options left unset ----------------------------------------------------
+
+
+@scenario("bond")
+def bond_created_without_options(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bond", name="bond0"))  # the module's defaults
+    w.create(a, LinkSpec(kind="bond", name="bond1", mtu=9000, mac="02:00:00:00:00:b1"))
+    w.get(a, "bond0")
+
+
+@scenario("bond")
+def bond_delays_rounded_to_miimon(w: World) -> None:
+    a = w.ns("a")
+    info = BondInfo(mode="active-backup", miimon_ms=100, updelay_ms=250, downdelay_ms=120)
+    w.create(a, LinkSpec(kind="bond", name="bond0", bond=info))
+    info = BondInfo(mode="active-backup", miimon_ms=0, updelay_ms=200)
+    w.create(a, LinkSpec(kind="bond", name="bond1", bond=info))  # no MII monitor
+    w.create(a, LinkSpec(kind="bond", name="bond2", bond=BondInfo("802.3ad", 100)))
+    w.create(a, LinkSpec(kind="bond", name="bond3", bond=BondInfo("nonsense", 100)))
+
+
+@scenario("dummy", "bridge", "veth")
+def defaults_of_plain_links(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.create(a, veth("va"))
+    w.create(a, LinkSpec(kind="dummy", name="d%d"))
+
+
+@scenario("vlan", "ipvlan", "macvlan", "dummy")
+def defaults_of_stacked_links(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="dummy", name="d0", mtu=9000, mac="02:00:00:00:00:d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1", mac="02:00:00:00:00:d1"))
+    vlan(w, a, "d0.7", "d0", 7)  # 802.1Q, the lower's MTU and address
+    stacked(w, "ipvlan", a, "ip0", "d0")  # l3
+    macvlan(w, a, "mv0", "d1")  # vepa, a random address
+
+
+# -- options of existing links ---------------------------------------------------------
+
+
+def ab_bond(name: str, miimon: int = 100) -> LinkSpec:
+    return LinkSpec(kind="bond", name=name, bond=BondInfo("active-backup", miimon))
+
+
+@scenario("bond", "dummy")
+def bond_mode_changed(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bond", name="bond0"))
+    w.change(a, "bond0", "bond.mode", "active-backup")  # down, no slaves
+    w.change(a, "bond0", "bond.mode", "nonsense")
+    w.set(a, "bond0", up=True)
+    w.change(a, "bond0", "bond.mode", "balance-xor")  # up
+    w.change(a, "bond0", "bond.mode", "active-backup")  # the mode it has
+    w.set(a, "bond0", up=False)
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.change(a, "bond0", "bond.mode", "broadcast")  # with a slave
+
+
+@scenario("bond", "dummy")
+def bond_miimon_changed(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bond", name="bond0"))
+    w.change(a, "bond0", "bond.miimon", 250)
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.change(a, "bond0", "bond.miimon", 0)  # up, with a slave
+    w.change(a, "bond0", "bond.miimon", -1)
+
+
+@scenario("bond", "dummy")
+def bond_active_slave_chosen(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.create(a, LinkSpec(kind="dummy", name="d2"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "d1", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.checkpoint("two slaves, up")
+    w.change(a, "bond0", "bond.active_slave", "d1")
+    w.checkpoint("d1 made active")
+    w.change(a, "bond0", "bond.active_slave", "d2")  # not a slave
+    w.change(a, "bond0", "bond.active_slave", "nosuch")
+    w.change(a, "bond0", "bond.active_slave", "")  # none
+
+
+@scenario("bond", "dummy")
+def bond_active_slave_of_a_down_bond(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.set(a, "d0", master="bond0")  # the bond is down
+    w.set(a, "d1", master="bond0")
+    w.checkpoint("enslaved into a down bond")
+    w.change(a, "bond0", "bond.active_slave", "d1")
+    w.set(a, "bond0", up=True)
+    w.checkpoint("bond up")
+
+
+@scenario("bond", "dummy")
+def bond_active_slave_in_a_mode_without_one(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bond", name="bond0", bond=BondInfo("balance-rr", 100)))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.change(a, "bond0", "bond.active_slave", "d0")
+
+
+@scenario("bond", "dummy")
+def bond_active_slave_set_down(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "d1", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.set(a, "d1", up=False)
+    w.change(a, "bond0", "bond.active_slave", "d1")  # a slave that is down
+
+
+@scenario("bond", "dummy")
+def bond_failover_when_the_active_slave_goes_down(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "d1", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.set(a, "d0", up=False)  # the active slave
+    w.await_active(a, "bond0", "d0")
+    w.checkpoint("failed over")
+    w.set(a, "d0", up=True)
+    w.await_active(a, "bond0", "")
+
+
+@scenario("bond", "dummy")
+def bond_active_slave_released_or_deleted(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    for name in ("d0", "d1", "d2"):
+        w.create(a, LinkSpec(kind="dummy", name=name))
+        w.set(a, name, master="bond0")
+    w.set(a, "bond0", up=True)
+    w.set(a, "d0", master=0)  # the active one leaves
+    w.checkpoint("active released")
+    w.delete(a, "d1")
+    w.checkpoint("the next one deleted")
+    w.delete(a, "d2")
+
+
+@scenario("bond", "veth")
+def bond_slave_without_carrier(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, veth("va", "vb", mac="02:00:00:00:00:0a"))  # vb down: va has no carrier
+    w.create(a, veth("wa", "wb", mac="02:00:00:00:00:0b"))
+    w.set(a, "wb", up=True)
+    w.set(a, "va", master="bond0")
+    w.set(a, "wa", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.await_active(a, "bond0", "")
+    w.checkpoint("bond up")
+
+
+@scenario("ipvlan", "veth")
+def ipvlan_mode_changed(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp"))
+    stacked(w, "ipvlan", a, "ip0", "pv", mode="l2")
+    stacked(w, "ipvlan", a, "ip1", "pv", mode="l2")
+    w.change(a, "ip0", "ipvlan.mode", "l3")  # the port's: ip1 too
+    w.checkpoint("l3")
+    w.change(a, "ip1", "ipvlan.mode", "l3s")
+    w.change(a, "ip1", "ipvlan.mode", "nonsense")
+    w.change(a, "pv", "ipvlan.mode", "l2")  # not an ipvlan
+
+
+@scenario("vlan", "veth")
+def vlan_id_changed(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp"))
+    vlan(w, a, "v5", "pv", 5)
+    vlan(w, a, "v6", "pv", 6)
+    w.change(a, "v5", "vlan.id", 7)
+    w.change(a, "v5", "vlan.id", 6)  # v6 has it
+    w.change(a, "v5", "vlan.id", 4095)
+    w.change(a, "pv", "vlan.id", 8)  # not a vlan
+
+
+@scenario("bond", "dummy")
+def option_of_another_kind(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.change(a, "d0", "bond.mode", "active-backup")
+    w.change(a, "d0", "bond.miimon", 100)
+    w.change(a, "nosuch", "bond.miimon", 100)
+
+
+# -- more bonds ------------------------------------------------------------------------
+
+
+@scenario("bond", "dummy")
+def bond_with_dummy_slaves_up_and_down(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, bond("bond0", mtu=9000))
+    w.create(a, LinkSpec(kind="dummy", name="d0", mac="02:00:00:00:00:d0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1", mac="02:00:00:00:00:d1"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "d1", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.checkpoint("up")
+    w.set(a, "bond0", up=False)  # the slaves stay up
+    w.checkpoint("bond down")
+    w.set(a, "d1", mtu=1400)  # a slave's own MTU may differ
+    w.set(a, "bond0", mac="02:00:00:00:00:b0")
+
+
+@scenario("bond", "dummy", "bridge")
+def bonds_and_bridges_nested(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, bond("bond0"))
+    w.create(a, bond("bond1"))
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "bond0", master="bond1")  # a bond in a bond
+    w.set(a, "bond0", master="br0")  # a bond in a bridge
+    w.set(a, "br0", master="bond1")  # a bridge in a bond: EPERM
+    w.set(a, "bond1", master="bond0")
+
+
+@scenario("bond", "vlan", "dummy")
+def vlan_on_a_bond(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, bond("bond0", mac="02:00:00:00:00:b0"))
+    vlan(w, a, "bond0.10", "bond0", 10)
+    w.create(a, LinkSpec(kind="dummy", name="d0", mac="02:00:00:00:00:d0"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "bond0", up=True)
+    w.set(a, "bond0.10", up=True)
+    w.checkpoint("vlan up")
+    w.set(a, "d0", master=0)  # the bond gets a new random address
+
+
+@scenario("bond", "dummy")
+def bond_dies_with_its_namespace(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.kill_ns("a")
+    w.attempt(w.kernel.list_namespaces, "list: a is gone")
+
+
+# -- more vlan, ipvlan, macvlan, dummy -------------------------------------------------
+
+
+@scenario("vlan", "veth")
+def vlan_follows_its_parent_up_and_down(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp", mac="02:00:00:00:00:0a"))
+    vlan(w, a, "v5", "pv", 5)
+    w.set(a, "v5", up=True)  # ENETDOWN: the parent is down
+    w.set(a, "pv", up=True)
+    w.set(a, "v5", up=True)
+    w.set(a, "pv", up=False)
+    w.checkpoint("parent down")
+    w.set(a, "pv", up=True)
+    w.checkpoint("parent up again")
+    w.set(a, "pv", mac="02:00:00:00:00:0b")  # an up vlan follows its parent's address
+
+
+@scenario("vlan", "veth")
+def vlan_in_vlan(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("pv", "pp"))
+    vlan(w, a, "outer", "pv", 100, vlan_protocol="802.1ad")
+    vlan(w, a, "inner", "outer", 200)
+    w.move(a, "inner", b)
+    w.delete(a, "outer")
+
+
+@scenario("vlan", "macvlan", "veth")
+def vlan_and_macvlan_on_each_other(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp"))
+    macvlan(w, a, "mv", "pv")
+    vlan(w, a, "mv.5", "mv", 5)
+    vlan(w, a, "pv.6", "pv", 6)
+    macvlan(w, a, "mv6", "pv.6", mode="bridge")
+    w.delete(a, "mv")
+
+
+@scenario("ipvlan", "dummy")
+def ipvlan_on_a_dummy_moved_around(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, LinkSpec(kind="dummy", name="d0", mtu=9000))
+    stacked(w, "ipvlan", b, "ip0", "d0", parent_ns=a, mode="l2")
+    w.set(b, "ip0", mtu=9001)
+    w.set(b, "ip0", mtu=4000)
+    w.set(a, "d0", mtu=3000)
+    w.move(b, "ip0", w.host)
+    w.kill_ns("a")  # the lower dies: the ipvlan with it
+
+
+@scenario("macvlan", "dummy")
+def macvlan_on_a_dummy(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="dummy", name="d0", mac="02:00:00:00:00:d0"))
+    macvlan(w, a, "mv0", "d0", mode="passthru")
+    w.set(a, "mv0", up=True)
+    w.checkpoint("passthru up")
+    w.set(a, "d0", up=True)
+    w.delete(a, "d0")
+
+
+@scenario("dummy")
+def dummy_addresses_and_mtu(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="dummy", name="d0", mtu=0))
+    w.create(a, LinkSpec(kind="dummy", name="d1", mac="01:00:5e:00:00:01"))
+    w.create(a, LinkSpec(kind="dummy", name="d2", mac="00:00:00:00:00:00"))
+    w.create(a, LinkSpec(kind="dummy", name="d3"))
+    w.set(a, "d3", mac="02:00:00:00:00:d3", up=True, mtu=100000)
+    w.set(a, "d3", mtu=68)
+    w.set(a, "d3", name="d4", alias="renamed")
+
+
+@scenario("dummy", "bridge")
+def bridge_of_dummies(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0", mac="02:00:00:00:00:d0", mtu=9000))
+    w.create(a, LinkSpec(kind="dummy", name="d1", mac="02:00:00:00:00:c1", mtu=1500))
+    w.set(a, "d0", master="br0")
+    w.set(a, "d1", master="br0")
+    w.checkpoint("two ports")
+    w.delete(a, "d1")
+    w.checkpoint("one port deleted")
+    w.move(a, "d0", w.host)  # a port cannot move while enslaved
+
+
+# -- ifindexes on a move ---------------------------------------------------------------
+
+
+@scenario("dummy")
+def move_keeps_a_free_ifindex(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    for name in ("d0", "d1", "d2"):
+        w.create(a, LinkSpec(kind="dummy", name=name))
+    w.move_renumbers(a, "d2", b)  # b has only lo: its index is free there
+    w.move_renumbers(b, "d2", a)  # and free again at home
+
+
+@scenario("dummy")
+def move_renumbers_on_an_ifindex_collision(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.create(b, LinkSpec(kind="dummy", name="e0"))  # the same ifindex in b
+    w.move_renumbers(a, "d0", b)
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.move_renumbers(b, "d0", a)  # its old number was given to d1?
+    w.move_renumbers(b, "e0", a, new_name="e1")
+
+
+@scenario("veth")
+def move_a_veth_end_back_and_forth(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("va", "vb"))
+    w.create(b, veth("x0", "x1"))
+    w.move_renumbers(a, "vb", b)
+    w.move_renumbers(b, "vb", a)
+    w.move_renumbers(a, "va", w.host)
+    w.move_renumbers(w.host, "va", b)
+
+
+# -- more veth, macvlan, bridge --------------------------------------------------------
+
+
+@scenario("veth")
+def veth_ends_renamed_and_moved_apart(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("va", "vb"))
+    w.set(a, "vb", name="eth0")
+    w.move(a, "eth0", b)
+    w.set(b, "eth0", up=True, mtu=9000)
+    w.set(a, "va", up=True)
+    w.move(b, "eth0", a)  # eth0 is free in a
+    w.delete(a, "eth0")
+
+
+@scenario("veth", "macvlan")
+def macvlan_source_mode_and_mode_per_link(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, veth("pv", "pp"))
+    macvlan(w, a, "ms", "pv", mode="source")
+    macvlan(w, a, "mb", "pv", mode="bridge")
+    macvlan(w, a, "mp", "pv", mode="passthru")  # other macvlans on pv: EINVAL
+    w.set(a, "ms", up=True)
+    w.set(a, "mb", up=True)
+
+
+@scenario("veth", "bridge")
+def bridge_up_with_and_without_ports(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, LinkSpec(kind="bridge", name="br0"))
+    w.set(a, "br0", up=True)  # no ports: all-zero address, but it opens
+    w.create(a, veth("va", "vb", mac="02:00:00:00:00:0a"))
+    w.set(a, "va", master="br0", up=True)
+    w.checkpoint("port up")
+    w.set(a, "br0", up=False)
+    w.set(a, "br0", mac="02:00:00:00:00:b0")  # the user's address from now on
+    w.set(a, "va", mac="02:00:00:00:00:01")
+    w.checkpoint("user address kept")
+
+
+@scenario("veth", "macvlan")
+def macvlan_in_a_namespace_whose_lower_moves_away(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("pv", "pp"))
+    macvlan(w, b, "mv", "pv", parent_ns=a)
+    w.move(a, "pv", b)  # the lower joins its child
+    w.checkpoint("together")
+    w.move(b, "pv", w.host, new_name="host-pv")
+    w.kill_ns("b")  # the child dies, the lower lives on in the host
+
+
+@scenario("veth")
+def alias_survives_moves_and_renames(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("va", "vb", alias="mine"))
+    w.move(a, "va", b, new_name="vz")
+    w.set(b, "vz", name="vy")
+    w.move(b, "vy", a)
+    w.get(a, "vy")
+
+
+# -- SR-IOV: the emulated igb PFs ------------------------------------------------------
+
+
+@scenario("device")
+def sriov_numvfs_up_and_down(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.vfs("enp1s0")
+    w.checkpoint("two VFs")
+    w.numvfs("enp1s0", 2)  # the same count: nothing to do
+    w.numvfs("enp1s0", 3)  # EBUSY: through 0 only
+    w.numvfs("enp1s0", 0)
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_numvfs_above_totalvfs(w: World) -> None:
+    w.numvfs("enp1s0", 8)  # sriov_totalvfs is 7
+    w.numvfs("enp2s0", 1000)
+    w.numvfs("enp1s0", 1)
+    w.numvfs("enp1s0", 8)
+    w.numvfs("enp1s0", 0)
+
+
+@scenario("device")
+def sriov_numvfs_via_zero_makes_new_vfs(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set(w.host, "enp1s0v0", mtu=9000, alias="old", up=True)
+    w.set_vf("enp1s0", 0, vlan=7, trust=True)
+    w.checkpoint("VF set up")
+    w.numvfs("enp1s0", 0)
+    w.numvfs("enp1s0", 1)  # a new VF: defaults again
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_numvfs_on_both_pfs(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.numvfs("enp2s0", 1)
+    w.vfs("enp2s0")
+    w.numvfs("enp2s0", 0)
+    w.vfs("enp1s0")
+
+
+@scenario("device", "bond", "macvlan", "vlan")
+def sriov_numvfs_zero_with_vfs_in_use(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "enp1s0v0", master="bond0")
+    macvlan(w, w.host, "mv0", "enp1s0v1")
+    vlan(w, w.host, "v1.5", "enp1s0v1", 5)
+    w.set(w.host, "bond0", up=True)
+    w.checkpoint("in use")
+    w.numvfs("enp1s0", 0)  # the VFs go: the bond loses its slave, the uppers die
+
+
+@scenario("device")
+def sriov_numvfs_zero_with_vfs_in_other_namespaces(w: World) -> None:
+    a, b = w.ns("a"), w.ns("b")
+    w.numvfs("enp1s0", 3)
+    w.move(w.host, "enp1s0v0", a)
+    w.move(w.host, "enp1s0v1", b, new_name="eth0")
+    w.set(b, "eth0", up=True)
+    w.checkpoint("moved")
+    w.numvfs("enp1s0", 0)
+    w.attempt(lambda: w.kernel.list_links(b), "list b")
+
+
+@scenario("device")
+def sriov_vf_table_defaults(w: World) -> None:
+    w.vfs("enp1s0")  # no VFs: no table
+    w.numvfs("enp1s0", 2)
+    w.vfs("enp1s0")
+    w.attempt(lambda: w.kernel.get_vfs(w.host, w.ifindex(w.host, "enp1s0v0")), "get_vfs of a VF")
+
+
+@scenario("device")
+def sriov_vf_vlan_and_qos(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.set_vf("enp1s0", 0, vlan=100, qos=3)
+    w.set_vf("enp1s0", 1, qos=5)  # a priority without a VLAN
+    w.set_vf("enp1s0", 0, vlan=4095)
+    w.set_vf("enp1s0", 0, vlan=4096)
+    w.set_vf("enp1s0", 0, qos=8)
+    w.set_vf("enp1s0", 0, vlan=10, vlan_proto="802.1ad")
+    w.vfs("enp1s0")
+    w.set_vf("enp1s0", 0, vlan=0, qos=0)
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_vf_spoofchk_and_trust(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.set_vf("enp1s0", 0, spoofchk=False)
+    w.set_vf("enp1s0", 1, trust=True)
+    w.vfs("enp1s0")
+    w.set_vf("enp1s0", 0, spoofchk=True, trust=True)
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_vf_link_state(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set_vf("enp1s0", 0, link_state="disable")  # igb has no ndo_set_vf_link_state
+    w.set_vf("enp1s0", 0, link_state="auto")
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_vf_rates(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set_vf("enp1s0", 0, max_tx_rate=100)  # the PF is down: no link
+    w.set(w.host, "enp1s0", up=True)
+    w.set_vf("enp1s0", 0, max_tx_rate=100)
+    w.set_vf("enp1s0", 0, min_tx_rate=10, max_tx_rate=100)
+    w.set_vf("enp1s0", 0, max_tx_rate=100000)  # above the link speed
+    w.vfs("enp1s0")
+    w.set_vf("enp1s0", 0, max_tx_rate=0)
+    w.vfs("enp1s0")
+
+
+@scenario("device")
+def sriov_vf_index_out_of_range(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.set_vf("enp1s0", 2, mac="02:00:00:00:02:02")
+    w.set_vf("enp1s0", 7, vlan=5)
+    w.set_vf("enp1s0", 2, spoofchk=False)
+    w.set_vf("enp2s0", 0, trust=True)  # enp2s0 has no VFs
+
+
+@scenario("device")
+def sriov_vf_mac_set_through_the_pf(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.set_vf("enp1s0", 0, mac="02:00:00:00:0f:00")
+    w.vfs("enp1s0")
+    w.checkpoint("VF table set, VF netdev down")
+    w.set(w.host, "enp1s0v0", up=True)
+    w.checkpoint("VF up")
+    w.set(w.host, "enp1s0v0", up=False)
+    w.checkpoint("VF down again")
+
+
+@scenario("device")
+def sriov_vf_mac_set_while_the_vf_is_up(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set(w.host, "enp1s0", up=True)
+    w.set(w.host, "enp1s0v0", up=True)
+    w.set_vf("enp1s0", 0, mac="02:00:00:00:0f:01")
+    w.checkpoint("set while up")
+    w.set(w.host, "enp1s0v0", up=False)
+    w.checkpoint("VF down")
+    w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:02")  # the PF set one: may it change?
+    w.checkpoint("VF's own address")
+
+
+@scenario("device")
+def sriov_vf_mac_bad_and_cleared(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set_vf("enp1s0", 0, mac="01:00:5e:00:00:01")  # multicast
+    w.set_vf("enp1s0", 0, mac="02:00:00:00:0f:03")
+    w.set_vf("enp1s0", 0, mac="00:00:00:00:00:00")  # clears the administrative address
+    w.vfs("enp1s0")
+    w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:04")
+    w.checkpoint("own address after clearing")
+
+
+@scenario("device")
+def sriov_vf_netdev_settings(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set(w.host, "enp1s0v0", mtu=9216)
+    w.set(w.host, "enp1s0v0", mtu=9217)
+    w.set(w.host, "enp1s0v0", mtu=67)
+    w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:05", alias="vf0", name="vf0")
+    w.set(w.host, "vf0", up=True)  # the PF is down
+    w.delete(w.host, "vf0")  # a device has no dellink
+    w.set(w.host, "enp1s0", mtu=9000, up=True)
+    w.checkpoint("PF up")
+
+
+@scenario("device", "dummy")
+def sriov_vf_moves_and_ifindex(w: World) -> None:
+    a = w.ns("a")
+    w.numvfs("enp1s0", 2)
+    w.create(a, LinkSpec(kind="dummy", name="eth0"))
+    w.create(a, LinkSpec(kind="dummy", name="d1"))
+    w.create(a, LinkSpec(kind="dummy", name="d2"))
+    w.create(a, LinkSpec(kind="dummy", name="d3"))
+    w.move_renumbers(w.host, "enp1s0v0", a)  # its ifindex (4) is taken by d3
+    w.move_renumbers(w.host, "enp1s0v1", a, new_name="net1")
+    w.set(a, "enp1s0v0", up=True)
+    w.move_renumbers(a, "enp1s0v0", w.host)
+    w.kill_ns("a")  # net1 comes home
+
+
+@scenario("device", "macvlan", "vlan", "ipvlan")
+def sriov_vf_as_a_lower(w: World) -> None:
+    a = w.ns("a")
+    w.numvfs("enp1s0", 2)
+    macvlan(w, a, "mv0", "enp1s0v0", parent_ns=w.host, mode="bridge")
+    vlan(w, w.host, "enp1s0v1.9", "enp1s0v1", 9)
+    stacked(w, "ipvlan", a, "ip0", "enp1s0v1", parent_ns=w.host)
+    w.checkpoint("uppers")
+    w.set(w.host, "enp1s0v0", mtu=2000)
+    w.set(w.host, "enp1s0", up=True)
+
+
+@scenario("device", "bond")
+def sriov_vf_enslaved_into_a_down_bond(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "enp1s0v0", master="bond0")  # the bond is down
+    w.set(w.host, "enp1s0v1", master="bond0")
+    w.checkpoint("enslaved")
+    w.set(w.host, "bond0", up=True)
+    w.await_active(w.host, "bond0", "")
+    w.checkpoint("bond up")
+    w.set(w.host, "enp1s0", up=True)  # the PF: the VFs get link
+    w.await_active(w.host, "bond0", "")
+    w.checkpoint("PF up")
+
+
+@scenario("device", "bond")
+def sriov_vf_bond_failover(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.numvfs("enp2s0", 1)
+    w.set(w.host, "enp1s0", up=True)
+    w.set(w.host, "enp2s0", up=True)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "enp1s0v0", master="bond0")
+    w.set(w.host, "enp2s0v0", master="bond0")
+    w.set(w.host, "bond0", up=True)
+    w.await_active(w.host, "bond0", "")
+    w.checkpoint("bond up")
+    w.set(w.host, "enp1s0v0", up=False)  # the first slave, likely the active one
+    w.await_active(w.host, "bond0", "enp1s0v0")
+    w.checkpoint("after the active slave went down")
+
+
+@scenario("device")
+def sriov_pf_settings(w: World) -> None:
+    w.set(w.host, "enp1s0", mtu=9216)
+    w.set(w.host, "enp1s0", mtu=9217)
+    w.set(w.host, "enp1s0", mac="02:00:00:00:0e:01", alias="pf")
+    w.set(w.host, "enp1s0", up=True)
+    w.move(w.host, "enp1s0", w.ns("a"))
+    w.checkpoint("PF moved")
+
+
 def by_name(name: str) -> Scenario:
     return next(s for s in SCENARIOS if s.name == name)
 

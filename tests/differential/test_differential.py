@@ -3,7 +3,11 @@
 ``test_fake_matches_real`` (netns tier) demands the same outcome log (every call's
 result or errno) and the same normalized observation from both backends.
 ``test_scenario_runs_on_fake`` (fake tier) runs each scenario on the fake alone and
-checks it is deterministic.
+checks it is deterministic. ``test_fake_matches_vm`` (vm tier) runs every scenario in
+the VM lab's guest (Debian's 6.1 or 6.12, ``DRANP_VM_KERNEL``) and on a fake of the
+same node (its igb PFs, ``fakekernel/labs/vm-igb.yaml``), counts the agreement into
+``rig_stats``, and fails on any divergence ``KNOWN_DIVERGENCES`` does not explain; a
+listed divergence that no longer diverges fails too, so the list cannot rot.
 """
 
 from __future__ import annotations
@@ -14,9 +18,23 @@ from typing import Any
 
 import pytest
 
+from harness.pytest_plugin import RigStats
+from labs import VmLab
+from labs.vm import BOOT_DEADLINE_S
+
 from .conftest import RealKernel, Stats
+from .known_divergences import KNOWN_DIVERGENCES, kernel_series
 from .scenarios import SCENARIOS, Scenario
-from .world import FakeWorld, LinuxWorld, World, dumps, running_kernel_has_live_rename
+from .world import (
+    FakeWorld,
+    GuestBaseline,
+    LinuxWorld,
+    VmWorld,
+    World,
+    dumps,
+    running_kernel_has_live_rename,
+    vm_like_model,
+)
 
 
 def run(world: World, sc: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -27,8 +45,14 @@ def run(world: World, sc: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any
         world.close()
 
 
-def run_on_fake(sc: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    return run(FakeWorld(live_rename=running_kernel_has_live_rename()), sc)
+def run_on_fake(
+    sc: Scenario, *, live_rename: bool | None = None, vm_like: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """On a fresh fake; a scenario using SR-IOV PFs (kind "device"), and any when
+    ``vm_like``, on a fake of the VM lab's guest (its igb PFs)."""
+    rename = running_kernel_has_live_rename() if live_rename is None else live_rename
+    model = vm_like_model(live_rename=rename) if vm_like or "device" in sc.kinds else None
+    return run(FakeWorld(live_rename=rename, model=model), sc)
 
 
 def differences(name: str, fake: Any, real: Any) -> str:
@@ -39,7 +63,7 @@ def differences(name: str, fake: Any, real: Any) -> str:
 
 
 def test_the_corpus_is_big_enough_and_names_are_unique() -> None:
-    assert len(SCENARIOS) >= 25
+    assert len(SCENARIOS) >= 100
     assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
 
 
@@ -64,5 +88,45 @@ def test_fake_matches_real(sc: Scenario, real_kernel: RealKernel, stats: Stats) 
     fake_log, fake_view = run_on_fake(sc)
     real_log, real_view = run(LinuxWorld(directory), sc)
     stats.ran.add(sc.name)
+    assert fake_log == real_log, differences("the outcome log", fake_log, real_log)
+    assert fake_view == real_view, differences("the observation", fake_view, real_view)
+
+
+# Whichever scenario runs first boots the guest in its setup, under the per-test timeout.
+@pytest.mark.vm
+@pytest.mark.timeout(BOOT_DEADLINE_S + 120)
+@pytest.mark.parametrize("sc", SCENARIOS, ids=str)
+def test_fake_matches_vm(
+    sc: Scenario, vm_lab: VmLab, guest: GuestBaseline, stats: Stats, rig_stats: RigStats
+) -> None:
+    stats.vm_release = guest.release
+    series = kernel_series(guest.release)
+    fake_log, fake_view = run_on_fake(sc, live_rename=guest.live_rename, vm_like=True)
+    real_log, real_view = run(VmWorld(vm_lab.kernel, guest), sc)
+    outcome_agrees, state_agrees = fake_log == real_log, fake_view == real_view
+    for key, agreed in (
+        ("scenarios", True),
+        ("outcome_agree", outcome_agrees),
+        ("state_agree", state_agrees),
+    ):
+        stats.vm[key] += int(agreed)
+        rig_stats.add(f"differential_{key}", int(agreed))
+    known = KNOWN_DIVERGENCES.get((series, sc.name))
+    if known is not None:
+        stats.vm["known"] += 1
+        assert not (outcome_agrees and state_agrees), (
+            f"{sc.name} no longer diverges on {series}: remove it from KNOWN_DIVERGENCES "
+            f"({known.reason})"
+        )
+        diverging = {"outcome"} if not outcome_agrees else set()
+        diverging |= {"state"} if not state_agrees else set()
+        assert diverging <= known.aspects, (
+            f"{sc.name} diverges in {sorted(diverging - known.aspects)} beyond what "
+            f"KNOWN_DIVERGENCES explains: "
+            + differences("the outcome log", fake_log, real_log)
+            + "\n"
+            + differences("the observation", fake_view, real_view)
+        )
+        return
     assert fake_log == real_log, differences("the outcome log", fake_log, real_log)
     assert fake_view == real_view, differences("the observation", fake_view, real_view)

@@ -22,18 +22,35 @@ Normalization (see docs/fake-kernel-fidelity.md for why each is needed):
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import errno
 import json
 import os
 import re
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import fakekernel
 from fakekernel import FakeKernelModel
-from plugins.kernel import Kernel, KernelError, Link, LinkChanges, LinkSpec, NsRef
+from fakekernel.lab import build_model, parse_lab_yaml
+from labs._guest import GuestSide, VmKernel
+from plugins.kernel import (
+    BondInfo,
+    Kernel,
+    KernelError,
+    Link,
+    LinkChanges,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+    kernel_error,
+)
 from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux import _wire as wire
 from plugins.kernel.linux._decode import decode_link_msg, decode_nsid
@@ -45,6 +62,8 @@ HOST = "host"
 MISSING_IFINDEX = 0x7FFFFF00  # what ``ifindex`` gives for a link that is not there
 LIVE_RENAME_SINCE = (6, 2)  # dev_change_name lets an UP link be renamed since Linux 6.2
 NAMESPACE_DEATH_DEADLINE_S = 10.0
+# How long a bond's link monitor may take to fail over (miimon 100 ms; TCG is slow).
+BOND_FAILOVER_DEADLINE_S = 5.0
 
 Outcome = tuple[Literal["ok"], Any] | tuple[Literal["errno"], str]
 
@@ -169,6 +188,71 @@ class World:
             lambda: self.kernel.delete_link(ns, index), f"delete {self.label_of(ns)}:{name}"
         )
 
+    def move_renumbers(
+        self, ns: NsRef, name: str, target: NsRef, new_name: str | None = None
+    ) -> Outcome:
+        """Move ``name`` and log whether it kept its ifindex in ``target`` (Linux keeps it
+        unless another link there has it: __dev_change_net_namespace's "ifindex
+        conflict"), or the move's errno."""
+        before = self.ifindex(ns, name)
+        dest = f"{self.label_of(target)}:{new_name or name}"
+
+        def moved() -> str:
+            link = self.kernel.move_link(ns, before, target, new_name=new_name)
+            return "kept its ifindex" if link.ifindex == before else "renumbered"
+
+        return self.attempt(moved, f"move {self.label_of(ns)}:{name} -> {dest} (ifindex)")
+
+    def get(self, ns: NsRef, name: str) -> Outcome:
+        return self.attempt(
+            lambda: self.kernel.get_link(ns, name=name), f"get {self.label_of(ns)}:{name}"
+        )
+
+    # -- beyond the Kernel protocol: SR-IOV and link options ------------------------------
+
+    def numvfs(self, pf: str, count: int) -> Outcome:
+        """Write ``count`` to the host PF ``pf``'s ``sriov_numvfs`` (as it is: no detour
+        through 0); the result is the new VFs' netdev names ([] when none were made)."""
+        return self.attempt(lambda: self._write_numvfs(pf, count), f"sriov_numvfs {pf}={count}")
+
+    def vfs(self, pf: str) -> Outcome:
+        """The PF's VF table (IFLA_VFINFO_LIST), as the PF reports it."""
+        index = self.ifindex(self.host, pf)
+        return self.attempt(lambda: self.kernel.get_vfs(self.host, index), f"get_vfs {pf}")
+
+    def set_vf(self, pf: str, vf: int, /, **changes: Any) -> Outcome:
+        index = self.ifindex(self.host, pf)
+        what = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        return self.attempt(
+            lambda: self.kernel.set_vf(self.host, index, vf, VFChanges(**changes)),
+            f"set_vf {pf} vf {vf} {what}",
+        )
+
+    def change(self, ns: NsRef, link: str, option: str, value: object) -> Outcome:
+        """Change an option of an existing link (``ip link set LINK type KIND OPTION
+        VALUE``): bond.mode, bond.miimon, bond.active_slave (a name), ipvlan.mode, vlan.id."""
+        return self.attempt(
+            lambda: self._change_link(ns, link, option, str(value)),
+            f"change {self.label_of(ns)}:{link} {option}={value}",
+        )
+
+    def await_active(self, ns: NsRef, bond: str, avoid: str) -> Outcome:
+        """The bond's active slave ("": none) once it is not ``avoid`` (the link monitor
+        fails over in its own time), or at a deadline: what it settled on."""
+        return self.attempt(
+            lambda: self._await_active(ns, bond, avoid),
+            f"active slave of {self.label_of(ns)}:{bond} (not {avoid or 'none'})",
+        )
+
+    def _write_numvfs(self, pf: str, count: int) -> list[str]:
+        raise kernel_error(errno.ENODEV, f"{pf}: no SR-IOV PF in this world")
+
+    def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
+        raise NotImplementedError
+
+    def _await_active(self, ns: NsRef, bond: str, avoid: str) -> str:
+        raise NotImplementedError
+
     # -- normalization ---------------------------------------------------------------------
 
     def label_of(self, ref: NsRef | None) -> str:
@@ -197,6 +281,8 @@ class World:
             }
         if isinstance(result, NsRef):
             return self.label_of(result)
+        if isinstance(result, list) and result and all(isinstance(r, VFConfig) for r in result):
+            return [r.to_json() for r in result]
         if isinstance(result, list) and result and all(isinstance(r, NsRef) for r in result):
             # list_namespaces: the order (host first, then by mount path) is compared too
             return [self.label_of(r) for r in result if not self.hidden(r)]
@@ -214,12 +300,16 @@ class World:
         """A namespace of the backend's own machinery, left out of what is compared."""
         return False
 
-    def observe(self) -> dict[str, Any]:
-        """Every live namespace of this world: its links, normalized and sorted by name."""
-        dumps = {
+    def _dump(self) -> dict[str, dict[int, Link]]:
+        """The links of every live namespace of this world, by label and ifindex."""
+        return {
             label: {lk.ifindex: lk for lk in self.kernel.list_links(ref)}
             for label, ref in self._refs.items()
         }
+
+    def observe(self) -> dict[str, Any]:
+        """Every live namespace of this world: its links, normalized and sorted by name."""
+        dumps = self._dump()
         macs = self._macs
 
         def mac_token(mac: str) -> str:
@@ -254,6 +344,15 @@ class World:
                         "downdelay_ms": lk.bond.downdelay_ms,
                         "active_slave": name_in(label, lk.bond.active_slave),
                     }
+                device = None
+                if lk.kind == "device":
+                    # a PCI netdev: its identity, and the permanent address (a VF's may
+                    # follow what its PF set, depending on the driver)
+                    device = {
+                        "pci": lk.pci_address,
+                        "vf_of": list(lk.vf_of) if lk.vf_of else None,
+                        "perm_mac": None if lk.perm_mac is None else mac_token(lk.perm_mac),
+                    }
                 rows.append(
                     {
                         "name": lk.name,
@@ -271,6 +370,7 @@ class World:
                         "vlan_protocol": lk.vlan_protocol,
                         "mode": lk.mode,
                         "bond": bond,
+                        **({"device": device} if device is not None else {}),
                     }
                 )
             out[label] = rows
@@ -293,9 +393,9 @@ class FakeWorld(World):
 
     backend = "fake"
 
-    def __init__(self, *, live_rename: bool) -> None:
+    def __init__(self, *, live_rename: bool, model: FakeKernelModel | None = None) -> None:
         super().__init__()
-        self.model = FakeKernelModel(live_rename=live_rename)
+        self.model = model or FakeKernelModel(live_rename=live_rename, loopback=True)
         self.kernel = self.model
         self._refs[HOST] = self.model.host_namespace()
         self._peers: dict[tuple[str, int], tuple[str, int]] = {}
@@ -324,6 +424,15 @@ class FakeWorld(World):
 
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
         return self._peers.get((label, link.ifindex))
+
+    def _write_numvfs(self, pf: str, count: int) -> list[str]:
+        return self.model.set_sriov_numvfs(pf, count)
+
+    def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
+        self.model.change_link(ns, link, option, value)
+
+    def _await_active(self, ns: NsRef, bond: str, avoid: str) -> str:
+        return self.model.bond_active_slave(ns, bond)
 
 
 # -- real Linux --------------------------------------------------------------------------
@@ -405,6 +514,12 @@ class LinuxWorld(World):
         self._peers = self._veth_peers()
         return super().observe()
 
+    def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
+        GuestSide("").change_link(ns.path, link, option, value)
+
+    def _await_active(self, ns: NsRef, bond: str, avoid: str) -> str:
+        return GuestSide("").await_bond_active(ns.path, bond, avoid, BOND_FAILOVER_DEADLINE_S)
+
     def hidden(self, ref: NsRef) -> bool:
         watch = self._watch
         return watch is not None and (ref.device, ref.inode) == (watch.device, watch.inode)
@@ -452,3 +567,236 @@ class LinuxWorld(World):
             for fd, sock in opened.values():
                 sock.close()
                 os.close(fd)
+
+
+# -- the VM lab's guest kernel -----------------------------------------------------------
+
+
+class VmWorld(World):
+    """The scenario on the VM lab's guest kernel, through its kernel agent.
+
+    The host is the guest's root namespace (the lab's node), where its igb PFs are;
+    the fake it is compared with models them (``fakekernel/labs/vm-igb.yaml``). Every
+    other namespace is added in the guest under a name unique to this world
+    (``<prefix><label>``; a label reused after ``kill_ns`` gets its old name back, so
+    the path names a new namespace, as on the other backends). ``close`` deletes them
+    and puts the node back as ``baseline`` has it (links made there deleted, the PFs'
+    settings and VF counts restored), then checks that it is.
+    """
+
+    backend = "vm"
+
+    def __init__(self, kernel: VmKernel, baseline: GuestBaseline) -> None:
+        super().__init__()
+        self.vm = kernel
+        self.kernel = kernel
+        self.baseline = baseline
+        self.prefix = f"dx{uuid.uuid4().hex[:6]}-"
+        self._refs[HOST] = kernel.host_namespace()
+        self._names: dict[str, str] = {}
+        self._peers: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def _new_namespace(self, label: str) -> NsRef:
+        name = self._names.setdefault(label, f"{self.prefix}{label}")
+        return self.vm.add_namespace(name)
+
+    def _kill(self, label: str, ref: NsRef) -> None:
+        self.vm.delete_namespace(self._names[label])
+
+    def handle(self, label: str) -> NamespaceHandle:
+        ref = self._refs[label]
+        return NamespaceHandle(ref.path, ref.device, ref.inode, ref.boot_id)
+
+    def hidden(self, ref: NsRef) -> bool:
+        return self.label_of(ref) == "?"  # the lab's own (its wire), or another test's
+
+    def _write_numvfs(self, pf: str, count: int) -> list[str]:
+        return self.vm.write_sriov_numvfs(pf, count)
+
+    def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
+        self.vm.change_link(ns, link, option, value)
+
+    def _await_active(self, ns: NsRef, bond: str, avoid: str) -> str:
+        return self.vm.await_bond_active(ns, bond, avoid, BOND_FAILOVER_DEADLINE_S)
+
+    def _dump(self) -> dict[str, dict[int, Link]]:
+        """One snapshot (one round trip) instead of a dump per namespace; veth peers
+        come with it."""
+        rows = self.vm.snapshot()["links"]
+        by_path = {ref.path: (label, ref) for label, ref in self._refs.items()}
+        out: dict[str, dict[int, Link]] = {label: {} for label in self._refs}
+        self._peers = {}
+        for row in rows:
+            if row["ns"] not in by_path:
+                continue
+            label, ref = by_path[row["ns"]]
+            link = _link_of_row(row, ref, by_path)
+            out[label][link.ifindex] = link
+            if row["peer"] is not None:
+                path, index = _split_id(row["peer"])
+                self._peers[(label, link.ifindex)] = (by_path.get(path, ("?", ref))[0], index)
+        return out
+
+    def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
+        return self._peers.get((label, link.ifindex))
+
+    def close(self) -> None:
+        """Delete the world's namespaces, put the node back, and check it is as found."""
+        problems: list[str] = []
+        for label in [label for label in self._refs if label != HOST]:
+            try:
+                self.vm.delete_namespace(self._names[label])
+            except KernelError as exc:
+                problems.append(f"deleting namespace {label}: {exc}")
+            del self._refs[label]
+        restore_guest(self.vm, self.baseline)
+        now = guest_state(self.vm)
+        if now != self.baseline.state:
+            problems.append(
+                "the guest is not as found:\n" + "\n".join(_state_diff(self.baseline.state, now))
+            )
+        if problems:
+            raise AssertionError("; ".join(problems))
+
+
+def _split_id(link_id: str) -> tuple[str, int]:
+    path, _, index = link_id.rpartition("#")
+    return path, int(index)
+
+
+def _link_of_row(row: dict[str, Any], ref: NsRef, by_path: dict[str, tuple[str, NsRef]]) -> Link:
+    """A ``Link`` from a row of the agent's snapshot (``labs.netns`` shape)."""
+    parent = parent_ns = None
+    if row["parent"] is not None:
+        path, parent = _split_id(row["parent"])
+        if path != row["ns"]:
+            parent_ns = by_path[path][1] if path in by_path else NsRef(0, 0, "", path)
+    bond = None
+    if row["bond"] is not None:
+        b = row["bond"]
+        active = None if b["active"] is None else _split_id(b["active"])[1]
+        bond = BondInfo(b["mode"], b["miimon_ms"], b["updelay_ms"], b["downdelay_ms"], active)
+    return Link(
+        ifindex=row["ifindex"],
+        name=row["name"],
+        kind=row["kind"],
+        ns=ref,
+        mac=row["mac"],
+        mtu=row["mtu"],
+        up=row["up"],
+        min_mtu=row["min_mtu"],
+        max_mtu=row["max_mtu"],
+        master=None if row["master"] is None else _split_id(row["master"])[1],
+        parent=parent,
+        parent_ns=parent_ns,
+        alias=row["alias"],
+        perm_mac=row["perm_mac"],
+        pci_address=row["pci_address"],
+        vf_of=(row["vf_of"][0], row["vf_of"][1]) if row["vf_of"] else None,
+        bond=bond,
+        vlan_id=row["vlan_id"],
+        vlan_protocol=row["vlan_protocol"],
+        mode=row["mode"],
+        peer=None if row["peer"] is None else _split_id(row["peer"])[1],
+    )
+
+
+# The guest's PFs (labs.vm.PFS) and the lab file the fake models them with.
+GUEST_PFS = ("enp1s0", "enp2s0")
+VM_LAB = Path(fakekernel.__file__).parent / "labs" / "vm-igb.yaml"
+
+
+def vm_like_model(*, live_rename: bool) -> FakeKernelModel:
+    """The fake kernel of the VM lab's guest: its igb PFs (``VM_LAB``)."""
+    desc = dict(parse_lab_yaml(VM_LAB.read_text(), str(VM_LAB)), live_rename=live_rename)
+    return build_model(desc, str(VM_LAB))
+
+
+def guest_state(kernel: VmKernel) -> dict[str, Any]:
+    """The node's links (without ifindexes), the lab's namespaces, the PFs' VF counts."""
+    host = kernel.host_namespace()
+    links = sorted(
+        (
+            {
+                "name": lk.name,
+                "kind": lk.kind,
+                "mtu": lk.mtu,
+                "up": lk.up,
+                "mac": lk.mac,
+                "alias": lk.alias,
+                "master": lk.master,
+                "pci": lk.pci_address,
+            }
+            for lk in kernel.list_links(host)
+        ),
+        key=lambda row: str(row["name"]),
+    )
+    return {
+        "links": links,
+        "namespaces": sorted(ref.path for ref in kernel.namespaces()),
+        "numvfs": {pf: kernel.sriov(pf)["numvfs"] for pf in GUEST_PFS},
+    }
+
+
+def _state_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return list(
+        difflib.unified_diff(
+            dumps(before).splitlines(), dumps(after).splitlines(), "found", "left", lineterm=""
+        )
+    )
+
+
+class GuestBaseline:
+    """The guest as the corpus found it: what every scenario must leave it as."""
+
+    def __init__(self, kernel: VmKernel) -> None:
+        self.release = kernel.release()
+        self.state = guest_state(kernel)
+        host = kernel.host_namespace()
+        self.devices = {
+            lk.pci_address: lk for lk in kernel.list_links(host) if lk.pci_address is not None
+        }
+        self.devices_by_name = {lk.name: lk for lk in self.devices.values()}
+
+    @property
+    def live_rename(self) -> bool:
+        match = re.match(r"(\d+)\.(\d+)", self.release)
+        found = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        return found >= LIVE_RENAME_SINCE
+
+
+def restore_guest(kernel: VmKernel, baseline: GuestBaseline) -> None:
+    """Put the node back: the PFs' VF counts (VFs a scenario made are removed, which also
+    resets the PF's VF table), links made in the node deleted, the devices' settings."""
+    for pf, count in baseline.state["numvfs"].items():
+        if kernel.sriov(pf)["numvfs"] != count:
+            kernel.set_sriov_numvfs(pf, count)
+    host = kernel.host_namespace()
+    for link in kernel.list_links(host):
+        if link.pci_address is None and link.name != "lo":
+            with contextlib.suppress(KernelError):  # gone with another one already
+                kernel.delete_link(host, link.ifindex)
+    for link in kernel.list_links(host):
+        was = baseline.devices.get(link.pci_address)
+        if was is None or link.name == "lo":
+            continue
+        if (link.name, link.mtu, link.mac, link.alias, link.up, link.master) == (
+            was.name,
+            was.mtu,
+            was.mac,
+            was.alias,
+            was.up,
+            was.master,
+        ):
+            continue
+        changes = LinkChanges(
+            name=was.name if was.name != link.name else None,
+            mtu=was.mtu,
+            mac=was.mac,
+            alias=was.alias or "",
+            master=0 if link.master is not None else None,
+        )
+        kernel.set_link(host, link.ifindex, LinkChanges(up=False))
+        kernel.set_link(host, link.ifindex, changes)
+        if was.up:
+            kernel.set_link(host, link.ifindex, LinkChanges(up=True))
