@@ -22,14 +22,16 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +49,13 @@ from .vm import (
 )
 
 __all__ = [
+    "BUNDLE_SERIAL",
     "DISK_SERIAL",
     "PORT_NAME",
     "GuestGone",
     "PowerGuest",
     "guest_python",
+    "make_bundle",
     "make_disk",
     "warm_bytecode",
 ]
@@ -60,6 +64,15 @@ PORT_NAME = "dranp.power"  # /dev/virtio-ports/<name> in the guest
 DISK_SERIAL = "dranp-power"  # the disk's virtio serial: /sys/block/vdX/serial in the guest
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
 DISK_MIB = 256
+BUNDLE_SERIAL = "dranp-bundle"
+BUNDLE_MOUNT = "/run/dranp-bundle"
+# What the guest's Python reads, copied onto a read-only ext4 disk and mounted over the
+# same paths in the guest (9p under TCG is slow: every lookup is several round trips).
+# Left out: directories of no use to the driver, anywhere in a tree ...
+BUNDLE_SKIP = frozenset({".git", "__pycache__", "node_modules", "reports"})
+# ... and the standard library's own packages it never imports (its site-packages is
+# not the venv's).
+STDLIB_SKIP = frozenset({"site-packages", "test", "idlelib", "tkinter", "ensurepip", "lib2to3"})
 
 
 class GuestGone(RuntimeError):
@@ -92,6 +105,83 @@ def warm_bytecode(modules: Sequence[str]) -> None:
     )
 
 
+def bundle_trees() -> dict[str, Path]:
+    """What the bundle holds, by its directory in the image: this checkout (with its
+    venv), the interpreter's standard library, the warmed bytecode."""
+    return {
+        "repo": REPO,
+        "stdlib": Path(sysconfig.get_paths()["stdlib"]),
+        "pycache": PYCACHE,
+    }
+
+
+def make_bundle(path: Path) -> Path:
+    """A read-only ext4 image of ``bundle_trees()`` (hard links into a staging directory
+    next to ``path``, then ``mkfs.ext4 -d``, which keeps modification times, so the
+    warmed bytecode stays valid). Seconds; built once per run, after the bytecode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="bundle-", dir=path.parent))
+    try:
+        size = 0
+        for name, tree in bundle_trees().items():
+            size += _link_tree(tree, staging / name, STDLIB_SKIP if name == "stdlib" else ())
+        path.unlink(missing_ok=True)
+        with path.open("wb") as image:
+            image.truncate(size * 2 + 64 * 1024 * 1024)
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-L", BUNDLE_SERIAL, "-d", str(staging), str(path)],
+            check=True,
+            capture_output=True,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def _link_tree(source: Path, target: Path, skip_top: Collection[str] = ()) -> int:
+    """Hard-link ``source``'s files into ``target`` (copy across file systems), skipping
+    ``BUNDLE_SKIP`` directories anywhere and ``skip_top`` ones at its top; the bytes."""
+
+    def kept(directory: str, subdirs: list[str]) -> list[str]:
+        top = Path(directory) == source
+        return [d for d in subdirs if d not in BUNDLE_SKIP and not (top and d in skip_top)]
+
+    total = 0
+    for directory, subdirs, files in os.walk(source):
+        subdirs[:] = kept(directory, subdirs)
+        into = target / Path(directory).relative_to(source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            src = Path(directory) / name
+            if not src.is_file():
+                continue
+            try:
+                os.link(src, into / name)
+            except OSError:
+                shutil.copy2(src, into / name)
+            total += src.stat().st_size
+    # Symlinks inside a tree (the venv's bin/python) as they are.
+    for directory, subdirs, _ in os.walk(source):
+        subdirs[:] = kept(directory, subdirs)
+        for name in os.listdir(directory):
+            src = Path(directory) / name
+            dst = target / Path(directory).relative_to(source) / name
+            if src.is_symlink() and not dst.exists() and not dst.is_symlink():
+                dst.symlink_to(os.readlink(src))
+    return total
+
+
+def bundle_mounts() -> str:
+    """The guest's shell commands that mount the bundle over the paths it copies."""
+    commands = [
+        f"mkdir -p {BUNDLE_MOUNT}",
+        f"mount -o ro /dev/disk/by-id/virtio-{BUNDLE_SERIAL} {BUNDLE_MOUNT}",
+    ]
+    for name, tree in bundle_trees().items():
+        commands.append(f"mount --bind {BUNDLE_MOUNT}/{name} {shlex.quote(str(tree))}")
+    return " && ".join(commands)
+
+
 def guest_python(module: str, *args: str) -> str:
     """The shell command that runs ``python -m module args`` in the guest, from this
     checkout with the warmed bytecode."""
@@ -122,7 +212,10 @@ class PowerGuest:
         memory: str = "1G",
         cpus: int = 2,
         boot_deadline_s: float = BOOT_DEADLINE_S,
+        bundle: Path | None = None,
     ) -> None:
+        """``bundle``: an image from ``make_bundle``, mounted over the paths it copies
+        before ``command`` runs (None: the guest reads everything over 9p)."""
         problem = missing(kernel)
         if problem is not None:
             raise VmLabUnavailable(problem)
@@ -152,6 +245,12 @@ class PowerGuest:
             "-device virtio-serial-pci",
             f"-device virtserialport,chardev=pldrv,name={PORT_NAME}",
         ]
+        if bundle is not None:
+            devices += [
+                f"-drive file={bundle},if=none,id=plbundle,format=raw,readonly=on",
+                f"-device virtio-blk-pci,drive=plbundle,serial={BUNDLE_SERIAL}",
+            ]
+            command = f"{bundle_mounts()} && {command}"
         self.process = subprocess.Popen(
             [
                 vng,
@@ -314,6 +413,4 @@ class PowerGuest:
 
     def remove_files(self) -> None:
         """Remove the boot's socket and console log (after a failure was reported)."""
-        import shutil
-
         shutil.rmtree(self.directory, ignore_errors=True)

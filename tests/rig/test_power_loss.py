@@ -25,7 +25,6 @@ import pytest
 from harness.labs import parse_lab_url
 from harness.power_loss import (
     CACHE_ENV,
-    KILL_WINDOW_S,
     RECOVER_DEADLINE_S,
     STEP_DEADLINE_S,
     Driver,
@@ -40,7 +39,7 @@ from labs.vm import DEFAULT_KERNEL, KERNEL_ENV
 KERNEL = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
 PULLS = pulls_setting()
 # A backstop: run() has a deadline for every step of every boot.
-TIMEOUT_S = (PULLS + 1) * (RECOVER_DEADLINE_S + 2 * STEP_DEADLINE_S + KILL_WINDOW_S)
+TIMEOUT_S = (PULLS + 1) * (RECOVER_DEADLINE_S + 3 * STEP_DEADLINE_S)
 DISKS = Path.home() / ".cache" / "dranp-vm-lab"  # the host's disk, never a tmpfs
 
 
