@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from labs import Lab, Node
 from plugins.sdk.runner import CrashPoint, CrashPoints, SimulatedCrash
@@ -175,3 +175,85 @@ def crash_run(
         return RunResult(point, path, crashes, PHASES[crashed], found, mismatch)
     finally:
         lab.close()
+
+
+# -- the crash suites every tier runs (tests/rig/test_*_crashes.py) ----------------------------
+
+
+class Counters(Protocol):
+    """Where the runs are counted (the rig's ``rig_stats``)."""
+
+    def add(self, key: str, n: int = 1) -> None: ...
+
+
+@dataclass
+class CrashSuite:
+    """The rig's crash runs of one topology on one tier, counted into ``stats`` the same
+    way on every tier. Each method returns the failures (empty: all good) and asserts
+    nothing, so a tier chooses the points (all, or a seeded sample) and a test asserts.
+
+    ``make_lab``: a new lab per run (None: the fake model in this process).
+    """
+
+    topology: str
+    ref: Reference
+    stats: Counters
+    make_lab: LabFactory | None = None
+    second_crashes: int = 0
+
+    def every_point(self, path: str, root: Path, points: list[str] | None = None) -> list[str]:
+        """A crash at each of ``points`` (None: every point the reference reached), then
+        ``path`` (retry or cleanup)."""
+        chosen = self.ref.points if points is None else points
+        if path == "retry":
+            self.stats.add("crash_points_enumerated", len(self.ref.points))
+        failures = []
+        for i, point in enumerate(chosen):
+            result = crash_run(
+                self.topology, point, path, root / f"{i}", ref=self.ref, make_lab=self.make_lab
+            )
+            self.stats.add("crash_runs_inprocess")
+            self.stats.add("invariant_violations", len(result.violations))
+            if not result.ok:
+                failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
+        return failures
+
+    def undo_points(self) -> list[str]:
+        return [p for p in self.ref.points if is_undo_boundary(p)]
+
+    def interrupted_points(self) -> list[str]:
+        """Points after which recovery has work to do: inside an operation, after its intent."""
+        return [p for p in self.ref.points if p.split("/")[2] != "-" and "after-commit" in p]
+
+    def compound(self, second: Callable[[str], bool], points: list[str], root: Path) -> list[str]:
+        """A crash at each of ``points``, then a second one wherever ``second`` says
+        (``is_undo_boundary``: during the undo; ``is_recovery_boundary``: during recovery);
+        ``second_crashes`` counts the runs where it fired."""
+        failures = []
+        self.second_crashes = 0
+        for i, point in enumerate(points):
+            result = crash_run(
+                self.topology,
+                point,
+                "retry",
+                root / f"{i}",
+                second=second,
+                make_lab=self.make_lab,
+            )
+            self.stats.add("compound_crash_runs")
+            self.stats.add("invariant_violations", len(result.violations))
+            self.second_crashes += result.crashes == 2
+            if not result.ok:
+                failures.append(f"{point}: {result.violations}")
+        return failures
+
+
+def every_kth(points: list[str], wanted: int, offset: int = 0) -> list[str]:
+    """``wanted`` of ``points`` (all if there are fewer), evenly spread: every k-th from
+    the ``offset``-th (taken modulo k, so any seed's draw is valid)."""
+    if wanted >= len(points):
+        return list(points)
+    if wanted <= 0:
+        raise ValueError(f"a sample of {wanted} points")
+    k = len(points) // wanted
+    return points[offset % k :: k][:wanted]

@@ -13,7 +13,7 @@ from plugins.coordinator import StepFailed
 from plugins.sdk import CleanupStatus
 from plugins.sdk.runner import CrashPoint
 
-from .crash import RunResult
+from .crash import Counters, RunResult
 from .invariants import violations, without_namespace
 from .scenarios import PHASES, Lifecycle, compiled
 
@@ -86,3 +86,16 @@ class ProcessRig(Node):
             self.baseline, self.kernel, self.journal, dict(self.coordinator.clients)
         )
         return RunResult(point, "retry", 1 if crashed is not None else 0, PHASES[start], problems)
+
+
+def sigkill_runs(rig: ProcessRig, topology: str, points: list[str], stats: Counters) -> list[str]:
+    """A SIGKILL run at each of ``points`` on ``rig`` (fresh identities each, numbered from
+    100), counted into ``stats``; the failures (empty: all good)."""
+    failures = []
+    for n, point in enumerate(points, start=100):
+        result = rig.run(topology, point, n)
+        stats.add("crash_runs_sigkill")
+        stats.add("invariant_violations", len(result.violations))
+        if not result.ok:
+            failures.append(f"{point}: {result.violations}")
+    return failures

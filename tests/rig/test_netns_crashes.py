@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.crash import Reference, crash_run, is_recovery_boundary, is_undo_boundary, reference
-from harness.process_rig import ProcessRig
+from harness.crash import CrashSuite, Reference, is_recovery_boundary, is_undo_boundary, reference
+from harness.process_rig import ProcessRig, sigkill_runs
 from harness.pytest_plugin import RigStats, require_lab
 from harness.scenarios import SEED_ENV, TOPOLOGIES, allocate, start_state_seed
 from labs.netns import PARENTS, NetnsLab, NetnsLabUnavailable
@@ -146,15 +146,7 @@ def test_crash_at_every_point(
 ) -> None:
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
-    if path == "retry":
-        rig_stats.add("crash_points_enumerated", len(ref.points))
-    failures = []
-    for i, point in enumerate(ref.points):
-        result = crash_run(topology, point, path, tmp_path / f"{i}", ref=ref, make_lab=make_lab)
-        rig_stats.add("crash_runs_inprocess")
-        rig_stats.add("invariant_violations", len(result.violations))
-        if not result.ok:
-            failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
+    failures = CrashSuite(topology, ref, rig_stats, make_lab).every_point(path, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
@@ -162,45 +154,24 @@ def test_crash_at_every_point(
 def test_compound_crash_at_every_undo_boundary(
     topology: str, ref: Reference, tmp_path: Path, rig_stats: RigStats
 ) -> None:
-    undo_points = [p for p in ref.points if is_undo_boundary(p)]
+    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    undo_points = suite.undo_points()
     assert undo_points
-    failures, second_crashes = [], 0
-    for i, point in enumerate(undo_points):
-        result = crash_run(
-            topology, point, "retry", tmp_path / f"{i}", second=is_undo_boundary, make_lab=make_lab
-        )
-        rig_stats.add("compound_crash_runs")
-        rig_stats.add("invariant_violations", len(result.violations))
-        second_crashes += result.crashes == 2
-        if not result.ok:
-            failures.append(f"{point}: {result.violations}")
+    failures = suite.compound(is_undo_boundary, undo_points, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
-    assert second_crashes >= len(undo_points) - 1
+    assert suite.second_crashes >= len(undo_points) - 1
 
 
 @pytest.mark.timeout(600)
 def test_compound_crash_during_recovery(
     topology: str, ref: Reference, tmp_path: Path, rig_stats: RigStats
 ) -> None:
-    interrupted = [p for p in ref.points if p.split("/")[2] != "-" and "after-commit" in p]
+    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    interrupted = suite.interrupted_points()
     chosen = interrupted[:: max(1, len(interrupted) // RECOVERY_SAMPLE)]
-    failures, second_crashes = [], 0
-    for i, point in enumerate(chosen):
-        result = crash_run(
-            topology,
-            point,
-            "retry",
-            tmp_path / f"{i}",
-            second=is_recovery_boundary,
-            make_lab=make_lab,
-        )
-        rig_stats.add("compound_crash_runs")
-        rig_stats.add("invariant_violations", len(result.violations))
-        second_crashes += result.crashes == 2
-        if not result.ok:
-            failures.append(f"{point}: {result.violations}")
+    failures = suite.compound(is_recovery_boundary, chosen, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
-    assert second_crashes > 0, "no run crashed a second time during recovery"
+    assert suite.second_crashes > 0, "no run crashed a second time during recovery"
 
 
 @pytest.mark.timeout(600)
@@ -214,14 +185,8 @@ def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, rig_stats
     )
     print(f"SIGKILL sample of {topology} ({REPRODUCE}): {chosen}")
     rig = ProcessRig(tmp_path / "rig", make_lab())
-    failures = []
     try:
-        for n, point in enumerate(chosen, start=100):
-            result = rig.run(topology, point, n)
-            rig_stats.add("crash_runs_sigkill")
-            rig_stats.add("invariant_violations", len(result.violations))
-            if not result.ok:
-                failures.append(f"{point}: {result.violations}")
+        failures = sigkill_runs(rig, topology, chosen, rig_stats)
     finally:
         rig.close()
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])

@@ -15,7 +15,7 @@ import pytest
 
 from fakekernel.lab import load_lab
 from fakekernel.model import diff
-from harness.crash import crash_run, is_recovery_boundary, is_undo_boundary, reference
+from harness.crash import CrashSuite, is_recovery_boundary, is_undo_boundary, reference
 from harness.inprocess import DEFAULT_LAB, SANDBOX, in_process_node
 from harness.pytest_plugin import RigStats
 from harness.rig import _Collector, summarize
@@ -60,15 +60,7 @@ def test_crash_at_every_point(
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
     assert len(ref.points) == len(set(ref.points)), "crash point names must be unique"
-    if path == "retry":
-        rig_stats.add("crash_points_enumerated", len(ref.points))
-    failures = []
-    for i, point in enumerate(ref.points):
-        result = crash_run(topology, point, path, tmp_path / f"{i}", ref=ref)
-        rig_stats.add("crash_runs_inprocess")
-        rig_stats.add("invariant_violations", len(result.violations))
-        if not result.ok:
-            failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
+    failures = CrashSuite(topology, ref, rig_stats).every_point(path, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
@@ -76,34 +68,20 @@ def test_crash_at_every_point(
 def test_compound_crash_at_every_undo_boundary(
     topology: str, tmp_path: Path, rig_stats: RigStats
 ) -> None:
-    ref = reference(topology, tmp_path / "reference")
-    undo_points = [p for p in ref.points if is_undo_boundary(p)]
+    suite = CrashSuite(topology, reference(topology, tmp_path / "reference"), rig_stats)
+    undo_points = suite.undo_points()
     assert undo_points
-    failures, second_crashes = [], 0
-    for i, point in enumerate(undo_points):
-        result = crash_run(topology, point, "retry", tmp_path / f"{i}", second=is_undo_boundary)
-        rig_stats.add("compound_crash_runs")
-        rig_stats.add("invariant_violations", len(result.violations))
-        second_crashes += result.crashes == 2
-        if not result.ok:
-            failures.append(f"{point}: {result.violations}")
+    failures = suite.compound(is_undo_boundary, undo_points, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
     # The last undo boundary has nothing after it; every other one got its second crash.
-    assert second_crashes >= len(undo_points) - 1
+    assert suite.second_crashes >= len(undo_points) - 1
 
 
 @pytest.mark.timeout(900)
 def test_compound_crash_during_recovery(topology: str, tmp_path: Path, rig_stats: RigStats) -> None:
-    ref = reference(topology, tmp_path / "reference")
-    # Points after which recovery has work to do: inside an operation, after its intent.
-    interrupted = [p for p in ref.points if p.split("/")[2] != "-" and "after-commit" in p]
-    failures, second_crashes = [], 0
-    for i, point in enumerate(interrupted[:: max(1, len(interrupted) // 15)]):
-        result = crash_run(topology, point, "retry", tmp_path / f"{i}", second=is_recovery_boundary)
-        rig_stats.add("compound_crash_runs")
-        rig_stats.add("invariant_violations", len(result.violations))
-        second_crashes += result.crashes == 2
-        if not result.ok:
-            failures.append(f"{point}: {result.violations}")
+    suite = CrashSuite(topology, reference(topology, tmp_path / "reference"), rig_stats)
+    interrupted = suite.interrupted_points()
+    chosen = interrupted[:: max(1, len(interrupted) // 15)]
+    failures = suite.compound(is_recovery_boundary, chosen, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
-    assert second_crashes > 0, "no run crashed a second time during recovery"
+    assert suite.second_crashes > 0, "no run crashed a second time during recovery"
