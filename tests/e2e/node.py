@@ -29,13 +29,14 @@ def compiled(name: str) -> CompiledTopology:
 
 
 class Node(labs.Node):
-    """Real service processes on the fake kernel server, a coordinator reporting each
-    call to Allure, and a scheduler stand-in (the allocator). No pod until a test asks."""
+    """Real service processes on the fake kernel server (or on ``lab``, a lab with a
+    ``kernel_url``), a coordinator reporting each call to Allure, and a scheduler
+    stand-in (the allocator). No pod until a test asks."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, lab: labs.Lab | None = None) -> None:
         clients: dict[str, Any] = {}
         super().__init__(
-            labs.FakeServerLab(),
+            labs.FakeServerLab() if lab is None else lab,
             root,
             processes=True,
             observer=AllureObserver(self.snapshot, clients),

@@ -1,5 +1,6 @@
 """The three example topologies end to end: the coordinator drives the three real
-service processes over their sockets on the fake kernel; the kernel ends as it began."""
+service processes over their sockets on the fake kernel; the kernel ends as it began.
+(``run_topology`` is the vm tier's too: tests/e2e/test_vm_topologies.py.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 @pytest.mark.parametrize("name", ["vf-bond-vlan", "macvlan", "ipvlan"])
 def test_topology_end_to_end(node: Node, name: str) -> None:
+    run_topology(node, name)
+
+
+def run_topology(node: Node, name: str) -> None:
+    """Prepare, connect, remove, unprepare ``name`` on ``node``; every step's outputs and
+    receipts as the topology says, and the kernel back as it was once the pod is gone."""
     topology = compiled(name)
     before = node.snapshot()
     allocations = node.allocator.allocate(topology)
