@@ -11,6 +11,7 @@ from ._checks import valid_ether_addr
 from ._dev import br_ports_changed, dev_close, dev_open, dev_set_mac, dev_set_mtu, set_mac_raw
 from ._state import LinkState, SlaveSave, State, fail
 
+USES_PRIMARY = ("active-backup", "balance-tlb", "balance-alb")  # bond_uses_primary
 BOND_MODES = (
     "balance-rr",
     "active-backup",
@@ -72,8 +73,12 @@ def _is_upper_of(state: State, upper: LinkState, dev: LinkState) -> bool:
 def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
     info = bond.bond
     assert info is not None
-    if slave.kind == "bridge":
-        raise fail(errno.EPERM, "a master device other than a bond cannot be enslaved")
+    if slave.loopback:
+        # bond_setup_by_slave takes lo's type, then its all-zero address is refused; the
+        # unwind's ether_setup leaves an empty bond with ETH_DATA_LEN as its max MTU
+        if not info.slaves:
+            bond.max_mtu = 1500
+        raise fail(errno.EADDRNOTAVAIL, "the loopback device has no valid address")
     if rx_handler_busy(state, slave):
         raise fail(errno.EBUSY, f"{slave.name} is in use and cannot be enslaved")
     if slave is bond:
@@ -104,8 +109,9 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
     slave.master = bond.id
     slave.saved = saved
     info.slaves.append(slave.id)
-    if info.mode == "active-backup" and info.active is None:
-        info.active = slave.id
+    # with miimon the slave's link is its carrier now, without it is taken as up
+    info.link_up[slave.id] = link_ok(state, slave) if info.miimon_ms else True
+    select_active(state, bond)
 
 
 def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: bool) -> None:
@@ -113,9 +119,10 @@ def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: b
     info = bond.bond
     assert info is not None
     info.slaves.remove(slave.id)
+    info.link_up.pop(slave.id, None)
     if info.active == slave.id:
-        # bond_select_active_slave: the next slave (every slave has link in the model)
-        info.active = info.slaves[0] if info.slaves and info.mode == "active-backup" else None
+        info.active = None
+        select_active(state, bond)  # bond_select_active_slave: the best one left
     if not info.slaves:
         set_mac_raw(state, bond, state.random_mac(), "random")  # eth_hw_addr_random
     saved, slave.master, slave.saved = slave.saved, None, None
@@ -126,6 +133,64 @@ def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: b
         dev_set_mac(state, slave, saved.mac)  # perm_hwaddr: its address at enslave time
     with contextlib.suppress(KernelError):
         dev_set_mtu(state, slave, saved.mtu)  # original_mtu
+
+
+def carrier(state: State, link: LinkState) -> bool:
+    """netif_carrier_ok: what the link's driver says about its link."""
+    if link.loopback or link.kind == "dummy":
+        return True  # never turned off
+    if link.kind == "veth":
+        peer = state.links.get(link.peer) if link.peer is not None else None
+        return link.up and peer is not None and peer.up  # veth_open: both ends up
+    if link.kind in ("vlan", "macvlan", "ipvlan"):
+        parent = state.links.get(link.parent or 0)
+        return link.up and parent is not None and carrier(state, parent)
+    if link.kind == "bond":
+        b = link.bond
+        return b is not None and any(b.link_up.get(s, False) for s in b.slaves)
+    if link.kind == "bridge":
+        return any(p.master == link.id and p.up for p in state.links.values())
+    if link.vf_of is not None:
+        pf = next((lk for lk in state.links.values() if lk.pci_address == link.vf_of[0]), None)
+        return link.up and pf is not None and pf_has_link(state, pf)
+    return link.up and pf_has_link(state, link)
+
+
+def pf_has_link(state: State, device: LinkState) -> bool:
+    """A PCI netdev's port has link once it is up and a cable is in (a lab says when not)."""
+    table = state.pfs.get(device.pci_address or "")
+    return device.up and (table is None or table.cable)
+
+
+def link_ok(state: State, slave: LinkState) -> bool:
+    """bond_check_dev_link from the MII monitor: running and with carrier."""
+    return slave.up and carrier(state, slave)
+
+
+def select_active(state: State, bond: LinkState) -> None:
+    """bond_select_active_slave: keep the current one while its link is up, else the first
+    slave (enslave order) whose link is up, else none; modes without one have none."""
+    info = bond.bond
+    assert info is not None
+    if info.mode not in USES_PRIMARY:
+        info.active = None
+        return
+    if info.active is not None and info.link_up.get(info.active, False):
+        return
+    info.active = next((s for s in info.slaves if info.link_up.get(s, False)), None)
+
+
+def monitor(state: State) -> None:
+    """Every up bond's MII monitor, run to completion: each slave's link is what
+    bond_check_dev_link says now, and a bond whose active slave lost its link fails over.
+    The real monitor runs every miimon ms; the corpus waits for it (await_active)."""
+    for link in list(state.links.values()):
+        info = link.bond
+        if info is None or not info.miimon_ms or not link.up:
+            continue
+        for slave_id in info.slaves:
+            info.link_up[slave_id] = link_ok(state, state.links[slave_id])
+        select_active(state, link)
 
 
 def release_all(state: State, bond: LinkState, dying: set[int]) -> None:

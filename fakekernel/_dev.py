@@ -42,6 +42,10 @@ def dev_set_mtu(state: State, link: LinkState, mtu: int) -> None:
     if link.kind == "bridge":
         link.br_mtu_set_by_user = True  # br_change_mtu: no more auto-adjusting
     link.mtu = mtu
+    if link.vf_of is not None:
+        from ._vfs import vf_reset
+
+        vf_reset(state, link)  # igbvf_change_mtu resets the VF
     _mtu_changed(state, link)
 
 
@@ -84,6 +88,13 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     if link.kind == "ipvlan":
         raise fail(errno.EOPNOTSUPP, "ipvlan has no ndo_set_mac_address")  # shares its lower's
     mac = require_valid_ether_addr(mac)
+    if link.vf_of is not None and mac != link.mac:
+        from ._vfs import admin_mac_locks
+
+        if admin_mac_locks(state, link):
+            raise fail(errno.EADDRNOTAVAIL, f"{link.name}: its PF set its address")
+        if link.vf_hw_mac is not None or _resets_take_hw_mac(state, link):
+            link.vf_hw_mac = mac  # igbvf_set_mac: the hardware address register too
     if link.kind == "macvlan" and mac != link.mac:
         lower = parent_of(state, link)
         if link.mode == "passthru":
@@ -100,6 +111,12 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     # dev_set_mac_address sets NET_ADDR_SET; the model tracks the type only where it
     # changes behavior (bonds, vlans), so a device's stays "perm" and snapshots stay clean.
     set_mac_raw(state, link, mac, "perm" if link.kind == "device" else "set")
+
+
+def _resets_take_hw_mac(state: State, vf: LinkState) -> bool:
+    assert vf.vf_of is not None
+    table = state.pfs.get(vf.vf_of[0])
+    return table is not None and table.nic.vf_admin_mac == "vf_reset"
 
 
 def _bond_set_mac(state: State, bond: LinkState, mac: str) -> None:
@@ -166,7 +183,7 @@ def dev_open(state: State, link: LinkState) -> None:
             raise fail(errno.ENETDOWN, f"{parent.name} is down")  # vlan_dev_open
         if link.mac_assign == "stolen":  # vlan_dev_open: vlan_dev_inherit_address
             set_mac_raw(state, link, parent.mac, "stolen")
-    if link.kind == "macvlan":
+    if link.kind == "macvlan" and link.mode != "passthru":  # macvlan_open: passthru skips it
         lower = parent_of(state, link)
         if _macvlan_addr_busy(state, lower, link.mac, exclude=link, up_only=True):
             raise fail(errno.EADDRINUSE, f"{link.mac} is in use on {lower.name}")  # macvlan_open

@@ -11,7 +11,15 @@ import errno
 
 from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkSpec
 
-from ._bonding import BOND_MODES, detach_dying, do_set_master, release, release_all
+from ._bonding import (
+    BOND_MODES,
+    USES_PRIMARY,
+    detach_dying,
+    do_set_master,
+    release,
+    release_all,
+    select_active,
+)
 from ._bonding import rx_handler_busy as _rx_busy
 from ._checks import (
     alias_policy,
@@ -46,7 +54,8 @@ MACVLAN_MODES = ("private", "vepa", "bridge", "passthru", "source")
 IPVLAN_MODES = ("l2", "l3", "l3s")
 VLAN_PROTOCOLS = ("802.1Q", "802.1ad")
 NETNS_LOCAL = ("bond", "bridge")  # NETIF_F_NETNS_LOCAL / netns_immutable
-DEFAULT_BOND = BondInfo(mode="balance-rr", miimon_ms=100)  # bonding's module defaults
+# bonding's defaults for a bond made over netlink without options (6.1, 6.12: miimon 0)
+DEFAULT_BOND = BondInfo(mode="balance-rr", miimon_ms=0)
 
 
 # -- RTM_NEWLINK -----------------------------------------------------------------------
@@ -56,6 +65,9 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     name_policy(spec.name)
     if spec.peer_name is not None:
         name_policy(spec.peer_name)
+    if "%" in spec.name or "%" in (spec.peer_name or ""):
+        # the Linux backend refuses name patterns in create_link (Kernel protocol)
+        raise fail(errno.EINVAL, f"a name pattern is not a name: {spec.name!r}")
     if spec.alias is not None:
         alias_policy(spec.alias)
     if spec.kind not in SETUP_MTU_BOUNDS:
@@ -91,7 +103,12 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
         _stack_on_lower(state, ns, spec, link)
     elif spec.kind == "bond":
         b = spec.bond or DEFAULT_BOND
-        link.bond = BondState(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms)
+        link.bond = BondState(
+            b.mode,
+            b.miimon_ms,
+            _delay(b.updelay_ms, b.miimon_ms),
+            _delay(b.downdelay_ms, b.miimon_ms),
+        )
     link.name = claim_name(state, target, spec.name)  # register_netdevice
     if not link.mac:
         link.mac = state.random_mac()
@@ -103,6 +120,11 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     if spec.alias is not None:
         dev_set_alias(link, spec.alias)
     return link
+
+
+def _delay(value: int, miimon: int) -> int:
+    """bond_option_updelay_set / downdelay: kept in whole miimon periods (rounded down)."""
+    return value // miimon * miimon if miimon else value
 
 
 def _validate(spec: LinkSpec) -> None:
@@ -123,6 +145,9 @@ def _validate(spec: LinkSpec) -> None:
             raise fail(errno.EINVAL, f"bond mode {b.mode!r}")  # bond option tables
         if min(b.miimon_ms, b.updelay_ms, b.downdelay_ms) < 0:
             raise fail(errno.EINVAL, "bond intervals must not be negative")
+        if not b.miimon_ms and (b.updelay_ms or b.downdelay_ms):
+            # _bond_option_delay_set: "MII monitoring is disabled"
+            raise fail(errno.EPERM, "up/down delays need miimon")
 
 
 def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> None:
@@ -159,6 +184,10 @@ def _vlan_check(state: State, lower: LinkState, spec: LinkSpec) -> None:
     """vlan_check_real_dev."""
     if lower.kind == "ipvlan":
         raise fail(errno.EOPNOTSUPP, "VLANs not supported on ipvlan")  # NETIF_F_VLAN_CHALLENGED
+    table = state.pfs.get(lower.vf_of[0]) if lower.vf_of is not None else None
+    if table is not None and not table.nic.vf_vlans:
+        # vlan_vid_add: the VF driver asks its PF, which refuses
+        raise fail(errno.EINVAL, f"{lower.name}'s PF refuses the VF's VLAN filter")
     for sibling in state.children(lower, "vlan"):
         if (sibling.vlan_protocol, sibling.vlan_id) == (spec.vlan_protocol, spec.vlan_id):
             raise fail(errno.EEXIST, f"vlan {spec.vlan_id} already exists on {lower.name}")
@@ -262,14 +291,15 @@ def move(state: State, link: LinkState, target: Namespace, new_name: str | None)
         raise fail(errno.EINVAL, f"{link.kind} {link.name} is local to its namespace")
     dest = target.ref.inode
     if link.ns != dest:
-        if link.master is not None:
-            # Model choice, not Linux: Linux releases the port (NETDEV_UNREGISTER) and moves it.
-            raise fail(errno.EBUSY, f"{link.name} is enslaved; release it before moving it")
         name = link.name
         if state.by_name(dest, link.name) is not None:
             if new_name is None:
                 raise fail(errno.EEXIST, f"{link.name!r} exists in the target namespace")
             name = claim_name(state, dest, new_name)  # dev_prep_valid_name(..., EEXIST)
+        if link.master is not None:
+            # NETDEV_UNREGISTER on the port: its bond or bridge lets it go (a bond gives
+            # back its address and MTU), then it moves
+            release(state, state.links[link.master], link)
         dev_close(state, link)  # "If device is running close it first."
         state.relocate(link, dest, name)
     if new_name is not None:
@@ -368,14 +398,13 @@ def changelink(state: State, link: LinkState, option: str, value: str) -> None:
     bond = link.bond
     assert bond is not None
     if option == "bond.mode":
-        if value not in BOND_MODES:
-            raise fail(errno.EINVAL, f"bond mode {value!r}")
-        if value == bond.mode:
-            return
+        # bond_opt_check_deps before the value is looked at
         if bond.slaves:
             raise fail(errno.ENOTEMPTY, f"{link.name} has slaves")  # BOND_OPTFLAG_NOSLAVES
         if link.up:
             raise fail(errno.EBUSY, f"{link.name} is up")  # BOND_OPTFLAG_IFDOWN
+        if value not in BOND_MODES:
+            raise fail(errno.EINVAL, f"bond mode {value!r}")
         bond.mode = value
     elif option == "bond.miimon":
         miimon = int(value)
@@ -390,10 +419,11 @@ def _bond_set_active(state: State, bond_link: LinkState, name: str) -> None:
     """bond_option_active_slave_set."""
     bond = bond_link.bond
     assert bond is not None
-    if bond.mode not in ("active-backup", "balance-tlb", "balance-alb"):
-        raise fail(errno.EINVAL, f"{bond.mode} has no active slave")
+    if bond.mode not in USES_PRIMARY:
+        raise fail(errno.EACCES, f"{bond.mode} has no active slave")  # bond_opt_check_mode
     if not name:
-        bond.active = None
+        bond.active = None  # cleared: bond_select_active_slave picks the best one again
+        select_active(state, bond_link)
         return
     slave = state.by_name(bond_link.ns, name)
     if slave is None:

@@ -47,6 +47,11 @@ class NicProfile:
     link_speed: int = 0
     # a QoS priority without a VLAN is refused (EINVAL) or taken (igb)
     qos_needs_vlan: bool = True
+    # a VF's driver may add VLAN ids (its PF lets it: vlan_vid_add succeeds); igbvf's
+    # request is refused by the igb PF, so a vlan on an igbvf VF is EINVAL
+    vf_vlans: bool = True
+    # a VF may change its own address after its PF set one (igb: no, EADDRNOTAVAIL)
+    vf_mac_override: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,6 +71,8 @@ DRIVERS: dict[str, NicProfile] = {
         rate_needs_link=True,
         link_speed=1000,
         qos_needs_vlan=False,
+        vf_vlans=False,
+        vf_mac_override=False,
     ),
 }
 

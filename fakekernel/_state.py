@@ -43,6 +43,9 @@ class BondState:
     downdelay_ms: int
     slaves: list[int] = field(default_factory=list)  # link ids, enslave order
     active: int | None = None  # link id
+    # each slave's link as the bond sees it (slave->link): with miimon, what its link
+    # monitor last saw; without, up from the enslave on (nothing watches it)
+    link_up: dict[int, bool] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,6 +88,9 @@ class LinkState:
     # the perm_addr of the macvlan port on this lower, kept while a passthru macvlan is on it
     passthru_perm_mac: str | None = None
     loopback: bool = False  # a namespace's lo (IFF_LOOPBACK, NETIF_F_NETNS_LOCAL)
+    # a VF's own hardware address register (igbvf: hw.mac.addr), which its next reset
+    # makes its address and permanent address; None: its permanent address
+    vf_hw_mac: str | None = None
 
 
 @dataclass
@@ -108,6 +114,7 @@ class PfState:
     nic: NicProfile = field(default_factory=lambda: DRIVERS["generic"])
     name: str = ""  # the PF netdev's name at probe: its VFs are named after it (<name>v<i>)
     vf_mtu: int = 1500
+    cable: bool = True  # False: the port never has link (QEMU's igb without a backend)
 
 
 @dataclass

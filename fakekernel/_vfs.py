@@ -108,22 +108,37 @@ def _set_vlan(table: PfState, index: int, changes: VFChanges) -> None:
 
 
 def _has_link(state: State, pf: LinkState) -> bool:
-    """An emulated NIC's PF has link once it is up (QEMU's igb: the cable is always in)."""
-    return pf.up
+    """The PF's port has link: it is up, and the lab has a cable in."""
+    table = state.pfs.get(pf.pci_address or "")
+    return pf.up and (table is None or table.cable)
+
+
+def admin_mac_locks(state: State, vf: LinkState) -> bool:
+    """Whether the VF's PF set an address for it that the VF may not override (igb)."""
+    assert vf.vf_of is not None
+    table = state.pfs.get(vf.vf_of[0])
+    if table is None or table.nic.vf_mac_override or vf.vf_of[1] >= len(table.vfs):
+        return False
+    return table.vfs[vf.vf_of[1]].mac != ZERO_MAC
 
 
 def vf_reset(state: State, vf: LinkState) -> None:
-    """The VF driver's reset (igbvf_reset, on its way down): it takes the address the PF
-    set for it, if any, as its address and its permanent address."""
+    """The VF driver's reset (igbvf_reset: on its way down, and on any MTU change): it asks
+    its PF (answered only while the PF is up) for the address the PF set for it, which
+    then becomes its hardware address; the hardware address becomes its address and its
+    permanent address (an address set on the VF itself is its hardware address too)."""
     if vf.vf_of is None:
         return
     table = state.pfs.get(vf.vf_of[0])
     if table is None or table.nic.vf_admin_mac != "vf_reset" or vf.vf_of[1] >= len(table.vfs):
         return
-    mac = table.vfs[vf.vf_of[1]].mac
-    if mac != ZERO_MAC:
-        vf.perm_mac = mac
-        set_mac_raw(state, vf, mac, vf.mac_assign)
+    admin = table.vfs[vf.vf_of[1]].mac
+    pf = next((lk for lk in state.links.values() if lk.pci_address == table.pci), None)
+    if admin != ZERO_MAC and pf is not None and pf.up:
+        vf.vf_hw_mac = admin
+    hw = vf.vf_hw_mac or vf.perm_mac or vf.mac
+    vf.perm_mac = hw
+    set_mac_raw(state, vf, hw, vf.mac_assign)
 
 
 def _require(table: PfState, capability: str) -> None:

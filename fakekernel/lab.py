@@ -19,6 +19,7 @@ Format (every key but the names is optional)::
         mtu: 1500
         nic: <variant>              # default: every capability, max_mtu 9702
         num_vfs: 4                  # VF netdevs <pf>v<i> appear in the host namespace
+        cable: true                 # false: the port never has link (no carrier, no VF rates)
         vf_mtu: 1500
         up: false                   # administrative state (PFs, devices and links)
     devices:                        # other PCI netdevs, e.g. shared parents
@@ -202,6 +203,7 @@ def _pf(model: FakeKernelModel, r: _Section, nics: dict[str, NicProfile]) -> Non
         vf_mtu=r.get("vf_mtu", 1500),
         vf_max_mtu=nic.max_mtu,
         nic=nic,
+        cable=r.get("cable", True),
     )
     _set_up(model, r, pf)
 

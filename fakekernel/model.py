@@ -9,8 +9,9 @@ and its hardware provide outside the kernel interface.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from plugins.kernel import (
@@ -105,25 +106,38 @@ class FakeKernelModel:
         return None if link is None else self._view(link)
 
     def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        return self._view(_links.newlink(self._s, self._ns(ns), spec))
+        with self._settling():
+            return self._view(_links.newlink(self._s, self._ns(ns), spec))
 
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
         link = self._s.require(self._ns(ns).ref.inode, ifindex)
-        _links.setlink(self._s, link, changes)
+        with self._settling():
+            _links.setlink(self._s, link, changes)
         return self._view(link)
 
     def move_link(
         self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
     ) -> Link:
         link = self._s.require(self._ns(ns).ref.inode, ifindex)
-        _links.move(self._s, link, self._ns(target), new_name)
+        with self._settling():
+            _links.move(self._s, link, self._ns(target), new_name)
         return self._view(link)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         link = self._s.require(self._ns(ns).ref.inode, ifindex)
         if link.kind == "device":
             raise fail(errno.EOPNOTSUPP, f"{link.name} is a device; it has no dellink")
-        _links.unregister(self._s, [link])
+        with self._settling():
+            _links.unregister(self._s, [link])
+
+    @contextlib.contextmanager
+    def _settling(self) -> Iterator[None]:
+        """After a call, whether it failed or not (what it did stays): the bonds' link
+        monitors catch up with the carriers it changed."""
+        try:
+            yield
+        finally:
+            _bonding.monitor(self._s)
 
     # -- Kernel: VFs -----------------------------------------------------------------------
 
@@ -132,7 +146,8 @@ class FakeKernelModel:
 
     def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
         pf = self._s.require(self._ns(ns).ref.inode, pf_ifindex)
-        _vfs.set_vf(self._s, pf, vf_index, changes)
+        with self._settling():
+            _vfs.set_vf(self._s, pf, vf_index, changes)
 
     # -- admin: namespaces -----------------------------------------------------------------
 
@@ -148,7 +163,8 @@ class FakeKernelModel:
     def delete_namespace(self, name: str) -> None:
         """``ip netns del NAME`` with the last reference gone: devices go home, the rest dies."""
         ns = self._named(name)
-        _links.destroy_namespace(self._s, ns)
+        with self._settling():
+            _links.destroy_namespace(self._s, ns)
 
     def namespace(self, name: str) -> NsRef:
         return self._named(name).ref
@@ -212,6 +228,7 @@ class FakeKernelModel:
         vf_mtu: int = 1500,
         vf_max_mtu: int = 9702,
         nic: NicProfile | None = None,
+        cable: bool = True,
     ) -> Link:
         """A PF with ``sriov_numvfs`` VFs; ``vfs`` is (netdev name, PCI address, MAC) per VF.
 
@@ -226,7 +243,7 @@ class FakeKernelModel:
             name, pci_address=pci_address, mac=mac, mtu=mtu, min_mtu=nic.min_mtu, max_mtu=max_mtu
         )
         pci = pf.pci_address or ""
-        self._s.pfs[pci] = PfState(pci, caps, [], nic, name, vf_mtu)
+        self._s.pfs[pci] = PfState(pci, caps, [], nic, name, vf_mtu, cable)
         for index, (vf_name, vf_address, vf_mac) in enumerate(vfs):
             self._add_vf(self._s.pfs[pci], index, vf_name, vf_address, vf_mac, vf_max_mtu)
         return pf
@@ -269,6 +286,11 @@ class FakeKernelModel:
         current = len(table.vfs)
         if count == current:
             return []
+        with self._settling():
+            return self._change_numvfs(table, current, count)
+
+    def _change_numvfs(self, table: PfState, current: int, count: int) -> list[str]:
+        pf, nic = table.name, table.nic
         if count and current:
             raise fail(errno.EBUSY, f"{pf} already has {current} VFs; write 0 first")
         if count == 0:
@@ -304,7 +326,8 @@ class FakeKernelModel:
         link = self._s.by_name(space.ref.inode, name)
         if link is None:
             raise fail(errno.ENODEV, f"no link {name!r}")
-        _links.changelink(self._s, link, option, value)
+        with self._settling():
+            _links.changelink(self._s, link, option, value)
 
     def bond_active_slave(self, ns: NsRef, bond: str) -> str:
         """The name of ``bond``'s active slave, "" for none (the model fails over at once)."""

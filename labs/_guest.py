@@ -128,6 +128,8 @@ class GuestSide:
             if option == "bond.mode":
                 data = {"bond_mode": BOND_MODE_NUMBERS.get(value, 99)}
             elif option == "bond.miimon":
+                if int(value) < 0:  # IFLA_BOND_MIIMON is a u32 (the backend's check)
+                    raise kernel_error(errno.EINVAL, f"miimon {value}")
                 data = {"bond_miimon": int(value)}
             elif option == "bond.active_slave":
                 slave = route.link_lookup(ifname=value) if value else [0]

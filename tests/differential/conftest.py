@@ -136,8 +136,6 @@ def pytest_terminal_summary(
     if STATS not in config.stash:
         return
     s = config.stash[STATS]
-    if not s.scenarios:
-        return
     skipped = sum(s.skipped.values())
     reasons = "; ".join(f"{n}x {why}" for why, n in sorted(s.skipped.items()))
     rename = "live rename" if s.live_rename else "no live rename"

@@ -1279,13 +1279,11 @@ def sriov_vf_link_state(w: World) -> None:
 
 @scenario("device")
 def sriov_vf_rates(w: World) -> None:
+    """igb sets a VF rate only with link (none here: the PF is down; with it up, QEMU's
+    igb without a backend gets link at a moment of its own, so the corpus keeps it down)."""
     w.numvfs("enp1s0", 1)
-    w.set_vf("enp1s0", 0, max_tx_rate=100)  # the PF is down: no link
-    w.set(w.host, "enp1s0", up=True)
     w.set_vf("enp1s0", 0, max_tx_rate=100)
     w.set_vf("enp1s0", 0, min_tx_rate=10, max_tx_rate=100)
-    w.set_vf("enp1s0", 0, max_tx_rate=100000)  # above the link speed
-    w.vfs("enp1s0")
     w.set_vf("enp1s0", 0, max_tx_rate=0)
     w.vfs("enp1s0")
 
@@ -1344,19 +1342,18 @@ def sriov_vf_netdev_settings(w: World) -> None:
     w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:05", alias="vf0", name="vf0")
     w.set(w.host, "vf0", up=True)  # the PF is down
     w.delete(w.host, "vf0")  # a device has no dellink
-    w.set(w.host, "enp1s0", mtu=9000, up=True)
-    w.checkpoint("PF up")
+    w.set(w.host, "enp1s0", mtu=9000)
+    w.checkpoint("PF MTU")
 
 
 @scenario("device", "dummy")
 def sriov_vf_moves_and_ifindex(w: World) -> None:
+    # The guest's node has made many VFs before: their ifindexes are high, where a new
+    # namespace has none, so the VFs keep theirs (collisions: the dummy scenarios).
     a = w.ns("a")
     w.numvfs("enp1s0", 2)
     w.create(a, LinkSpec(kind="dummy", name="eth0"))
-    w.create(a, LinkSpec(kind="dummy", name="d1"))
-    w.create(a, LinkSpec(kind="dummy", name="d2"))
-    w.create(a, LinkSpec(kind="dummy", name="d3"))
-    w.move_renumbers(w.host, "enp1s0v0", a)  # its ifindex (4) is taken by d3
+    w.move_renumbers(w.host, "enp1s0v0", a)
     w.move_renumbers(w.host, "enp1s0v1", a, new_name="net1")
     w.set(a, "enp1s0v0", up=True)
     w.move_renumbers(a, "enp1s0v0", w.host)
@@ -1371,8 +1368,7 @@ def sriov_vf_as_a_lower(w: World) -> None:
     vlan(w, w.host, "enp1s0v1.9", "enp1s0v1", 9)
     stacked(w, "ipvlan", a, "ip0", "enp1s0v1", parent_ns=w.host)
     w.checkpoint("uppers")
-    w.set(w.host, "enp1s0v0", mtu=2000)
-    w.set(w.host, "enp1s0", up=True)
+    w.set(w.host, "enp1s0v0", mtu=2000)  # igbvf resets: its address is its hardware one
 
 
 @scenario("device", "bond")
@@ -1382,27 +1378,20 @@ def sriov_vf_enslaved_into_a_down_bond(w: World) -> None:
     w.set(w.host, "enp1s0v0", master="bond0")  # the bond is down
     w.set(w.host, "enp1s0v1", master="bond0")
     w.checkpoint("enslaved")
-    w.set(w.host, "bond0", up=True)
+    w.set(w.host, "bond0", up=True)  # the VFs have no carrier: their PF is down
     w.await_active(w.host, "bond0", "")
     w.checkpoint("bond up")
-    w.set(w.host, "enp1s0", up=True)  # the PF: the VFs get link
-    w.await_active(w.host, "bond0", "")
-    w.checkpoint("PF up")
 
 
 @scenario("device", "bond")
 def sriov_vf_bond_failover(w: World) -> None:
     w.numvfs("enp1s0", 1)
     w.numvfs("enp2s0", 1)
-    w.set(w.host, "enp1s0", up=True)
-    w.set(w.host, "enp2s0", up=True)
     w.create(w.host, ab_bond("bond0"))
     w.set(w.host, "enp1s0v0", master="bond0")
     w.set(w.host, "enp2s0v0", master="bond0")
     w.set(w.host, "bond0", up=True)
-    w.await_active(w.host, "bond0", "")
-    w.checkpoint("bond up")
-    w.set(w.host, "enp1s0v0", up=False)  # the first slave, likely the active one
+    w.set(w.host, "enp1s0v0", up=False)  # the first slave
     w.await_active(w.host, "bond0", "enp1s0v0")
     w.checkpoint("after the active slave went down")
 
@@ -1412,7 +1401,6 @@ def sriov_pf_settings(w: World) -> None:
     w.set(w.host, "enp1s0", mtu=9216)
     w.set(w.host, "enp1s0", mtu=9217)
     w.set(w.host, "enp1s0", mac="02:00:00:00:0e:01", alias="pf")
-    w.set(w.host, "enp1s0", up=True)
     w.move(w.host, "enp1s0", w.ns("a"))
     w.checkpoint("PF moved")
 

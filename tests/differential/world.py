@@ -63,7 +63,7 @@ MISSING_IFINDEX = 0x7FFFFF00  # what ``ifindex`` gives for a link that is not th
 LIVE_RENAME_SINCE = (6, 2)  # dev_change_name lets an UP link be renamed since Linux 6.2
 NAMESPACE_DEATH_DEADLINE_S = 10.0
 # How long a bond's link monitor may take to fail over (miimon 100 ms; TCG is slow).
-BOND_FAILOVER_DEADLINE_S = 5.0
+BOND_FAILOVER_DEADLINE_S = 2.0
 
 Outcome = tuple[Literal["ok"], Any] | tuple[Literal["errno"], str]
 
@@ -649,8 +649,10 @@ class VmWorld(World):
             except KernelError as exc:
                 problems.append(f"deleting namespace {label}: {exc}")
             del self._refs[label]
-        restore_guest(self.vm, self.baseline)
         now = guest_state(self.vm)
+        if now != self.baseline.state:
+            restore_guest(self.vm, self.baseline)
+            now = guest_state(self.vm)
         if now != self.baseline.state:
             problems.append(
                 "the guest is not as found:\n" + "\n".join(_state_diff(self.baseline.state, now))

@@ -26,6 +26,7 @@ def enslave(m: FakeKernelModel, ns: NsRef, slave: Link, master: Link) -> Link:
 def test_enslaving_sets_mtu_mac_up_and_the_active_slave(
     m: FakeKernelModel, host: NsRef, bond: Link
 ) -> None:
+    pf_up(m, host)  # the VFs get carrier once up
     v0, v1 = link(m, host, "enp3s0f0v0"), link(m, host, "enp3s0f0v1")
     s0 = enslave(m, host, v0, bond)
     assert (s0.master, s0.mtu, s0.up) == (bond.ifindex, 9000, True)
@@ -127,7 +128,47 @@ def test_release_restores_mtu_and_mac_and_downs_the_slave(
     assert link(m, host, "bond0").mac != v0.mac  # last slave gone: a new random address
 
 
+def pf_up(m: FakeKernelModel, host: NsRef) -> None:
+    m.set_link(host, link(m, host, "enp3s0f0").ifindex, LinkChanges(up=True))
+
+
+def test_a_slave_without_carrier_is_never_active(
+    m: FakeKernelModel, host: NsRef, bond: Link
+) -> None:
+    """A VF of a down PF has no carrier: with miimon its link is down, and no slave is
+    active (Linux 6.1/6.12, igbvf); once the PF is up the monitor picks it."""
+    v0 = link(m, host, "enp3s0f0v0")
+    enslave(m, host, v0, bond)
+    b = link(m, host, "bond0").bond
+    assert b is not None
+    assert b.active_slave is None
+    m.set_link(host, bond.ifindex, LinkChanges(up=True))
+    pf_up(m, host)
+    b = link(m, host, "bond0").bond
+    assert b is not None
+    assert b.active_slave == v0.ifindex
+
+
+def test_the_active_slave_going_down_fails_over(
+    m: FakeKernelModel, host: NsRef, bond: Link
+) -> None:
+    pf_up(m, host)
+    v0, v1 = link(m, host, "enp3s0f0v0"), link(m, host, "enp3s0f0v1")
+    enslave(m, host, v0, bond)
+    enslave(m, host, v1, bond)
+    m.set_link(host, bond.ifindex, LinkChanges(up=True))
+    m.set_link(host, v0.ifindex, LinkChanges(up=False))
+    b = link(m, host, "bond0").bond
+    assert b is not None
+    assert b.active_slave == v1.ifindex
+    m.set_link(host, v0.ifindex, LinkChanges(up=True))  # no primary: v1 stays
+    b = link(m, host, "bond0").bond
+    assert b is not None
+    assert b.active_slave == v1.ifindex
+
+
 def test_the_next_slave_becomes_active(m: FakeKernelModel, host: NsRef, bond: Link) -> None:
+    pf_up(m, host)
     v0, v1 = link(m, host, "enp3s0f0v0"), link(m, host, "enp3s0f0v1")
     enslave(m, host, v0, bond)
     enslave(m, host, v1, bond)
@@ -185,4 +226,8 @@ def test_bond_parameters_are_validated(m: FakeKernelModel, host: NsRef) -> None:
     with kernel_error(errno.EINVAL):
         mk(m, host, "bond", "b0", bond=BondInfo(mode="active-backup", miimon_ms=-1))
     default = mk(m, host, "bond", "b0")
-    assert default.bond == BondInfo("balance-rr", 100, 0, 0, None)
+    assert default.bond == BondInfo("balance-rr", 0, 0, 0, None)  # no MII monitor
+    with kernel_error(errno.EPERM):  # delays need the MII monitor
+        mk(m, host, "bond", "b1", bond=BondInfo("active-backup", 0, updelay_ms=200))
+    rounded = mk(m, host, "bond", "b2", bond=BondInfo("active-backup", 100, 250, 120))
+    assert rounded.bond == BondInfo("active-backup", 100, 200, 100, None)  # whole periods

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import yaml
 
 from fakekernel import DEFAULT_LAB, FakeKernelModel, LabError, build_model, load_lab
 from fakekernel._links import SETUP_MTU_BOUNDS
+from fakekernel._nics import DRIVERS
 from fakekernel._vfs import CAPABILITIES
 from fakekernel.lab import (
     LAB_SCHEMA,
@@ -18,7 +20,7 @@ from fakekernel.lab import (
     randomize_start_state,
 )
 from fakekernel.model import diff
-from plugins.kernel import VFConfig
+from plugins.kernel import KernelError, VFConfig
 from plugins.sdk import DocumentSchema
 
 from .helpers import link
@@ -166,6 +168,40 @@ def test_the_schema_lists_what_the_fake_kernel_knows() -> None:
     nic_caps = definitions["nic"]["properties"]["capabilities"]["items"]["enum"]
     assert set(nic_caps) == CAPABILITIES
     assert set(definitions["link"]["properties"]["kind"]["enum"]) == set(SETUP_MTU_BOUNDS)
+    assert set(definitions["nic"]["properties"]["driver"]["enum"]) == set(DRIVERS)
+
+
+def test_a_pf_can_be_an_igb() -> None:
+    """``nic: igb`` (a built-in profile) or a variant with ``driver: igb`` and overrides:
+    totalvfs 7, VF addresses made up by the VF driver, no link-state control but a
+    reported "auto", an address set through the PF applied at the VF's next reset."""
+    model = build_model(
+        {
+            "loopback": True,
+            "nics": {"small-igb": {"driver": "igb", "totalvfs": 2}},
+            "pfs": [
+                {"name": "enp1s0", "pci": "0000:01:00.0", "nic": "igb", "num_vfs": 1},
+                {"name": "enp2s0", "pci": "0000:02:00.0", "nic": "small-igb", "cable": False},
+            ],
+        }
+    )
+    host = model.host_namespace()
+    assert model.get_link(host, name="lo") is not None
+    assert model.sriov_totalvfs("enp1s0") == 7
+    assert model.sriov_totalvfs("enp2s0") == 2
+    vf = model.get_link(host, name="enp1s0v0")
+    assert vf is not None
+    assert vf.pci_address == "0000:01:10.0"
+    assert vf.mac != vf.perm_mac  # both made up by igbvf
+    pf = model.get_link(host, name="enp1s0")
+    assert pf is not None
+    assert model.get_vfs(host, pf.ifindex)[0].link_state == "auto"
+    with pytest.raises(KernelError) as refused:
+        model.set_sriov_numvfs("enp2s0", 3)
+    assert refused.value.code == errno.ERANGE
+    assert model.set_sriov_numvfs("enp2s0", 2) == ["enp2s0v0", "enp2s0v1"]
+    with pytest.raises(LabError, match=r"lab\.nics\.x\.driver: must be one of"):
+        build_model({"nics": {"x": {"driver": "e1000"}}})
 
 
 def test_yaml_problems(tmp_path: Path) -> None:

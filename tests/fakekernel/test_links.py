@@ -34,10 +34,15 @@ def test_names_longer_than_15_bytes_fail_netlink_policy(m: FakeKernelModel, host
 
 
 def test_name_patterns_take_the_smallest_free_number(m: FakeKernelModel, host: NsRef) -> None:
-    assert mk(m, host, "dummy", "dum%d").name == "dum0"
-    assert mk(m, host, "dummy", "dum%d").name == "dum1"
+    """A rename to a pattern; create_link refuses patterns, as the Linux backend does."""
     with kernel_error(errno.EINVAL):
-        mk(m, host, "dummy", "dum%s")
+        mk(m, host, "dummy", "dum%d")
+    d = mk(m, host, "dummy", "d")
+    e = mk(m, host, "dummy", "e")
+    assert m.set_link(host, d.ifindex, LinkChanges(name="dum%d")).name == "dum0"
+    assert m.set_link(host, e.ifindex, LinkChanges(name="dum%d")).name == "dum1"
+    with kernel_error(errno.EINVAL):
+        m.set_link(host, e.ifindex, LinkChanges(name="dum%s"))
 
 
 def test_ifindexes_grow_and_are_never_reused(m: FakeKernelModel, host: NsRef) -> None:

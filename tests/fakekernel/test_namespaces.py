@@ -95,13 +95,15 @@ def test_renaming_in_place_through_move(m: FakeKernelModel, host: NsRef) -> None
     assert m.move_link(host, d.ifindex, host, new_name="d1").name == "d1"
 
 
-def test_moving_an_enslaved_link_is_refused(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
-    """Model choice (Linux would release the port and move it): EBUSY."""
-    bond = mk(m, host, "bond", "bond0", bond=BondInfo("active-backup", 100))
+def test_moving_an_enslaved_link_releases_it(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    """As Linux (NETDEV_UNREGISTER on the port): released, its address and MTU given
+    back, then moved (down)."""
+    bond = mk(m, host, "bond", "bond0", bond=BondInfo("active-backup", 100), mtu=9000)
     v0 = link(m, host, "enp3s0f0v0")
     m.set_link(host, v0.ifindex, LinkChanges(master=bond.ifindex))
-    with kernel_error(errno.EBUSY):
-        m.move_link(host, v0.ifindex, pod)
+    moved = m.move_link(host, v0.ifindex, pod)
+    assert (moved.master, moved.mtu, moved.mac, moved.up) == (None, v0.mtu, v0.mac, False)
+    assert link(m, host, "bond0").bond == BondInfo("active-backup", 100, 0, 0, None)
 
 
 def test_namespace_death_returns_devices_and_kills_virtual_links(
