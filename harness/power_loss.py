@@ -50,10 +50,13 @@ from labs.power import (
     guest_python,
     make_bundle,
     make_disk,
+    nofsync_library,
+    unflushed,
 )
 
 PULLS_ENV = "DRANP_POWER_LOSS_PULLS"
 CACHE_ENV = "DRANP_POWER_LOSS_CACHE"
+NOFSYNC_ENV = "DRANP_POWER_LOSS_NOFSYNC"  # 1: run the manual check that the rig can fail
 DEFAULT_PULLS = 3  # the vm tier's CI sample; DRANP_POWER_LOSS_PULLS=30 is the full run
 TOPOLOGIES = ("macvlan", "ipvlan")  # what a NetnsLab's veth parents carry in any kernel
 MOUNT = Path("/run/dranp-power")  # tmpfs in the guest: the disk's mount point
@@ -300,15 +303,16 @@ class Driver:
             self.node = None
 
 
-def _mount(serial: str, target: Path) -> float:
+def _mount(serial: str, target: Path, options: str = "") -> float:
     """Mount the virtio disk whose serial is ``serial`` on ``target``; its seconds."""
     started = time.monotonic()
     for block in sorted(Path("/sys/block").glob("vd*")):
         serial_file = block / "serial"
         if serial_file.exists() and serial_file.read_text().strip() == serial:
             target.mkdir(parents=True, exist_ok=True)
+            flags = ["-o", options] if options else []
             subprocess.run(
-                ["mount", "-t", "ext4", f"/dev/{block.name}", str(target)],
+                ["mount", "-t", "ext4", *flags, f"/dev/{block.name}", str(target)],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -328,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serial", default=DISK_SERIAL)
     parser.add_argument("--seed", type=int, default=start_state_seed())
     parser.add_argument("--started", type=float, default=0.0, help="guest uptime at exec")
+    parser.add_argument("--mount-options", default="", help="the disk's mount options")
     args = parser.parse_args(argv)
     fd = os.open(f"/dev/virtio-ports/{args.port}", os.O_RDWR | os.O_CLOEXEC)
 
@@ -339,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         imported = _uptime()
-        mounted = _mount(args.serial, MOUNT)
+        mounted = _mount(args.serial, MOUNT, args.mount_options)
         emit(
             {
                 "ev": "hello",
@@ -454,12 +459,15 @@ def run(
     kernel: str = "6.1",
     cache: str = "none",
     bundle: bool = True,
+    nofsync: bool = False,
     log: Callable[[str], None] = print,
 ) -> Outcome:
     """``pulls`` plug pulls on a fresh ``disk`` image (pulls + 1 boots); see the module.
     ``bundle``: the guest reads Python from a disk image (``labs.power.make_bundle``)
-    rather than over 9p."""
-    return PowerLossRun(pulls, disk, seed, kernel, cache, bundle, log).run()
+    rather than over 9p. ``nofsync``: the fault that proves the check can fail (the guest's
+    flushes do nothing and its page cache is never written back, so the kill loses what
+    the journals acknowledged; see docs/power-loss.md)."""
+    return PowerLossRun(pulls, disk, seed, kernel, cache, bundle, nofsync, log).run()
 
 
 class PowerLossRun:
@@ -474,10 +482,13 @@ class PowerLossRun:
         kernel: str,
         cache: str,
         bundle: bool,
+        nofsync: bool,
         log: Callable[[str], None],
     ) -> None:
         self.pulls = pulls
         self.bundle = bundle
+        self.nofsync = nofsync
+        self.prefix = ""  # guest shell commands before the driver's
         self.disk = disk
         self.seed = start_state_seed() if seed is None else seed
         self.kernel = kernel
@@ -499,6 +510,8 @@ class PowerLossRun:
         warm_bytecode(GUEST_IMPORTS)
         bundle = make_bundle(self.disk.with_suffix(".bundle.img")) if self.bundle else None
         make_disk(self.disk)
+        if self.nofsync:
+            self.prefix = unflushed(nofsync_library(self.disk.parent)) + "; "
         try:
             for boot in range(self.pulls + 1):
                 self.boot(boot, bundle)
@@ -512,8 +525,10 @@ class PowerLossRun:
         """One boot on the disk: recover and check, clean up, then pull the plug (or,
         the last, shut down)."""
         command = guest_python("harness.power_loss", "--seed", str(self.seed + boot))
+        if self.nofsync:  # nor does ext4 commit its own journal before the kill
+            command += " --mount-options commit=86400"
         # The guest's uptime at exec, so the driver can tell its imports' cost.
-        command = f'T0=$(cut -d" " -f1 /proc/uptime); {command} --started "$T0"'
+        command = f'{self.prefix}T0=$(cut -d" " -f1 /proc/uptime); {command} --started "$T0"'
         guest = PowerGuest(self.disk, command, kernel=self.kernel, cache=self.cache, bundle=bundle)
         try:
             self.recover(guest, boot)

@@ -57,6 +57,8 @@ __all__ = [
     "guest_python",
     "make_bundle",
     "make_disk",
+    "nofsync_library",
+    "unflushed",
     "warm_bytecode",
 ]
 
@@ -180,6 +182,45 @@ def bundle_mounts() -> str:
     for name, tree in bundle_trees().items():
         commands.append(f"mount --bind {BUNDLE_MOUNT}/{name} {shlex.quote(str(tree))}")
     return " && ".join(commands)
+
+
+NOFSYNC_SOURCE = """
+/* The power-loss rig's fault: a guest whose flushes do nothing. */
+int fsync(int fd) { (void)fd; return 0; }
+int fdatasync(int fd) { (void)fd; return 0; }
+int syncfs(int fd) { (void)fd; return 0; }
+void sync(void) {}
+"""
+
+
+def nofsync_library(directory: Path) -> Path:
+    """A shared library (LD_PRELOAD) whose ``fsync``, ``fdatasync``, ``syncfs`` and
+    ``sync`` return at once without flushing: what a journal on a disk that lies about
+    its flushes sees. Compiled with the host's ``cc``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory / "nofsync.c"
+    library = directory / "nofsync.so"
+    source.write_text(NOFSYNC_SOURCE)
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise VmLabUnavailable("the nofsync fault needs a C compiler (cc) on the host")
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    return library
+
+
+def unflushed(library: Path) -> str:
+    """The guest's shell commands that keep what its programs write in its page cache:
+    no periodic writeback, dirty pages never expire, and flushes of the programs run
+    afterwards are no-ops (``library`` from ``nofsync_library``)."""
+    return (
+        "echo 0 > /proc/sys/vm/dirty_writeback_centisecs && "
+        "echo 8640000 > /proc/sys/vm/dirty_expire_centisecs && "
+        f"export LD_PRELOAD={shlex.quote(str(library))}"
+    )
 
 
 def guest_python(module: str, *args: str) -> str:

@@ -6,6 +6,8 @@ removes, boots again on the same disk, and checks that every acknowledged operat
 survived, that cleanup leaves nothing behind, and that every journal opened (or says
 why not). ``DRANP_POWER_LOSS_PULLS`` sets the number of pulls (default 3: the vm tier's
 sample; 30 is the full run, tens of minutes); ``RIG_SEED`` the seed.
+``DRANP_POWER_LOSS_NOFSYNC=1`` runs the manual check that the rig can fail at the
+guest level (a guest whose flushes do nothing must lose acknowledged operations).
 
 The check itself runs everywhere: the guest's driver in this process on the kernel
 model, with an acknowledged record deleted from a journal before recovery, must be
@@ -25,6 +27,7 @@ import pytest
 from harness.labs import parse_lab_url
 from harness.power_loss import (
     CACHE_ENV,
+    NOFSYNC_ENV,
     RECOVER_DEADLINE_S,
     STEP_DEADLINE_S,
     Driver,
@@ -74,6 +77,28 @@ def test_pulling_the_plug_loses_no_acknowledged_operation(
     assert not outcome.leaks, "left after cleanup:\n" + "\n".join(outcome.leaks)
     for journal, reason in outcome.refused.items():
         assert reason, f"{journal} refused to open without a reason"
+
+
+@pytest.mark.vm
+@pytest.mark.timeout(2 * (RECOVER_DEADLINE_S + 3 * STEP_DEADLINE_S))
+@pytest.mark.skipif(
+    os.environ.get(NOFSYNC_ENV) != "1", reason=f"the manual check runs with {NOFSYNC_ENV}=1"
+)
+def test_a_guest_whose_flushes_do_nothing_loses_acknowledged_operations(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The rig can fail: the same run, one pull, with the guest's fsync/fdatasync made
+    no-ops and its page cache never written back, so the kill takes what the journals
+    acknowledged with it; the check must report those operations lost."""
+    require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={KERNEL}").missing())
+    disk = DISKS / f"power-loss-nofsync-{os.getpid()}.img"
+    try:
+        outcome = run(1, disk, kernel=KERNEL, nofsync=True, log=lambda s: print(s, flush=True))
+    finally:
+        disk.unlink(missing_ok=True)
+    print("\n".join(outcome.lost))
+    assert outcome.pulls[0].acks > 0, "the pull came before any acknowledgement"
+    assert outcome.lost, "a guest that never flushed lost nothing: the check cannot fail"
 
 
 def _events() -> tuple[list[dict[str, Any]], Any]:
