@@ -418,7 +418,8 @@ class Outcome:
     seed: int
     cache: str
     pulls: list[Pull] = field(default_factory=list)
-    acks_checked: int = 0
+    acks_checked: int = 0  # checks made: every boot checks every ack received before it
+    acked_operations: int = 0  # distinct acknowledged successes, all checked at least once
     lost: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
@@ -550,6 +551,7 @@ class PowerLossRun:
         lost = lost_acks(self.acks, recovered)
         checked = sum(a["result"] in ACKED for a in self.acks)
         outcome.acks_checked += checked
+        outcome.acked_operations = max(outcome.acked_operations, checked)
         outcome.lost += lost
         outcome.refused.update(recovered["refused"])
         if recovered["refused"]:

@@ -67,12 +67,26 @@ def test_pulling_the_plug_loses_no_acknowledged_operation(
     rig_stats.add("acknowledged_lost", len(outcome.lost))
     rig_stats.add("power_loss_leaks", len(outcome.leaks))
     rig_stats.add("journals_refused", len(outcome.refused))
-    rig_stats.add("power_loss_acks_checked", outcome.acks_checked)
+    rig_stats.add("power_loss_acks_checked", outcome.acked_operations)
     rig_stats.fact("power_loss_seed", outcome.seed)
     rig_stats.fact("power_loss_seconds", outcome.wall_s)
-    print(json.dumps({"boots": outcome.boots, "refused": outcome.refused}, indent=1))
+    print(
+        json.dumps(
+            {
+                "pulls": len(outcome.pulls),
+                "acked_operations": outcome.acked_operations,
+                "checks": outcome.acks_checked,
+                "lost": len(outcome.lost),
+                "leaks": len(outcome.leaks),
+                "refused": outcome.refused,
+                "wall_s": outcome.wall_s,
+                "boots": outcome.boots,
+            },
+            indent=1,
+        )
+    )
     assert len(outcome.pulls) == PULLS
-    assert outcome.acks_checked > 0, "no acknowledged operation was ever checked"
+    assert outcome.acked_operations > 0, "no acknowledged operation was ever checked"
     assert not outcome.lost, "acknowledged operations lost:\n" + "\n".join(outcome.lost)
     assert not outcome.leaks, "left after cleanup:\n" + "\n".join(outcome.leaks)
     for journal, reason in outcome.refused.items():
