@@ -88,12 +88,12 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     if link.kind == "ipvlan":
         raise fail(errno.EOPNOTSUPP, "ipvlan has no ndo_set_mac_address")  # shares its lower's
     mac = require_valid_ether_addr(mac)
-    if link.vf_of is not None and mac != link.mac:
+    if link.vf_of is not None:
         from ._vfs import admin_mac_locks
 
-        if admin_mac_locks(state, link):
+        if mac != link.mac and admin_mac_locks(state, link):
             raise fail(errno.EADDRNOTAVAIL, f"{link.name}: its PF set its address")
-        if link.vf_hw_mac is not None or _resets_take_hw_mac(state, link):
+        if _resets_take_hw_mac(state, link):
             link.vf_hw_mac = mac  # igbvf_set_mac: the hardware address register too
     if link.kind == "macvlan" and mac != link.mac:
         lower = parent_of(state, link)

@@ -114,7 +114,10 @@ class PfState:
     nic: NicProfile = field(default_factory=lambda: DRIVERS["generic"])
     name: str = ""  # the PF netdev's name at probe: its VFs are named after it (<name>v<i>)
     vf_mtu: int = 1500
-    cable: bool = True  # False: the port never has link (QEMU's igb without a backend)
+    cable: bool = True  # False: the port never has link
+    # the hardware address each VF index had when its VF went (sriov_numvfs 0): the
+    # next VF of that index starts with it (igb; observed on QEMU's 82576)
+    vf_hw_memory: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -187,6 +187,7 @@ class FakeKernelModel:
         ns: NsRef | None = None,
         vf_of: tuple[str, int] | None = None,
         perm_mac: str | None = None,
+        vf_hw_mac: str | None = None,
     ) -> Link:
         """A PCI netdev appearing (driver probe): kind "device" with a permanent address
         (``perm_mac``, default: its address)."""
@@ -212,6 +213,7 @@ class FakeKernelModel:
             perm_mac=parse_mac(perm_mac) if perm_mac else mac,
             pci_address=pci,
             vf_of=vf_of,
+            vf_hw_mac=vf_hw_mac,
         )
         return self._view(self._s.add(link))
 
@@ -255,8 +257,12 @@ class FakeKernelModel:
         nic = table.nic
         table.vfs.append(VfState())
         perm = None
-        if nic.vf_mac == "random":  # the VF driver makes its addresses up
+        hw = None
+        if nic.vf_mac == "random":  # the VF driver makes its addresses up ...
             mac, perm = self._s.random_mac(), self._s.random_mac()
+            # ... unless this VF index had a hardware address before; that address is
+            # also its hardware address register (which its resets take)
+            mac = hw = table.vf_hw_memory.get(index, mac)
         elif not mac:
             mac = derived_mac(pci)
         return self.add_device(
@@ -268,6 +274,7 @@ class FakeKernelModel:
             min_mtu=nic.min_mtu,
             max_mtu=max_mtu,
             vf_of=(table.pci, index),
+            vf_hw_mac=hw,
         )
 
     def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
@@ -297,6 +304,8 @@ class FakeKernelModel:
             for index in reversed(range(current)):
                 vf = _vfs.vf_netdev(self._s, table.pci, index)
                 if vf is not None:
+                    if vf.vf_hw_mac is not None:
+                        table.vf_hw_memory[index] = vf.vf_hw_mac
                     self.remove_device(vf.pci_address or "")
             table.vfs.clear()
             return []

@@ -13,7 +13,9 @@ listed divergence that no longer diverges fails too, so the list cannot rot.
 from __future__ import annotations
 
 import difflib
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,6 +64,20 @@ def differences(name: str, fake: Any, real: Any) -> str:
     return f"{name} differs (- fake, + linux):\n" + "\n".join(lines)
 
 
+# A directory to write each vm scenario's two runs to (``<release>/<scenario>.json``),
+# e.g. to attach to a report or to compare another version of the fake with offline.
+RECORD_ENV = "DRANP_DIFFERENTIAL_RECORD"
+
+
+def record(sc: Scenario, release: str, runs: dict[str, Any]) -> None:
+    directory = os.environ.get(RECORD_ENV)
+    if not directory:
+        return
+    path = Path(directory) / release / f"{sc.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(runs))
+
+
 def test_the_corpus_is_big_enough_and_names_are_unique() -> None:
     assert len(SCENARIOS) >= 100
     assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
@@ -102,8 +118,9 @@ def test_fake_matches_vm(
     stats.vm_release = guest.release
     series = kernel_series(guest.release)
     fake_log, fake_view = run_on_fake(sc, live_rename=guest.live_rename, vm_like=True)
-    real_log, real_view = run(VmWorld(vm_lab.kernel, guest), sc)
+    real_log, real_view = run(VmWorld(vm_lab.kernel, guest, sriov="device" in sc.kinds), sc)
     outcome_agrees, state_agrees = fake_log == real_log, fake_view == real_view
+    record(sc, guest.release, {"fake": [fake_log, fake_view], "linux": [real_log, real_view]})
     for key, agreed in (
         ("scenarios", True),
         ("outcome_agree", outcome_agrees),
