@@ -46,6 +46,8 @@ BOND_MODE_NUMBERS = {
 IPVLAN_MODE_NUMBERS = {"l2": 0, "l3": 1, "l3s": 2}
 # How long the VFs' netdevs may take to appear after sriov_numvfs is written (TCG).
 VF_NETDEV_DEADLINE_S = 60.0
+# How long write_sriov_numvfs leaves the naming of new VF netdevs to udev.
+UDEV_GRACE_S = 10.0
 SYSFS_NET = Path("/sys/class/net")
 GUEST_METHODS = tuple(GUEST_PARAMS)
 
@@ -105,11 +107,35 @@ class GuestSide:
                 raise kernel_error(exc.errno or errno.EIO, f"{pf}: sriov_numvfs={count}") from None
             if count in (0, before):
                 return []
-            deadline = time.monotonic() + VF_NETDEV_DEADLINE_S
+            started = time.monotonic()
+            deadline = started + VF_NETDEV_DEADLINE_S
+            renamed = False
             while (names := _vf_netdevs(device, count)) is None:
-                if not events.wait(deadline - time.monotonic()):
+                if not renamed and time.monotonic() > started + UDEV_GRACE_S:
+                    # udev has not named them (seen on 6.12 under load, the rename never
+                    # came): give them the name udev's policy gives, <pf>v<index>
+                    self._name_vfs(pf, device, count)
+                    renamed = True
+                    continue
+                wait = (started + UDEV_GRACE_S if not renamed else deadline) - time.monotonic()
+                if not events.wait(max(wait, 0.001)) and renamed and time.monotonic() > deadline:
                     raise kernel_error(errno.ETIMEDOUT, f"{pf}: {count} VF netdevs never named")
             return names
+
+    def _name_vfs(self, pf: str, device: Path, count: int) -> None:
+        """Rename VF netdevs still called eth* to ``<pf>v<index>`` (what udev does)."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        with _route_in(self.node_pin, IPRoute) as route:
+            for index in range(count):
+                net = device / f"virtfn{index}" / "net"
+                found = sorted(net.iterdir()) if net.is_dir() else []
+                if found and found[0].name.startswith("eth"):
+                    links = route.link_lookup(ifname=found[0].name)
+                    if links:
+                        with contextlib.suppress(NetlinkError):  # udev got there first
+                            route.link("set", index=links[0], ifname=f"{pf}v{index}")
 
     def change_link(self, ns: str, name: str, option: str, value: str) -> None:
         """Change one option of an existing link in the namespace pinned at ``ns``, as

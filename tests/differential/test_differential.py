@@ -83,6 +83,18 @@ def test_the_corpus_is_big_enough_and_names_are_unique() -> None:
     assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
 
 
+def test_known_divergences_name_scenarios_kernels_and_aspects() -> None:
+    names = {s.name for s in SCENARIOS}
+    for (series, name), known in KNOWN_DIVERGENCES.items():
+        assert name in names, f"KNOWN_DIVERGENCES names no scenario {name!r}"
+        assert series in ("6.1", "6.12"), f"{name}: kernel series {series!r}"
+        assert known.aspects, f"{name}: diverges in nothing?"
+        assert known.aspects <= {"outcome", "state"}, f"{name}: {sorted(known.aspects)}"
+        assert known.reason, f"{name}: a divergence needs its reason"
+    assert kernel_series("6.12.57+deb12-amd64") == "6.12"
+    assert kernel_series("6.1.0-57-amd64") == "6.1"
+
+
 @pytest.mark.parametrize("sc", SCENARIOS, ids=str)
 def test_scenario_runs_on_fake(sc: Scenario) -> None:
     first = run_on_fake(sc)
