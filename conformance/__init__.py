@@ -8,15 +8,17 @@ See docs/conformance.md for what each check proves and how to describe a ``Targe
 
 from .checks import CHECKS, ConformanceError, NotApplicable, run_all
 from .node import TargetNode
-from .target import Host, Target, plant_foreign, project_targets
+from .target import Host, LabFactory, Target, fake_lab, plant_foreign, project_targets
 
 __all__ = [
     "CHECKS",
     "ConformanceError",
     "Host",
+    "LabFactory",
     "NotApplicable",
     "Target",
     "TargetNode",
+    "fake_lab",
     "plant_foreign",
     "project_targets",
     "run_all",

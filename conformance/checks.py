@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fakekernel.model import diff
 from plugins.sdk import (
@@ -32,7 +32,7 @@ from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
 from .node import TargetNode
-from .target import Target, envelope, plant_foreign
+from .target import LabFactory, Target, envelope, plant_foreign
 
 
 class ConformanceError(AssertionError):
@@ -81,15 +81,15 @@ def _lifecycle(node: TargetNode) -> None:
 
 
 def _restored(node: TargetNode, baseline: dict[str, Any], what: str) -> None:
-    changes = diff(baseline, node.host.model.snapshot())
+    changes = diff(baseline, node.host.kernel.snapshot())
     expect(changes == [], f"{what}: the host is not as it was: {changes}")
 
 
 # -- checks ---------------------------------------------------------------------------------
 
 
-def check_getinfo_identity(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_getinfo_identity(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     host = GrpcHost(work / "sock", "conformance-token")
     try:
         host.start(node.runner.endpoints())
@@ -114,12 +114,12 @@ def check_getinfo_identity(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_authentication(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_authentication(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     host = GrpcHost(work / "sock", "conformance-token")
     try:
         host.start(node.runner.endpoints())
-        baseline = node.host.model.snapshot()
+        baseline = node.host.kernel.snapshot()
         with PluginClient(host.socket_paths[target.socket], "not-the-token") as client:
             try:
                 client.connect_network(target.connect(node.host, None, "connect-1"))
@@ -137,10 +137,10 @@ def check_authentication(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_wrong_step_kind(target: Target, work: Path) -> None:
+def check_wrong_step_kind(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     if not target.operation_only:
         raise NotApplicable("an Allocation root has every hook")
-    node = TargetNode(target, work / "node")
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         from plugins.sdk import Hook, PrepareRequest
 
@@ -170,11 +170,11 @@ GENERIC_BAD_CONFIGS: list[tuple[str, str, str]] = [
 ]
 
 
-def check_config_rejections(target: Target, work: Path) -> None:
+def check_config_rejections(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     """Every generic rejection class, and every invalid example the bundle declares."""
-    node = TargetNode(target, work / "node")
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        baseline = node.host.model.snapshot()
+        baseline = node.host.kernel.snapshot()
         bundle = node.endpoint.registration.bundle
         examples = bundle.invalid_examples if bundle is not None else []
         cases = [
@@ -204,12 +204,12 @@ def _with_config(request: Any, raw: str) -> Any:
     return dataclasses.replace(request, config_json=raw)
 
 
-def check_replay(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_replay(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         prepared = _prepare(node)
         first = _connect(node, prepared)
-        after = node.host.model.snapshot()
+        after = node.host.kernel.snapshot()
         again = _connect(node, prepared)
         expect(again == first, "a retry of the same operation returned a different response")
         _restored(node, after, "a replayed connect changed the host")
@@ -218,8 +218,8 @@ def check_replay(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_reused_id(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_reused_id(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         prepared = _prepare(node)
         _connect(node, prepared)
@@ -240,11 +240,11 @@ def check_reused_id(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_fencing(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_fencing(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         prepared = _prepare(node)
-        after_prepare = node.host.model.snapshot()
+        after_prepare = node.host.kernel.snapshot()
         receipt = node.endpoint.remove_network(target.remove())
         expect(
             receipt.status is CleanupStatus.CLEANED,
@@ -264,8 +264,8 @@ def check_fencing(target: Target, work: Path) -> None:
         node.close()
 
 
-def _reference_points(target: Target, work: Path) -> list[str]:
-    node = TargetNode(target, work / "reference")
+def _reference_points(target: Target, work: Path, make_lab: LabFactory | None) -> list[str]:
+    node = TargetNode(target, work / "reference", make_lab=make_lab)
     try:
         _lifecycle(node)
         return list(node.crash_points.reached)
@@ -286,13 +286,26 @@ def _lifecycle_steps(node: TargetNode) -> list[Callable[[], Any]]:
     return steps
 
 
-def check_crash_at_every_boundary(target: Target, work: Path) -> int:
-    """Crash at every point of a full lifecycle, restart, finish: the host ends as it began."""
-    points = _reference_points(target, work)
+def check_crash_at_every_boundary(
+    target: Target,
+    work: Path,
+    make_lab: LabFactory | None = None,
+    pick: Callable[[list[str]], list[str]] | None = None,
+) -> int:
+    """Crash at every point of a full lifecycle, restart, finish: the host ends as it began.
+
+    ``pick`` chooses the points to crash at from those the reference reached (None:
+    every one); a tier where a run costs seconds passes a seeded sample and prints it."""
+    points = _reference_points(target, work, make_lab)
     expect(len(points) > 10, f"only {len(points)} crash points were reached")
+    if pick is not None:
+        points = pick(points)
+        expect(bool(points), "the sample of crash points is empty")
     for i, point in enumerate(points):
-        node = TargetNode(target, work / f"crash-{i}", crash=CrashPoints(armed=point))
-        baseline = node.host.model.snapshot()
+        node = TargetNode(
+            target, work / f"crash-{i}", crash=CrashPoints(armed=point), make_lab=make_lab
+        )
+        baseline = node.host.kernel.snapshot()
         try:
             crashed = False
             for step in _lifecycle_steps(node):
@@ -310,11 +323,13 @@ def check_crash_at_every_boundary(target: Target, work: Path) -> int:
     return len(points)
 
 
-def check_cleanup_without_response(target: Target, work: Path) -> None:
+def check_cleanup_without_response(
+    target: Target, work: Path, make_lab: LabFactory | None = None
+) -> None:
     point = "ConnectNetwork/connect-1/-/response.before-commit"
-    node = TargetNode(target, work / "node", crash=CrashPoints(armed=point))
+    node = TargetNode(target, work / "node", crash=CrashPoints(armed=point), make_lab=make_lab)
     try:
-        baseline = node.host.model.snapshot()
+        baseline = node.host.kernel.snapshot()
         prepared = _prepare(node)
         try:
             _connect(node, prepared)
@@ -329,10 +344,10 @@ def check_cleanup_without_response(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_repeated_cleanup(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_repeated_cleanup(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        baseline = node.host.model.snapshot()
+        baseline = node.host.kernel.snapshot()
         _connect(node, _prepare(node))
         first = node.endpoint.remove_network(target.remove())
         expect(
@@ -353,12 +368,12 @@ def check_repeated_cleanup(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_foreign_object(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_foreign_object(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         prepared = _prepare(node)
         plant_foreign(node.host, target.interface)
-        with_foreign = node.host.model.snapshot()
+        with_foreign = node.host.kernel.snapshot()
         try:
             _connect(node, prepared)
         except FailedPrecondition:
@@ -377,8 +392,8 @@ def check_foreign_object(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_damaged_journal(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_damaged_journal(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         _connect(node, _prepare(node))
         node.stop()
@@ -387,7 +402,7 @@ def check_damaged_journal(target: Target, work: Path) -> None:
             (db.parent / sidecar).unlink(missing_ok=True)
         with db.open("r+b") as f:
             f.write(b"definitely not sqlite")
-        attached = node.host.model.snapshot()
+        attached = node.host.kernel.snapshot()
         node.start()
         expect(not node.endpoint.info().ready, "a service with a corrupt journal reports ready")
         try:
@@ -409,20 +424,20 @@ def check_damaged_journal(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_lost_journal(target: Target, work: Path) -> None:
+def check_lost_journal(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     """Journal files and lease both gone: what the node still holds is never called CLEANED.
 
     The journal's silence proves nothing here; only the node can. Whatever the plugin
     left in the kernel for the attachment must make the cleanup QUARANTINED (or PENDING)
     and stay untouched.
     """
-    node = TargetNode(target, work / "node")
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         _connect(node, _prepare(node))
         node.stop()
         for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
             (node.state_dir / name).unlink(missing_ok=True)
-        attached = node.host.model.snapshot()
+        attached = node.host.kernel.snapshot()
         node.start()  # a fresh journal: nothing told it a journal existed before
         receipt = node.endpoint.remove_network(target.remove())
         expect(
@@ -435,8 +450,10 @@ def check_lost_journal(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_concurrent_duplicates(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_concurrent_duplicates(
+    target: Target, work: Path, make_lab: LabFactory | None = None
+) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         prepared = _prepare(node)
         request = node.connect_request(prepared, "connect-1")
@@ -466,12 +483,12 @@ def check_concurrent_duplicates(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_inspect_read_only(target: Target, work: Path) -> None:
-    node = TargetNode(target, work / "node")
+def check_inspect_read_only(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         _connect(node, _prepare(node))
         assert node.store is not None
-        commits, state = node.store.commits, node.host.model.snapshot()
+        commits, state = node.store.commits, node.host.kernel.snapshot()
         seen = node.endpoint.inspect("connect-1", "")
         expect(seen.found, "InspectOperation does not find a recorded operation")
         node.endpoint.inspect("", "att-1")
@@ -483,16 +500,16 @@ def check_inspect_read_only(target: Target, work: Path) -> None:
         node.close()
 
 
-def check_external_change(target: Target, work: Path) -> None:
+def check_external_change(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     """A field we set, changed by someone else, is quarantined on cleanup, never overwritten."""
     if target.tamper is None:
         raise NotApplicable("the target declares no field an administrator could change under it")
-    node = TargetNode(target, work / "node")
+    node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         _connect(node, _prepare(node))
         node.endpoint.remove_network(target.remove())
         target.tamper(node.host)
-        tampered = node.host.model.snapshot()
+        tampered = node.host.kernel.snapshot()
         receipt = (
             node.endpoint.node_unprepare(target.unprepare()) if not target.operation_only else None
         )
@@ -506,7 +523,14 @@ def check_external_change(target: Target, work: Path) -> None:
         node.close()
 
 
-CHECKS: dict[str, Callable[[Target, Path], Any]] = {
+class Check(Protocol):
+    """A check: a target, a scratch directory, and the factory of the labs it builds its
+    hosts on (None: the fake kernel model)."""
+
+    def __call__(self, target: Target, work: Path, make_lab: LabFactory | None = None) -> Any: ...
+
+
+CHECKS: dict[str, Check] = {
     "getinfo-identity": check_getinfo_identity,
     "authentication": check_authentication,
     "wrong-step-kind": check_wrong_step_kind,
@@ -526,16 +550,24 @@ CHECKS: dict[str, Callable[[Target, Path], Any]] = {
 }
 
 
-def run_all(target: Target, work: Path) -> dict[str, str]:
-    """Every check; returns check -> "passed" / "not applicable: ..." (failures raise)."""
+def run_all(target: Target, work: Path, make_lab: LabFactory | None = None) -> dict[str, str]:
+    """Every check (each host a new lab from ``make_lab``; None: the fake kernel model);
+    returns check -> "passed" / "not applicable: ..." (failures raise)."""
     verdicts = {}
     for name, check in CHECKS.items():
         try:
-            check(target, work / name)
+            check(target, work / name, make_lab)
             verdicts[name] = "passed"
         except NotApplicable as exc:
             verdicts[name] = f"not applicable: {exc}"
     return verdicts
 
 
-__all__ = ["CHECKS", "ConformanceError", "NetworkPluginError", "NotApplicable", "run_all"]
+__all__ = [
+    "CHECKS",
+    "Check",
+    "ConformanceError",
+    "NetworkPluginError",
+    "NotApplicable",
+    "run_all",
+]

@@ -1,31 +1,41 @@
-"""One target's service on a fake host: a ``labs.Node`` whose only service is the target,
-restartable like its service process."""
+"""One target's service on a host: a ``labs.Node`` whose only service is the target,
+restartable like its service process, on the host's lab (a new one from ``make_lab``;
+default: the fake kernel model)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from labs import FakeModelLab, Node, ServiceSpec
+from labs import Node, ServiceSpec
 from plugins.sdk import ConnectRequest, PreparedState
 from plugins.sdk.runner import CrashPoints, EndpointRunner, Runner
 from plugins.sdk.store import Store
 
-from .target import Host, Target
+from .target import Host, LabFactory, Target
 
 
 class TargetNode(Node):
     def __init__(
-        self, target: Target, root: Path, host: Host | None = None, crash: CrashPoints | None = None
+        self,
+        target: Target,
+        root: Path,
+        host: Host | None = None,
+        crash: CrashPoints | None = None,
+        make_lab: LabFactory | None = None,
     ) -> None:
         self.target = target
-        self.host = host or Host.create()
-        target.setup(self.host)
+        self.host = host or Host.create(make_lab)
+        try:
+            target.setup(self.host)
+        except BaseException:
+            self.host.lab.close()
+            raise
         self.spec = ServiceSpec(
             target.name, target.registry, target.effects, sockets=(target.socket,)
         )
         self._requests: dict[str, ConnectRequest] = {}
         super().__init__(
-            FakeModelLab(model=self.host.model),
+            self.host.lab,
             root,
             services=(self.spec,),
             crash=crash,

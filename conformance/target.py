@@ -1,8 +1,13 @@
 """What the conformance suite needs to know about a plugin: a ``Target``.
 
 A plugin author describes how to register the plugin, which executors it runs, how
-to build one valid request per hook on a fresh fake host, and where a foreign object
+to build one valid request per hook on a fresh host, and where a foreign object
 would collide with it. The suite does the rest (see ``conformance.checks``).
+
+A host is a ``labs.Lab`` from a factory the checks take (``make_lab``; default: the
+fake kernel model of ``fakekernel/labs/default.yaml``, in this process), so the same
+checks run on a real kernel: a netns lab, or a session of the VM lab's guest whose node
+holds the guest's igb PFs and VFs under the example inventory's names.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.lab import load_lab
-from fakekernel.model import FakeKernelModel
-from plugins.kernel import Kernel, LinkChanges, LinkSpec
+from labs import FakeModelLab, Lab, LabKernel
+from plugins.kernel import Kernel, LinkChanges, LinkSpec, NsRef
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -35,26 +40,67 @@ from plugins.sdk import (
 from plugins.sdk.runner import EffectRegistry
 
 DEFAULT_LAB = Path(__file__).resolve().parent.parent / "fakekernel" / "labs" / "default.yaml"
+LabFactory = Callable[[], Lab]
+"""A new lab per call: what each check builds its host on."""
+# The example node's two VFs the targets use (VF 0 of enp3s0f0, VF 0 of enp3s0f1), by the
+# PCI addresses of topologies/inventory.yaml; a lab with an inventory of its own names
+# its own (``Host.vf``).
+EXAMPLE_VFS = (
+    {"name": "enp3s0f0v0", "pfName": "enp3s0f0", "vfIndex": 0, "pciAddress": "0000:03:10.0"},
+    {"name": "enp3s0f1v0", "pfName": "enp3s0f1", "vfIndex": 0, "pciAddress": "0000:03:10.1"},
+)
+
+
+def fake_lab(lab: Path = DEFAULT_LAB) -> Lab:
+    """The default host: the kernel model of a fake lab file, as written (no random
+    start state), in this process."""
+    return FakeModelLab(model=load_lab(lab), randomize=False)
 
 
 @dataclass
 class Host:
-    """A fresh fake host for one check: the kernel model and the sandbox namespace."""
+    """A fresh host for one check: its lab, the lab's kernel and the sandbox namespace."""
 
-    model: FakeKernelModel
+    lab: Lab
     sandbox: SandboxHandle
 
     @classmethod
-    def create(cls, lab: Path = DEFAULT_LAB) -> Host:
-        model = load_lab(lab)
-        ns = model.add_namespace("pod-a")
+    def create(cls, make_lab: LabFactory | None = None) -> Host:
+        lab = fake_lab() if make_lab is None else make_lab()
+        try:
+            ns = lab.kernel.add_namespace("pod-a")
+        except BaseException:
+            lab.close()
+            raise
         return cls(
-            model, SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+            lab, SandboxHandle("pod-a", NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
         )
 
     @property
-    def sandbox_ns(self) -> Any:
-        return self.model.open_namespace(self.sandbox.namespace)
+    def kernel(self) -> LabKernel:
+        return self.lab.kernel
+
+    @property
+    def sandbox_ns(self) -> NsRef:
+        return self.kernel.open_namespace(self.sandbox.namespace)
+
+    def vf(self, i: int) -> dict[str, Any]:
+        """VF 0 of the ``i``-th PF (0 or 1) of this host's node: from the lab's inventory
+        (real PCI addresses on the vm tier), else the example node's."""
+        inventory = self.lab.inventory()
+        if inventory is None:
+            return dict(EXAMPLE_VFS[i])
+        want = str(EXAMPLE_VFS[i]["name"])
+        device = inventory.device(want)
+        if device is None:
+            raise LookupError(f"the lab's inventory has no {want} (it lends no VFs?)")
+        a = device.networking
+        return {
+            "name": want,
+            "pfName": a["pfName"],
+            "vfIndex": a["vfIndex"],
+            "pciAddress": a["pciAddress"],
+        }
 
 
 def envelope(hook: Hook, op: str, scope: str, step: str, generation: int = 1) -> OperationEnvelope:
@@ -138,10 +184,12 @@ def _connect(
     )
 
 
-VF0 = {"pfName": "enp3s0f0", "vfIndex": "0", "pciAddress": "0000:03:10.0"}
-VF_BINDING = AllocationBinding(
-    "root-1", "dra.networking", "node", "enp3s0f0v0", "vf", Sharing.EXCLUSIVE, VF0
-)
+def _vf_binding(host: Host) -> AllocationBinding:
+    vf = host.vf(0)
+    attributes = {k: str(vf[k]) for k in ("pfName", "vfIndex", "pciAddress")}
+    return AllocationBinding(
+        "root-1", "dra.networking", "node", vf["name"], "vf", Sharing.EXCLUSIVE, attributes
+    )
 
 
 def _share(kind: str) -> AllocationBinding:
@@ -160,21 +208,22 @@ def _share(kind: str) -> AllocationBinding:
 
 def _sandbox_vf(host: Host, pci: str, name: str) -> None:
     """A VF already realized in the sandbox by this attachment (what the sriov step would do)."""
-    link = host.model.find_device(pci)
-    assert link is not None
-    link = host.model.move_link(link.ns, link.ifindex, host.sandbox_ns, new_name=name)
-    host.model.set_link(host.sandbox_ns, link.ifindex, LinkChanges(up=True))
+    link = host.kernel.find_device(pci)
+    assert link is not None, f"no netdev at {pci}"
+    sandbox = host.sandbox_ns
+    link = host.kernel.move_link(link.ns, link.ifindex, sandbox, new_name=name)
+    host.kernel.set_link(sandbox, link.ifindex, LinkChanges(up=True))
 
 
 def _bond_setup(host: Host) -> None:
-    _sandbox_vf(host, "0000:03:10.0", "net1")
-    _sandbox_vf(host, "0000:03:10.1", "net2")
+    _sandbox_vf(host, host.vf(0)["pciAddress"], "net1")
+    _sandbox_vf(host, host.vf(1)["pciAddress"], "net2")
 
 
 def _member(host: Host, pci: str, name: str) -> ResourceHandle:
     """The KernelInterface/v1 handle the sriov step would have exported for a sandbox VF."""
-    link = host.model.find_device(pci)
-    assert link is not None
+    link = host.kernel.find_device(pci)
+    assert link is not None, f"no netdev at {pci}"
     ns = host.sandbox.namespace
     description = {
         "ifName": link.name,
@@ -199,14 +248,17 @@ def _member(host: Host, pci: str, name: str) -> ResourceHandle:
 
 
 def _bond_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
-    members = (_member(host, "0000:03:10.0", "net1"), _member(host, "0000:03:10.1", "net2"))
+    members = (
+        _member(host, host.vf(0)["pciAddress"], "net1"),
+        _member(host, host.vf(1)["pciAddress"], "net2"),
+    )
     config = {"mode": "active-backup", "monitorIntervalMs": 100, "mtu": 1500}
     grants = tuple(Grant("linux/attach-member/v1", m.id) for m in members)
     return _connect(host, config, op=op, name="net9", inputs={"members": members}, grants=grants)
 
 
 def _vlan_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectRequest:
-    parent = _member(host, "0000:03:10.0", "net1")
+    parent = _member(host, host.vf(0)["pciAddress"], "net1")
     return _connect(
         host,
         {"vlanId": 100, "mtu": 1500},
@@ -221,9 +273,11 @@ def _vf_tamper(host: Host) -> None:
     """An administrator changes VF 0's trust (we set it to true) and VLAN through its PF."""
     from plugins.kernel import VFChanges
 
-    pf = host.model.get_link(host.model.host_namespace(), name="enp3s0f0")
+    vf = host.vf(0)
+    node = host.kernel.host_namespace()
+    pf = host.kernel.get_link(node, name=vf["pfName"])
     assert pf is not None
-    host.model.set_vf(host.model.host_namespace(), pf.ifindex, 0, VFChanges(trust=False, vlan=42))
+    host.kernel.set_vf(node, pf.ifindex, vf["vfIndex"], VFChanges(trust=False, vlan=42))
 
 
 def _vf_prepare(host: Host, op: str) -> PrepareRequest:
@@ -233,7 +287,7 @@ def _vf_prepare(host: Host, op: str) -> PrepareRequest:
         "rdmaAccess": False,
     }
     return PrepareRequest(
-        envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), VF_BINDING, json.dumps(config)
+        envelope(Hook.NODE_PREPARE, op, "prep-1", "step-1"), _vf_binding(host), json.dumps(config)
     )
 
 
@@ -243,7 +297,9 @@ def _vf_connect(host: Host, prepared: PreparedState | None, op: str) -> ConnectR
         "vf": {"vlan": 0, "spoofCheck": False, "trust": True},
         "rdmaAccess": False,
     }
-    return _connect(host, config, op=op, name="net9", prepared=prepared, allocation=VF_BINDING)
+    return _connect(
+        host, config, op=op, name="net9", prepared=prepared, allocation=_vf_binding(host)
+    )
 
 
 def _share_prepare(kind: str) -> Callable[[Host, str], PrepareRequest]:
@@ -327,7 +383,7 @@ def project_targets() -> list[Target]:
 
 def plant_foreign(host: Host, name: str) -> None:
     """An administrator's link with exactly the name our plugin is about to use."""
-    host.model.create_link(
+    host.kernel.create_link(
         host.sandbox_ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin")
     )
 

@@ -16,12 +16,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from labs import DEFAULT_SEED, SEED_ENV, project_descriptors, start_state_seed
+from labs import DEFAULT_SEED, SEED_ENV, Lab, project_descriptors, start_state_seed
 from plugins.coordinator import (
     AllocatedDevice,
     Allocator,
     CompiledTopology,
     Coordinator,
+    Inventory,
     load_inventory,
     load_policies,
     load_topology,
@@ -44,11 +45,24 @@ def compiled(name: str) -> CompiledTopology:
     )
 
 
-def allocate(name: str) -> dict[str, AllocatedDevice]:
+@cache
+def example_inventory() -> Inventory:
+    """The example node's devices (``topologies/inventory.yaml``): what a lab without an
+    inventory of its own (``Lab.inventory()`` None) publishes."""
+    return load_inventory(TOPOLOGY_DIR / "inventory.yaml")
+
+
+def lab_inventory(lab: Lab | None) -> Inventory:
+    """What device discovery publishes on ``lab``'s node (None: the example node)."""
+    own = lab.inventory() if lab is not None else None
+    return example_inventory() if own is None else own
+
+
+def allocate(name: str, inventory: Inventory | None = None) -> dict[str, AllocatedDevice]:
+    """The scheduler's choice of devices for ``name`` from ``inventory`` (None: the
+    example node's, ``topologies/inventory.yaml``)."""
     policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
-    return Allocator(load_inventory(TOPOLOGY_DIR / "inventory.yaml"), policies).allocate(
-        compiled(name)
-    )
+    return Allocator(inventory or example_inventory(), policies).allocate(compiled(name))
 
 
 class HasCoordinator(Protocol):
@@ -70,7 +84,11 @@ class Lifecycle:
 
     def __post_init__(self) -> None:
         self.compiled = compiled(self.topology)
-        self.allocations = allocate(self.topology)
+        # Allocated from what the node's lab publishes (a labs.Node's ``lab``).
+        lab = getattr(self.lab, "lab", None)
+        self.allocations = allocate(
+            self.topology, lab_inventory(lab if isinstance(lab, Lab) else None)
+        )
 
     def phase(self, name: str) -> Callable[[], Any]:
         c = self.lab.coordinator

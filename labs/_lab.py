@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
+from plugins.coordinator import Inventory
 from plugins.kernel import Kernel, NsRef
 from plugins.sdk import NamespaceHandle, SandboxHandle
 
@@ -48,6 +49,14 @@ class Lab(ABC):
 
     @property
     def kernel_url(self) -> str | None:
+        return None
+
+    def inventory(self) -> Inventory | None:
+        """What device discovery would publish on this lab's node (a ``DeviceInventory``),
+        or None: the node is the project's example node, ``topologies/inventory.yaml``
+        (the fake labs' default host; the netns lab's parents). A lab whose devices have
+        names or PCI addresses of their own (a vm session lending the guest's VFs)
+        describes them here, and the allocators take it instead of the file."""
         return None
 
     def boot_id(self) -> str:

@@ -314,7 +314,13 @@ class GuestSession:
                         raise
                     holder = root.get_link(host, name=name)
                     if holder is not None and holder.ifindex == link.ifindex:
-                        return holder
+                        if holder.name == name:
+                            return holder
+                        # ``name`` is the device's own altname: the guest's udev gave it
+                        # its predictable name as an alternative one when it came home
+                        # under the session's name. Drop it, then rename.
+                        _drop_altname(holder.name, name)
+                        continue
                     if not events.wait(deadline - time.monotonic()):
                         raise kernel_error(
                             errno.EEXIST,
@@ -325,6 +331,23 @@ class GuestSession:
                         raise
                     link = found
         return link
+
+
+def _drop_altname(device: str, altname: str) -> None:
+    """``ip link property del dev DEVICE altname ALTNAME`` in the agent's (the guest's
+    root) namespace; its error, if any, names the device."""
+    import subprocess
+
+    done = subprocess.run(
+        ["ip", "link", "property", "del", "dev", device, "altname", altname],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise kernel_error(
+            errno.EEXIST, f"{device} holds {altname} as an altname: {done.stderr.strip()}"
+        )
 
 
 def _handle_of(ref: NsRef) -> NamespaceHandle:

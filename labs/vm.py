@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fakekernel.client import FakeKernelClient
+from plugins.coordinator import Inventory, parse_inventory
 from plugins.kernel import NsRef
 
 from ._guest import VmKernel
@@ -57,6 +58,7 @@ __all__ = [
     "VmSession",
     "kernel_image",
     "missing",
+    "sriov_lend",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -285,6 +287,20 @@ class VmLab(Lab):
         self.sessions.append(opened)
         return opened
 
+    def lend_vfs(self, per_pf: int = 1) -> dict[str, str]:
+        """The ``lend`` of a session whose node holds the guest's SR-IOV NICs under the
+        example inventory's names: each PF of ``PFS`` as ``enp3s0f0``, ``enp3s0f1`` and
+        its first ``per_pf`` VFs as ``<that name>v<index>``. Makes the VFs first when a
+        PF has fewer (``sriov_numvfs``; it never shrinks what is there, so a test that
+        snapshots the guest should call this before it does)."""
+        if not 1 <= per_pf <= 4:
+            raise ValueError(f"lend_vfs: per_pf must be 1..4, not {per_pf}")
+        k = self.kernel
+        for pf in PFS:
+            if k.sriov(pf)["numvfs"] < per_pf:
+                k.set_sriov_numvfs(pf, per_pf)
+        return sriov_lend(per_pf)
+
     def furnish_sandbox(self, ns: NsRef) -> None:
         """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""
         from fakekernel.lab import plant_pod_interface
@@ -314,6 +330,19 @@ class VmLab(Lab):
         if process is not None and process.stdout is not None:
             process.stdout.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def sriov_lend(per_pf: int) -> dict[str, str]:
+    """Guest device -> its name in a session's node: the PFs as the example inventory's
+    ``enp3s0f0``/``enp3s0f1`` (udev names VF ``i`` of ``enp1s0`` ``enp1s0v<i>``), so a
+    topology's selectors (``pfName == "enp3s0f0"``) hold on the vm tier unchanged."""
+    from .netns import PARENTS
+
+    lend: dict[str, str] = {}
+    for pf, name in zip(PFS, PARENTS, strict=False):
+        lend[pf] = name
+        lend.update({f"{pf}v{i}": f"{name}v{i}" for i in range(per_pf)})
+    return lend
 
 
 class VmRootKernel(VmKernel):
@@ -356,6 +385,55 @@ class VmSession(Lab):
             raise
         self.open_seconds = time.monotonic() - started
         self.close_seconds: float | None = None
+        self._inventory: Inventory | None = None
+
+    def inventory(self) -> Inventory | None:
+        """With lent devices: what discovery would publish on the session's node, read
+        from the guest's kernel (each lent VF as ``type: vf`` with its name in the node,
+        its real PCI address, its PF's name in the node and its VF index; each lent
+        netdev that is no VF, and each parent the session made, as ``type: pf``).
+        Without: None (the node is the example inventory's, as on the netns tier)."""
+        if not self.lend:
+            return None
+        if self._inventory is None:
+            self._inventory = parse_inventory(self._inventory_document(), f"vm session {self.id}")
+        return self._inventory
+
+    def _inventory_document(self) -> dict[str, Any]:
+        from .netns import PARENTS
+
+        k = self.kernel
+        host = k.host_namespace()
+        links = {}
+        for name in [*self.lend.values(), *(p for p in PARENTS if p not in self.lend.values())]:
+            link = k.get_link(host, name=name)
+            if link is None:
+                raise RuntimeError(f"vm session {self.id}: {name} is not in the session's node")
+            links[name] = link
+        pf_names = {link.pci_address: name for name, link in links.items() if link.pci_address}
+        devices = []
+        for name, link in links.items():
+            attributes: dict[str, Any] = {"ifName": name}
+            if link.vf_of is not None:
+                pf_pci, index = link.vf_of
+                if pf_pci not in pf_names:
+                    raise RuntimeError(
+                        f"vm session {self.id}: VF {name}'s PF {pf_pci} was not lent with it"
+                    )
+                attributes.update(type="vf", pfName=pf_names[pf_pci], vfIndex=index)
+            else:
+                if any(vf.vf_of and vf.vf_of[0] == link.pci_address for vf in links.values()):
+                    continue  # a PF whose VFs are in use is not itself allocatable
+                attributes["type"] = "pf"
+            if link.pci_address:
+                attributes["pciAddress"] = link.pci_address
+            devices.append({"name": name, "attributes": {"dra.networking": attributes}})
+        return {
+            "kind": "DeviceInventory",
+            "pool": f"vm-{self.id}".lower(),
+            "driver": "dra.networking",
+            "devices": devices,
+        }
 
     @property
     def kernel(self) -> FakeKernelClient:

@@ -7,11 +7,11 @@ from typing import Any
 
 import labs
 from harness.report import AllureObserver
+from harness.scenarios import lab_inventory
 from plugins.coordinator import (
     Allocator,
     CompiledTopology,
     NodeAuthority,
-    load_inventory,
     load_policies,
     load_topology,
     validate_topology,
@@ -31,7 +31,7 @@ def compiled(name: str) -> CompiledTopology:
 class Node(labs.Node):
     """Real service processes on the fake kernel server (or on ``lab``, a lab with a
     ``kernel_url``), a coordinator reporting each call to Allure, and a scheduler
-    stand-in (the allocator). No pod until a test asks."""
+    stand-in (the allocator, over the lab's inventory). No pod until a test asks."""
 
     def __init__(self, root: Path, lab: labs.Lab | None = None) -> None:
         clients: dict[str, Any] = {}
@@ -44,7 +44,8 @@ class Node(labs.Node):
         )
         clients.update(self.coordinator.clients)
         self.policies = load_policies(TOPOLOGIES / "policies.yaml")
-        self.allocator = Allocator(load_inventory(TOPOLOGIES / "inventory.yaml"), self.policies)
+        # The scheduler allocates from what the lab's node publishes.
+        self.allocator = Allocator(lab_inventory(self.lab), self.policies)
 
     @property
     def authority(self) -> NodeAuthority:
