@@ -41,9 +41,9 @@ from typing import IO, Any
 
 from fakekernel.client import FakeKernelClient
 from plugins.coordinator import Inventory, parse_inventory
-from plugins.kernel import NsRef
+from plugins.kernel import NsRef, VFConfig
 
-from ._guest import VmKernel
+from ._guest import GuestSide, VmKernel
 from ._lab import Lab, LabKernel
 from ._relay import KernelRelay
 from ._seed import start_state_seed
@@ -52,6 +52,7 @@ from .kernel_agent import PORT_NAME, READY
 __all__ = [
     "KERNELS",
     "PFS",
+    "GuestSide",
     "VmKernel",
     "VmLab",
     "VmLabUnavailable",
@@ -300,6 +301,19 @@ class VmLab(Lab):
             if k.sriov(pf)["numvfs"] < per_pf:
                 k.set_sriov_numvfs(pf, per_pf)
         return sriov_lend(per_pf)
+
+    def vf_tables(self) -> dict[str, list[VFConfig]]:
+        """Each guest PF's VF table as the PF reports it (what the sriov plugin changes):
+        a test compares it before and after, since a session's close gives lent VFs back
+        but a PF keeps what was set through it."""
+        k = self.kernel
+        host = k.host_namespace()
+        tables = {}
+        for pf in PFS:
+            link = k.get_link(host, name=pf)
+            assert link is not None, f"{pf} is not in the guest's root namespace"
+            tables[pf] = k.get_vfs(host, link.ifindex)
+        return tables
 
     def furnish_sandbox(self, ns: NsRef) -> None:
         """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""

@@ -31,7 +31,7 @@ from conformance.target import example_target
 from fakekernel.model import diff
 from harness.crash import every_kth
 from harness.scenarios import SEED_ENV, start_state_seed
-from labs.vm import PFS, VmLab
+from labs.vm import VmLab
 
 pytestmark = pytest.mark.vm
 
@@ -87,17 +87,6 @@ REPRODUCE = f"seed {SEED} ({SEED_ENV}={SEED}); " + (
 )
 
 
-def vf_tables(vm_lab: VmLab) -> dict[str, Any]:
-    k = vm_lab.kernel
-    host = k.host_namespace()
-    tables = {}
-    for pf in PFS:
-        link = k.get_link(host, name=pf)
-        assert link is not None, f"{pf} is not in the guest's root namespace"
-        tables[pf] = k.get_vfs(host, link.ifindex)
-    return tables
-
-
 def restore_vf_tables(vm_lab: VmLab, tables: dict[str, Any]) -> None:
     """external-change leaves the administrator's change in the PF's VF table (the check
     proves it is kept); the PF outlives the session in the guest, so put it back."""
@@ -118,10 +107,10 @@ def lend(vm_lab: VmLab) -> Iterator[dict[str, str]]:
     """The VFs exist before the guest is recorded; the guest ends as it began."""
     made = vm_lab.lend_vfs(1)
     print(f"\nvm conformance: {len(PAIRS)} checks, {REPRODUCE}: {PAIRS}")
-    before, tables = vm_lab.kernel.snapshot(), vf_tables(vm_lab)
+    before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
     yield made
     assert diff(before, vm_lab.kernel.snapshot()) == [], "the checks changed the guest"
-    assert vf_tables(vm_lab) == tables, "the checks left a PF's VF table changed"
+    assert vm_lab.vf_tables() == tables, "the checks left a PF's VF table changed"
 
 
 def test_the_subset_covers_every_check() -> None:
@@ -134,7 +123,7 @@ def test_the_subset_covers_every_check() -> None:
 def test_conformance_on_vm(
     plugin: str, check: str, vm_lab: VmLab, lend: dict[str, str], tmp_path: Path
 ) -> None:
-    lend_tables = vf_tables(vm_lab)
+    lend_tables = vm_lab.vf_tables()
     target = TARGETS[plugin]
     if plugin in NIC_REFUSES and check not in CONNECTLESS:
         pytest.skip(f"vm tier: {check} cannot apply to {plugin}: {NIC_REFUSES[plugin]}")

@@ -19,7 +19,7 @@ import pytest
 
 from fakekernel.lab import load_lab
 from labs import VmLab
-from labs._guest import VmKernel
+from labs.vm import VmKernel
 from plugins.kernel import KernelError, LinkKind, LinkSpec
 from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux.netns import create_namespace, delete_namespace

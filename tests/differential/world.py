@@ -38,7 +38,7 @@ from typing import Any, Literal
 import fakekernel
 from fakekernel import FakeKernelModel
 from fakekernel.lab import build_model, parse_lab_yaml
-from labs._guest import GuestSide, VmKernel
+from labs.vm import GuestSide, VmKernel
 from plugins.kernel import (
     BondInfo,
     Kernel,

@@ -17,13 +17,12 @@ end."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fakekernel.model import diff
 from harness.scenarios import lab_inventory
-from labs.vm import PFS, VmLab
+from labs.vm import VmLab
 from plugins.coordinator import Allocator, StepFailed
 from plugins.sdk import CleanupStatus
 
@@ -31,18 +30,6 @@ from .node import Node, compiled
 from .test_topologies import run_topology
 
 pytestmark = pytest.mark.vm
-
-
-def vf_tables(vm_lab: VmLab) -> dict[str, Any]:
-    """Each guest PF's VF table, as the PF reports it (what the sriov plugin changes)."""
-    k = vm_lab.kernel
-    host = k.host_namespace()
-    tables = {}
-    for pf in PFS:
-        link = k.get_link(host, name=pf)
-        assert link is not None, f"{pf} is not in the guest's root namespace"
-        tables[pf] = k.get_vfs(host, link.ifindex)
-    return tables
 
 
 # The topologies whose VFs the refusal of a VLAN on igbvf (EINVAL) stops at this step.
@@ -82,7 +69,7 @@ def run_refused(node: Node, name: str, step: str) -> None:
 def test_topology_end_to_end_on_vm(vm_lab: VmLab, name: str, tmp_path: Path) -> None:
     lend = vm_lab.lend_vfs(1) if name.startswith("vf-") else None
     root_before = vm_lab.kernel.snapshot()
-    tables_before = vf_tables(vm_lab)
+    tables_before = vm_lab.vf_tables()
     node = Node(tmp_path, vm_lab.session(lend=lend))
     try:
         assert node.lab.kernel_url is not None
@@ -107,4 +94,4 @@ def test_topology_end_to_end_on_vm(vm_lab: VmLab, name: str, tmp_path: Path) -> 
     if name in REFUSED:  # the VFs' igbvf resets: new permanent addresses (see run_refused)
         changes = [c for c in changes if "perm_mac:" not in c]
     assert changes == []
-    assert vf_tables(vm_lab) == tables_before
+    assert vm_lab.vf_tables() == tables_before

@@ -21,7 +21,6 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,7 +37,7 @@ from harness.crash import (
 from harness.process_rig import ProcessRig, sigkill_runs
 from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, allocate, lab_inventory, start_state_seed
-from labs.vm import PFS, VmLab
+from labs.vm import VmLab
 
 pytestmark = pytest.mark.vm
 
@@ -67,18 +66,6 @@ def chosen(what: str, topology: str, points: list[str], wanted: int) -> list[str
     return picked
 
 
-def vf_tables(vm_lab: VmLab) -> dict[str, Any]:
-    """Each guest PF's VF table, as the PF reports it (what the sriov plugin changes)."""
-    k = vm_lab.kernel
-    host = k.host_namespace()
-    tables = {}
-    for pf in PFS:
-        link = k.get_link(host, name=pf)
-        assert link is not None, f"{pf} is not in the guest's root namespace"
-        tables[pf] = k.get_vfs(host, link.ifindex)
-    return tables
-
-
 @pytest.fixture(scope="module")
 def lend(vm_lab: VmLab) -> dict[str, str]:
     """The guest's PFs and VF 0 of each, as vf-bond's sessions hold them (made
@@ -89,10 +76,10 @@ def lend(vm_lab: VmLab) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def root_unchanged(vm_lab: VmLab, lend: dict[str, str]) -> Iterator[None]:
     """Every run's session leaves the guest's own namespace and VF tables as they were."""
-    before, tables = vm_lab.kernel.snapshot(), vf_tables(vm_lab)
+    before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
     yield
     assert diff(before, vm_lab.kernel.snapshot()) == [], "the crash runs changed the guest"
-    assert vf_tables(vm_lab) == tables, "the crash runs left a PF's VF table changed"
+    assert vm_lab.vf_tables() == tables, "the crash runs left a PF's VF table changed"
 
 
 @pytest.fixture(scope="module", params=TOPOLOGIES)
