@@ -199,7 +199,7 @@ class GuestSession:
     Physical devices never die with a namespace: the kernel moves them back to the
     guest's root namespace under the name they had; ``lend`` (a root device's name ->
     its name in the session's node) moves some in at open, and close gives each back
-    its root name, MTU, MAC and admin state.
+    its root name, MTU, MAC, alias and admin state.
     """
 
     def __init__(self, root: NetnsKernel, seed: int, lend: dict[str, str] | None = None) -> None:
@@ -288,9 +288,12 @@ class GuestSession:
             if now.up:
                 now = root.set_link(host, now.ifindex, LinkChanges(up=False))
             now = self._rename_home(now, before.name, deadline)
+            # The alias too: a check that loses a journal on purpose leaves its marker on
+            # the device, as it must; the next session's lab starts without it.
             changes = LinkChanges(
                 mtu=None if now.mtu == before.mtu else before.mtu,
                 mac=None if now.mac == before.mac else before.mac,
+                alias=None if now.alias == before.alias else (before.alias or ""),
             )
             if changes != LinkChanges():
                 now = root.set_link(host, now.ifindex, changes)

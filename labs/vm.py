@@ -302,6 +302,15 @@ class VmLab(Lab):
                 k.set_sriov_numvfs(pf, per_pf)
         return sriov_lend(per_pf)
 
+    def changes_since(self, before: dict[str, Any]) -> list[str]:
+        """How the guest's kernel differs from the snapshot ``before`` (``diff`` lines),
+        leaving out VFs' permanent addresses: an igbvf VF that resets (set down, its MTU
+        changed, a bond's VLAN unwound) takes a new one from its PF, which no plugin
+        and no lab can give back (docs/fake-kernel-fidelity.md, the igb profile)."""
+        from fakekernel.model import diff
+
+        return [c for c in diff(before, self.kernel.snapshot()) if ": perm_mac: " not in c]
+
     def vf_tables(self) -> dict[str, list[VFConfig]]:
         """Each guest PF's VF table as the PF reports it (what the sriov plugin changes):
         a test compares it before and after, since a session's close gives lent VFs back

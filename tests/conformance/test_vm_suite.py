@@ -28,7 +28,6 @@ import pytest
 
 from conformance import CHECKS, LabFactory, NotApplicable, Target, project_targets
 from conformance.target import example_target
-from fakekernel.model import diff
 from harness.crash import every_kth
 from harness.scenarios import SEED_ENV, start_state_seed
 from labs.vm import VmLab
@@ -109,7 +108,7 @@ def lend(vm_lab: VmLab) -> Iterator[dict[str, str]]:
     print(f"\nvm conformance: {len(PAIRS)} checks, {REPRODUCE}: {PAIRS}")
     before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
     yield made
-    assert diff(before, vm_lab.kernel.snapshot()) == [], "the checks changed the guest"
+    assert vm_lab.changes_since(before) == [], "the checks changed the guest"
     assert vm_lab.vf_tables() == tables, "the checks left a PF's VF table changed"
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from fakekernel.model import diff
 from harness.crash import (
     CrashSuite,
     LabFactory,
@@ -78,7 +77,7 @@ def root_unchanged(vm_lab: VmLab, lend: dict[str, str]) -> Iterator[None]:
     """Every run's session leaves the guest's own namespace and VF tables as they were."""
     before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
     yield
-    assert diff(before, vm_lab.kernel.snapshot()) == [], "the crash runs changed the guest"
+    assert vm_lab.changes_since(before) == [], "the crash runs changed the guest"
     assert vm_lab.vf_tables() == tables, "the crash runs left a PF's VF table changed"
 
 
