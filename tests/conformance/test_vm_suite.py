@@ -86,9 +86,18 @@ REPRODUCE = f"seed {SEED} ({SEED_ENV}={SEED}); " + (
 )
 
 
+# The checks that leave a lent VF's settings in its PF's VF table on purpose; the PF
+# outlives the session in the guest, so the test puts them back.
+LEAVES_VF_SETTINGS = {
+    "external-change": "the administrator's change is kept (the check proves it)",
+    "lost-journal": "a journal that is gone cannot undo what it did: the cleanup is "
+    "QUARANTINED and the kernel keeps the plugin's settings",
+    "damaged-journal": "a corrupt journal answers nothing: the settings stay until repair",
+}
+
+
 def restore_vf_tables(vm_lab: VmLab, tables: dict[str, Any]) -> None:
-    """external-change leaves the administrator's change in the PF's VF table (the check
-    proves it is kept); the PF outlives the session in the guest, so put it back."""
+    """Put the PFs' VF tables back as ``tables`` (see ``LEAVES_VF_SETTINGS``)."""
     from plugins.kernel import VFChanges
 
     k = vm_lab.kernel
@@ -152,7 +161,7 @@ def test_conformance_on_vm(
     except NotApplicable as exc:
         pytest.skip(f"vm tier: {check} does not apply to {plugin}: {exc}")
     finally:
-        if check == "external-change":
+        if check in LEAVES_VF_SETTINGS:
             restore_vf_tables(vm_lab, lend_tables)
         print(
             f"\nvm {plugin} {check}: {time.monotonic() - started:.1f} s, "
