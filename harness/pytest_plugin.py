@@ -21,7 +21,7 @@ import pytest
 
 from harness.labs import parse_lab_url
 from harness.stats import STATS_DIR_ENV
-from labs.vm import DEFAULT_KERNEL, KERNEL_ENV, VmLab
+from labs.vm import VmLab, asked_kernel
 
 LAB_MARKERS = ("netns", "vm", "sriov")
 MARKERS = {
@@ -88,7 +88,7 @@ def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
     """The session's one guest (``DRANP_VM_KERNEL``, default 6.1): every vm test shares
     it, since a boot under TCG takes minutes. Tests leave it as they found it (their own
     namespaces, deleted at the end); the first test to ask boots it, in its setup."""
-    kernel = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+    kernel = asked_kernel()
     require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={kernel}").missing())
     lab = VmLab(kernel)
     stats = request.config.stash[STATS_KEY]
@@ -108,7 +108,7 @@ def _vm_kernel_in_report(request: pytest.FixtureRequest) -> None:
     """A vm test's Allure result names the guest's kernel, so one report holds the two
     kernels' runs side by side rather than as retries of one test."""
     if request.node.get_closest_marker("vm") is not None:
-        kernel = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+        kernel = asked_kernel()
         allure.dynamic.parameter("kernel", kernel)
 
 

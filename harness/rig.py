@@ -94,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     except LabURLError as exc:
         parser.error(str(exc))
     results = Path(args.alluredir)
-    write_environment(results, args.lab)
     collector = _Collector()
     started = time.monotonic()
     if spec.tier == "vm":
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             plugins=[collector],
         )
         collector.stats = gather(Path(stats_dir))
-    # Again, now that the run knows its facts (the guest's kernel release, its QEMU).
+    # After the run, which knows its facts (the guest's kernel release, its QEMU).
     write_environment(results, args.lab, collector.stats.facts)
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
     path = summary_path(Path(args.reports), args.lab)

@@ -57,6 +57,7 @@ __all__ = [
     "VmLab",
     "VmLabUnavailable",
     "VmSession",
+    "asked_kernel",
     "kernel_image",
     "missing",
     "sriov_lend",
@@ -71,6 +72,7 @@ KERNELS = {"6.1": "vmlinuz-6.1.0-*-amd64", "6.12": "vmlinuz-6.12.*-amd64"}
 DEFAULT_KERNEL = "6.1"
 KERNEL_ENV = "DRANP_VM_KERNEL"
 """Which of ``KERNELS`` the vm tier's tests boot (``scripts/rig vm://?kernel=K`` sets it)."""
+
 # The guest's PF netdevs: udev names an igb on root port N's bus "enpNs0".
 PFS = ("enp1s0", "enp2s0")
 BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower
@@ -83,6 +85,11 @@ PYCACHE = Path.home() / ".cache" / "dranp-vm-lab" / "pycache"
 # What the agent imports, lazily ones included (pyroute2's IPRoute for the snapshot).
 AGENT_IMPORTS = ("labs.kernel_agent", "labs.netns", "plugins.kernel.linux.netns", "pyroute2")
 CALL_TIMEOUT_S = 120.0  # one kernel call under TCG (a snapshot of many links: seconds)
+
+
+def asked_kernel() -> str:
+    """The kernel the vm tier's tests boot: ``KERNEL_ENV``, else ``DEFAULT_KERNEL``."""
+    return os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
 
 
 class VmLabUnavailable(RuntimeError):

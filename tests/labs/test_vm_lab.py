@@ -9,20 +9,19 @@ deleting it all gives back the snapshot the test started from.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from fakekernel.model import diff
 from labs.netns import PARENTS
-from labs.vm import BOOT_DEADLINE_S, DEFAULT_KERNEL, KERNEL_ENV, PFS, VmLab, VmSession, kernel_image
+from labs.vm import BOOT_DEADLINE_S, PFS, VmLab, VmSession, asked_kernel, kernel_image
 from plugins.kernel import BondInfo, LinkChanges, LinkSpec, open_kernel
 
 # Whichever test runs first boots the guest in its setup, under the per-test timeout.
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(BOOT_DEADLINE_S + 120)]
 
-KERNEL = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+KERNEL = asked_kernel()
 VFS_PER_PF = 4
 
 

@@ -37,9 +37,9 @@ from harness.power_loss import (
 )
 from harness.pytest_plugin import RigStats, require_lab
 from labs import FakeModelLab
-from labs.vm import DEFAULT_KERNEL, KERNEL_ENV
+from labs.vm import asked_kernel
 
-KERNEL = os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
+KERNEL = asked_kernel()
 PULLS = pulls_setting()
 # A backstop: run() has a deadline for every step of every boot.
 TIMEOUT_S = (PULLS + 1) * (RECOVER_DEADLINE_S + 3 * STEP_DEADLINE_S)
