@@ -11,6 +11,7 @@ tests, benchmarks, a plugin author's own tests) builds a ``Node`` from a ``Lab``
         node.processes.crash(service="networkplugin-links")          # SIGKILL, restart
 """
 
+from ._agent_lab import AgentLab, AgentRootKernel, AgentSession
 from ._lab import SANDBOX, Lab, LabKernel
 from ._node import Node
 from ._process import ServiceProcess
@@ -25,6 +26,7 @@ from ._services import (
     service_of,
 )
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
+from .host import HostLab
 from .netns import NetnsLab
 from .vm import VmLab
 
@@ -34,8 +36,12 @@ __all__ = [
     "PROJECT_SERVICES",
     "SANDBOX",
     "SEED_ENV",
+    "AgentLab",
+    "AgentRootKernel",
+    "AgentSession",
     "FakeModelLab",
     "FakeServerLab",
+    "HostLab",
     "InProcessServices",
     "Lab",
     "LabKernel",

@@ -385,16 +385,33 @@ def guest_kernel(pin_root: Path = Path("/run")) -> tuple[NetnsKernel, GuestSide]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs.kernel_agent", description=__doc__)
     parser.add_argument("--port", default=PORT_NAME, help="virtio-serial port name")
+    parser.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve on stdin/stdout instead (an SSH session's; READY goes to stderr)",
+    )
     args = parser.parse_args(argv)
+    from .netns import _remove_pins
+
     kernel, guest = guest_kernel()
     agent = KernelAgent(kernel, guest, lambda seed, lend: GuestSession(kernel, seed, lend))
-    fd = os.open(f"/dev/virtio-ports/{args.port}", os.O_RDWR | os.O_CLOEXEC)
+    if args.stdio:
+        fd, ready = os.dup(sys.stdout.fileno()), sys.stderr
+        # Nothing else may write to the stream the answers go out on.
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        incoming_fd = sys.stdin.fileno()
+    else:
+        fd, ready = os.open(f"/dev/virtio-ports/{args.port}", os.O_RDWR | os.O_CLOEXEC), sys.stdout
+        incoming_fd = fd
     try:
-        with os.fdopen(os.dup(fd), "rb") as incoming:
-            print(READY, flush=True)
+        with os.fdopen(os.dup(incoming_fd), "rb") as incoming:
+            print(READY, file=ready, flush=True)
             agent.serve(incoming, fd)
     finally:
         agent.close()
+        kernel.close()
+        # A guest dies with its pins; a host (served over SSH) is left as it was.
+        _remove_pins(kernel.directory)
         os.close(fd)
     return 0
 

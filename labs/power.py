@@ -42,6 +42,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._console import Console
 from .vm import (
     BOOT_DEADLINE_S,
     DEFAULT_KERNEL,
@@ -49,7 +50,6 @@ from .vm import (
     PYCACHE,
     REPO,
     VmLabUnavailable,
-    _Console,
     kernel_image,
     missing,
     vng_path,
@@ -285,7 +285,7 @@ class PowerGuest:
         self._ended = False
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
-        self._console = _Console(self.console_log, "\x00never")
+        self._console = Console(self.console_log, "\x00never", "virtme-ng")
         devices = [
             f"-drive file={disk},if=none,id=pldisk,format=raw,cache={cache}",
             f"-device virtio-blk-pci,drive=pldisk,serial={DISK_SERIAL}",

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from fakekernel.model import diff
+from labs import AgentSession
 from labs.netns import PARENTS
-from labs.vm import BOOT_DEADLINE_S, PFS, VmLab, VmSession, asked_kernel, kernel_image
+from labs.vm import BOOT_DEADLINE_S, PFS, VmLab, asked_kernel, kernel_image
 from plugins.kernel import BondInfo, LinkChanges, LinkSpec, open_kernel
 
 # Whichever test runs first boots the guest in its setup, under the per-test timeout.
@@ -149,7 +150,7 @@ def test_a_session_is_a_fresh_lab_and_leaves_the_guest_as_it_was(vm_lab: VmLab) 
         host = first.kernel.host_namespace()
         assert host != second.kernel.host_namespace(), "two sessions share a node"
 
-        def parents(session: VmSession) -> list[tuple[str, int, str, bool]]:
+        def parents(session: AgentSession) -> list[tuple[str, int, str, bool]]:
             node = session.kernel.host_namespace()
             links = {lk.name: lk for lk in session.kernel.list_links(node)}
             return [

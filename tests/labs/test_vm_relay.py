@@ -16,10 +16,9 @@ import pytest
 from fakekernel.client import FakeKernelClient, FakeKernelProtocolError
 from fakekernel.lab import load_lab
 from fakekernel.model import FakeKernelModel
-from labs import DEFAULT_LAB, FakeModelLab
+from labs import DEFAULT_LAB, AgentRootKernel, FakeModelLab
 from labs._relay import KernelRelay, RelayClosed
 from labs.kernel_agent import KernelAgent, SessionLab
-from labs.vm import VmRootKernel
 from plugins.kernel import KernelError, LinkSpec
 
 DEADLINE_S = 30.0
@@ -144,7 +143,7 @@ def test_a_client_dying_mid_call_does_not_wedge_the_relay(
 def test_a_session_socket_reaches_only_its_session(
     relay: KernelRelay, tmp_path: Path, upstream: Upstream, model: FakeKernelModel
 ) -> None:
-    with VmRootKernel(tmp_path / "relay.sock", timeout=DEADLINE_S) as root:
+    with AgentRootKernel(tmp_path / "relay.sock", timeout=DEADLINE_S) as root:
         session = root.open_session(7, {})
         relay.listen(tmp_path / "s.sock", session=session)
         lab = upstream.sessions[-1]
