@@ -19,9 +19,9 @@ from typing import Any
 import allure
 import pytest
 
-from harness.labs import parse_lab_url
+from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.stats import STATS_DIR_ENV
-from labs.vm import VmLab, asked_kernel
+from labs.vm import KERNEL_ENV, VmLab, asked_kernel
 
 LAB_MARKERS = ("netns", "vm", "sriov")
 MARKERS = {
@@ -31,6 +31,7 @@ MARKERS = {
     "sriov": "real SR-IOV NIC hosts from an Ansible inventory",
 }
 STATS_KEY = pytest.StashKey["RigStats"]()
+LAB_KEY = pytest.StashKey["LabSpec | None"]()
 
 
 @dataclass
@@ -49,12 +50,35 @@ class RigStats:
         self.facts[key] = value
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lab",
+        default=None,
+        metavar="URL",
+        help="the lab of the run's lab tier: vm://?kernel=6.12 (default vm://), "
+        "sriov://INVENTORY (the sriov tier needs it); fake:// and netns:// take no options",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here, not only in this repository's pyproject, so --strict-markers
     # holds in any repository that installs the kit (the pytest11 entry point).
     for name, meaning in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
     config.stash[STATS_KEY] = RigStats()
+    url = config.getoption("lab", None)
+    try:
+        spec = parse_lab_url(url) if url else None
+    except LabURLError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    config.stash[LAB_KEY] = spec
+    if spec is not None and spec.tier == "vm":
+        os.environ[KERNEL_ENV] = spec.kernel  # the guest every vm test boots (asked_kernel)
+
+
+def asked_lab(config: pytest.Config) -> LabSpec | None:
+    """The run's ``--lab`` (None: not given)."""
+    return config.stash.get(LAB_KEY, None)
 
 
 @pytest.fixture(scope="session")

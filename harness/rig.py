@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-from labs.vm import KERNEL_ENV
-
 from .labs import LabURLError, parse_lab_url, summary_path
 from .report import write_environment
 from .scenarios import start_state_seed
@@ -96,12 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.alluredir)
     collector = _Collector()
     started = time.monotonic()
-    if spec.tier == "vm":
-        os.environ[KERNEL_ENV] = spec.kernel  # the guest the vm tier's tests boot
     with tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir:
         os.environ[STATS_DIR_ENV] = stats_dir
         status = pytest.main(
-            ["-m", spec.tier, f"--alluredir={results}", "-q", *args.pytest_args],
+            [
+                "-m",
+                spec.tier,
+                f"--lab={args.lab}",
+                f"--alluredir={results}",
+                "-q",
+                *args.pytest_args,
+            ],
             plugins=[collector],
         )
         collector.stats = gather(Path(stats_dir))

@@ -3,6 +3,10 @@ and fails when its tier was asked for explicitly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from harness.labs import LabURLError, parse_lab_url
@@ -49,6 +53,20 @@ def test_vm_urls_name_their_kernel(url: str, kernel: str) -> None:
 def test_bad_vm_options_name_the_valid_ones(url: str, named: str) -> None:
     with pytest.raises(LabURLError, match=named):
         parse_lab_url(url)
+
+
+def test_a_bad_lab_option_is_a_usage_error_naming_it() -> None:
+    """``pytest --lab URL`` parses the URL before collecting anything."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--lab", "vm://?kernel=5.10", "--collect-only", "-q"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "5.10" in done.stderr
+    assert "6.1, 6.12" in done.stderr
 
 
 def test_the_fake_lab_runs_anywhere() -> None:
