@@ -21,6 +21,7 @@ import pytest
 
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.stats import STATS_DIR_ENV
+from labs import AgentLab
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
 
 LAB_MARKERS = ("netns", "vm", "sriov")
@@ -125,6 +126,57 @@ def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
     finally:
         lab.close()
     assert lab.process.poll() is not None, "the guest outlived close()"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking ``nic_lab`` runs on every NIC lab: the VM lab's guest (marked
+    ``vm``) and each host of the ``--lab sriov://`` inventory (marked ``sriov``; without
+    one, a single ``sriov`` case that skips or fails saying so)."""
+    if "nic_lab" not in metafunc.fixturenames:
+        return
+    params = [pytest.param("vm", marks=pytest.mark.vm, id="vm")]
+    hosts = sriov_host_names(asked_lab(metafunc.config))
+    params += [pytest.param(f"sriov/{h}", marks=pytest.mark.sriov, id=f"sriov-{h}") for h in hosts]
+    if not hosts:
+        params.append(pytest.param("sriov", marks=pytest.mark.sriov, id="sriov"))
+    metafunc.parametrize("nic_lab", params, indirect=True, scope="session")
+
+
+def sriov_host_names(spec: LabSpec | None) -> list[str]:
+    """The hosts of the run's ``sriov://`` inventory (none: no such lab, or it does not
+    load: the ``sriov_lab`` fixture then says why)."""
+    if spec is None or spec.tier != "sriov":
+        return []
+    from labs.sriov import InventoryError, load_inventory
+
+    try:
+        return [host.name for host in load_inventory(Path(spec.target)).hosts]
+    except (InventoryError, OSError):
+        return []
+
+
+@pytest.fixture(scope="session")
+def nic_lab(request: pytest.FixtureRequest) -> AgentLab:
+    """The machine of this case (``pytest_generate_tests``): the session's guest, or one
+    host of the session's SR-IOV lab."""
+    tier, _, host = str(request.param).partition("/")
+    if tier == "vm":
+        lab: AgentLab = request.getfixturevalue("vm_lab")
+        return lab
+    host_lab: AgentLab = request.getfixturevalue("sriov_lab").host_lab(host)
+    return host_lab
+
+
+@pytest.fixture(scope="session")
+def sriov_lab(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The ``--lab sriov://INVENTORY`` hosts, provisioned for the session and checked to
+    be left as they were found."""
+    spec = asked_lab(request.config)
+    if spec is None or spec.tier != "sriov":
+        require_lab(request.config, "sriov", "it needs --lab sriov://INVENTORY")
+        raise AssertionError("unreachable")  # require_lab skipped or failed
+    require_lab(request.config, "sriov", spec.missing())
+    raise AssertionError("unreachable")  # LabSpec.missing() says sriov:// is not built yet
 
 
 @pytest.fixture(autouse=True)

@@ -43,6 +43,7 @@ class AgentLab(Lab):
     """
 
     pfs: tuple[str, ...]
+    lacking: dict[str, str]  # capability -> why the NICs cannot do it
     start_seed: int
     directory: Path
     relay: KernelRelay | None = None
@@ -115,6 +116,12 @@ class AgentLab(Lab):
         from fakekernel.lab import plant_pod_interface
 
         plant_pod_interface(self.kernel, ns, self.start_seed)
+
+    def lacks(self, capability: str) -> str | None:
+        """Why this machine's NICs cannot do ``capability`` (a capability name of the
+        SR-IOV inventory, docs/labs.md: ``vlan_on_vf``, ``vlan_on_bond``, ...), in one
+        line; None: they can. A check needing it expects the kernel's refusal."""
+        return self.lacking.get(capability)
 
     def _close_agent(self) -> bool:
         """Close the sessions, the lab's client and the relay (the agent then sees the

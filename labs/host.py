@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._agent_lab import AgentLab
@@ -38,7 +38,8 @@ EXIT_DEADLINE_S = 60.0
 class HostLab(AgentLab):
     """The kernel of the host ``name``, served by the agent ``command`` starts there.
 
-    ``pfs``: the host's SR-IOV PF netdevs (from its inventory). Raises
+    ``pfs``: the host's SR-IOV PF netdevs and ``lacking`` what they cannot do (each
+    capability its inventory does not promise -> why), from its inventory. Raises
     ``AgentUnavailable`` (naming the host, with the agent's stderr tail) when the agent
     is not ready by ``ready_deadline_s``.
     """
@@ -51,11 +52,13 @@ class HostLab(AgentLab):
         command: Sequence[str],
         pfs: Sequence[str],
         *,
+        lacking: Mapping[str, str] | None = None,
         start_seed: int | None = None,
         ready_deadline_s: float = READY_DEADLINE_S,
     ) -> None:
         self.name = name
         self.pfs = tuple(pfs)
+        self.lacking = dict(lacking or {})
         self.start_seed = start_state_seed() if start_seed is None else start_seed
         # Unix socket paths are short (107 bytes): the lab's files live in a short /tmp dir.
         self.directory = Path(tempfile.mkdtemp(prefix="hostlab-", dir="/tmp"))

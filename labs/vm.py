@@ -66,6 +66,12 @@ KERNEL_ENV = "DRANP_VM_KERNEL"
 
 # The guest's PF netdevs: udev names an igb on root port N's bus "enpNs0".
 PFS = ("enp1s0", "enp2s0")
+# What QEMU's igb cannot do (the SR-IOV inventory's capability names; docs/vm-lab.md).
+IGB_LACKS = {
+    "vlan_on_vf": "igb refuses its VFs' VLAN filters: a VLAN on an igbvf VF is EINVAL",
+    "vlan_on_bond": "8021q asks each slave for the VLAN id and igb refuses igbvf's: EINVAL",
+    "vf_link_state": "igb has no VF link-state control (EOPNOTSUPP)",
+}
 BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower
 POWER_OFF_DEADLINE_S = 60.0
 # Bytecode for the guest's Python: the machine sets PYTHONDONTWRITEBYTECODE and the
@@ -150,6 +156,7 @@ class VmLab(AgentLab):
 
     tier = "vm"
     pfs = PFS
+    lacking = IGB_LACKS
 
     def __init__(
         self,

@@ -1,18 +1,19 @@
-"""The example topologies end to end in the VM lab's guest kernel: the coordinator
-drives the three real service processes (on the host, their kernel a lab session of
-the guest, reached through the relay's ``fake://`` socket); the session's kernel ends
-as it began, and so does the guest's own namespace.
+"""The example topologies end to end on a NIC lab's real kernel (the VM lab's guest, an
+SR-IOV host): the coordinator drives the three real service processes (on the rig's
+machine, their kernel a lab session of the NIC lab's machine, reached through the
+relay's ``fake://`` socket); the session's kernel ends as it began, and so does the
+machine's own namespace.
 
-vf-bond-vlan and vf-bond run on a session that lends the guest's igb PFs and one igbvf
-VF of each (``VmLab.lend_vfs``) under the example inventory's names; the allocator takes
-the session's inventory (``VmSession.inventory()``: the VFs' real PCI addresses, PFs and
-indexes), and each PF's VF table must end as it began too.
+vf-bond-vlan and vf-bond run on a session that lends the machine's PFs and one VF of
+each (``AgentLab.lend_vfs``) under the example inventory's names; the allocator takes
+the session's inventory (``AgentSession.inventory()``: the VFs' real PCI addresses, PFs
+and indexes), and each PF's VF table must end as it began too.
 
-igb refuses its VFs' VLAN filters (igbvf's request through the mailbox is NACKed), and
-an 8021q device on a bond asks every slave for its id, so vf-bond-vlan's data-vlan step
-is EINVAL on this NIC: on vm the test expects exactly that refusal, after which removal
-and unpreparation clean everything up. vf-bond (the same without the VLAN) runs end to
-end."""
+A NIC lacking ``vlan_on_bond`` refuses a VLAN on a bond of its VFs: igb refuses its VFs'
+VLAN filters (igbvf's request through the mailbox is NACKed), and an 8021q device on a
+bond asks every slave for its id, so vf-bond-vlan's data-vlan step is EINVAL there. On
+such a NIC the test expects exactly that refusal, after which removal and unpreparation
+clean everything up. vf-bond (the same without the VLAN) runs end to end."""
 
 from __future__ import annotations
 
@@ -22,18 +23,15 @@ import pytest
 
 from fakekernel.model import diff
 from harness.scenarios import lab_inventory
-from labs.vm import VmLab
+from labs import AgentLab
 from plugins.coordinator import Allocator, StepFailed
 from plugins.sdk import CleanupStatus
 
 from .node import Node, compiled
 from .test_topologies import run_topology
 
-pytestmark = pytest.mark.vm
-
-
-# The topologies whose VFs the refusal of a VLAN on igbvf (EINVAL) stops at this step.
-REFUSED = {"vf-bond-vlan": "data-vlan"}
+# The topologies a NIC lacking a capability refuses (EINVAL), and the step it stops.
+REFUSED = {"vf-bond-vlan": ("vlan_on_bond", "data-vlan")}
 
 
 def run_refused(node: Node, name: str, step: str) -> None:
@@ -66,11 +64,11 @@ def run_refused(node: Node, name: str, step: str) -> None:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["vf-bond-vlan", "vf-bond", "macvlan", "ipvlan"])
-def test_topology_end_to_end_on_vm(vm_lab: VmLab, name: str, tmp_path: Path) -> None:
-    lend = vm_lab.lend_vfs(1) if name.startswith("vf-") else None
-    root_before = vm_lab.kernel.snapshot()
-    tables_before = vm_lab.vf_tables()
-    node = Node(tmp_path, vm_lab.session(lend=lend))
+def test_topology_end_to_end(nic_lab: AgentLab, name: str, tmp_path: Path) -> None:
+    lend = nic_lab.lend_vfs(1) if name.startswith("vf-") else None
+    root_before = nic_lab.kernel.snapshot()
+    tables_before = nic_lab.vf_tables()
+    node = Node(tmp_path, nic_lab.session(lend=lend))
     try:
         assert node.lab.kernel_url is not None
         assert node.lab.kernel_url.startswith("fake://")
@@ -79,16 +77,20 @@ def test_topology_end_to_end_on_vm(vm_lab: VmLab, name: str, tmp_path: Path) -> 
             scheduler = Allocator(lab_inventory(node.lab), node.policies)
             allocated = scheduler.allocate(compiled(name)).values()
             vfs = {d.attributes["ifName"]: d.attributes.get("pciAddress") for d in allocated}
-            print(f"\nvm {name}: allocated {vfs} (pfName/vfIndex from the session's inventory)")
+            print(
+                f"\n{nic_lab.tier} {name}: allocated {vfs} (pfName/vfIndex from the session's inventory)"
+            )
             k = node.lab.kernel
             host = k.host_namespace()
             real = {n: getattr(k.get_link(host, name=str(n)), "pci_address", None) for n in vfs}
             assert vfs == real, "the allocation does not name the session's own VFs"
-        if name in REFUSED:
-            run_refused(node, name, REFUSED[name])
+        capability, step = REFUSED.get(name, ("", ""))
+        if capability and nic_lab.lacks(capability):
+            print(f"\n{name}: expected refusal at {step}: {nic_lab.lacks(capability)}")
+            run_refused(node, name, step)
         else:
             run_topology(node, name)
     finally:
         node.close()
-    assert vm_lab.changes_since(root_before) == []
-    assert vm_lab.vf_tables() == tables_before
+    assert nic_lab.changes_since(root_before) == []
+    assert nic_lab.vf_tables() == tables_before

@@ -1,17 +1,18 @@
-"""The conformance suite in the VM lab's guest kernel (the vm tier; one guest per session).
+"""The conformance suite on a NIC lab's real kernel: the VM lab's guest (the vm tier; one
+guest per session) and each SR-IOV host (the sriov tier), through their kernel agents.
 
-Every check builds each of its hosts on a fresh lab session of the guest
-(``vm_lab.session``: a node namespace of its own, in the rig's seeded start state);
-sriov, bond and vlan get a session that lends the guest's igb PFs and VF 0 of each under
-the example inventory's names (``VmLab.lend_vfs``), and the targets take the VFs' real
-PCI addresses from the session's inventory. The guest's own namespace and its PFs' VF
-tables must end as they began.
+Every check builds each of its hosts on a fresh lab session of the machine
+(``AgentLab.session``: a node namespace of its own, in the rig's seeded start state);
+sriov, bond and vlan get a session that lends the machine's PFs and VF 0 of each under
+the example inventory's names (``AgentLab.lend_vfs``), and the targets take the VFs'
+real PCI addresses from the session's inventory. The machine's own namespace and its
+PFs' VF tables must end as they began.
 
 Under TCG the full matrix (6 targets x 16 checks, the crash check a session per point)
 does not fit the vm tier's budget, so by default a seeded subset runs, printed with its
 seed: every check once, on a target it applies to (the least-used first), and the crash
 check at a seeded every-k-th sample of the points. ``DRANP_VM_CONFORMANCE=all`` runs the
-whole matrix and every crash point (docs/conformance.md has the figures).
+whole matrix and every crash point, on either tier (docs/conformance.md has the figures).
 """
 
 from __future__ import annotations
@@ -30,22 +31,19 @@ from conformance import CHECKS, LabFactory, NotApplicable, Target, project_targe
 from conformance.target import example_target
 from harness.crash import every_kth
 from harness.scenarios import SEED_ENV, start_state_seed
-from labs.vm import VmLab
-
-pytestmark = pytest.mark.vm
+from labs import AgentLab
 
 SEED = start_state_seed()
 MATRIX_ENV = "DRANP_VM_CONFORMANCE"
 FULL = os.environ.get(MATRIX_ENV) == "all"
 TARGETS = {t.name: t for t in [*project_targets(), example_target()]}
-# Targets whose host holds VFs: a session lending the guest's PFs and VF 0 of each.
+# Targets whose host holds VFs: a session lending the machine's PFs and VF 0 of each.
 WITH_VFS = {"sriov", "bond", "vlan"}
-# What the emulated igb cannot do at all: the vlan target's VLAN sits on an igbvf VF, and
-# igb refuses its VFs' VLAN filters (EINVAL, docs/vm-lab.md), so every check that needs a
-# connect to succeed cannot apply to it; these do not.
-NIC_REFUSES = {
-    "vlan": "igb refuses its VFs' VLAN filters: a VLAN on an igbvf VF is EINVAL (docs/vm-lab.md)"
-}
+# The capability a target's connect needs from the NIC: the vlan target's VLAN sits on
+# a VF. On a NIC lacking it (igb: docs/vm-lab.md) every check that needs a connect to
+# succeed cannot apply; these do not. The seeded subset is drawn before any lab exists,
+# so it leaves such pairs out on every lab (the full matrix tries them where the NIC can).
+NEEDS = {"vlan": "vlan_on_vf"}
 CONNECTLESS = {"getinfo-identity", "authentication", "wrong-step-kind", "config-rejections"}
 CRASH_SAMPLE = 3  # points of crash-at-every-boundary per run of it (FULL: every one)
 TIMEOUT_S = 900
@@ -54,7 +52,7 @@ TIMEOUT_S = 900
 def applies(target: Target, check: str) -> bool:
     """What the check itself would say NotApplicable to, known without running it, and
     what the NIC cannot do (``NIC_REFUSES``): such pairs are not drawn."""
-    if target.name in NIC_REFUSES and check not in CONNECTLESS:
+    if target.name in NEEDS and check not in CONNECTLESS:
         return False
     if check == "wrong-step-kind":
         return target.operation_only
@@ -87,7 +85,7 @@ REPRODUCE = f"seed {SEED} ({SEED_ENV}={SEED}); " + (
 
 
 # The checks that leave a lent VF's settings in its PF's VF table on purpose; the PF
-# outlives the session in the guest, so the test puts them back.
+# outlives the session on the machine, so the test puts them back.
 LEAVES_VF_SETTINGS = {
     "external-change": "the administrator's change is kept (the check proves it)",
     "lost-journal": "a journal that is gone cannot undo what it did: the cleanup is "
@@ -96,11 +94,11 @@ LEAVES_VF_SETTINGS = {
 }
 
 
-def restore_vf_tables(vm_lab: VmLab, tables: dict[str, Any]) -> None:
+def restore_vf_tables(nic_lab: AgentLab, tables: dict[str, Any]) -> None:
     """Put the PFs' VF tables back as ``tables`` (see ``LEAVES_VF_SETTINGS``)."""
     from plugins.kernel import VFChanges
 
-    k = vm_lab.kernel
+    k = nic_lab.kernel
     host = k.host_namespace()
     for pf, vfs in tables.items():
         link = k.get_link(host, name=pf)
@@ -111,14 +109,14 @@ def restore_vf_tables(vm_lab: VmLab, tables: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def lend(vm_lab: VmLab) -> Iterator[dict[str, str]]:
-    """The VFs exist before the guest is recorded; the guest ends as it began."""
-    made = vm_lab.lend_vfs(1)
-    print(f"\nvm conformance: {len(PAIRS)} checks, {REPRODUCE}: {PAIRS}")
-    before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
+def lend(nic_lab: AgentLab) -> Iterator[dict[str, str]]:
+    """The VFs exist before the machine is recorded; it ends as it began."""
+    made = nic_lab.lend_vfs(1)
+    print(f"\n{nic_lab.tier} conformance: {len(PAIRS)} checks, {REPRODUCE}: {PAIRS}")
+    before, tables = nic_lab.kernel.snapshot(), nic_lab.vf_tables()
     yield made
-    assert vm_lab.changes_since(before) == [], "the checks changed the guest"
-    assert vm_lab.vf_tables() == tables, "the checks left a PF's VF table changed"
+    assert nic_lab.changes_since(before) == [], "the checks changed the machine"
+    assert nic_lab.vf_tables() == tables, "the checks left a PF's VF table changed"
 
 
 def test_the_subset_covers_every_check() -> None:
@@ -128,17 +126,18 @@ def test_the_subset_covers_every_check() -> None:
 
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize(("plugin", "check"), PAIRS)
-def test_conformance_on_vm(
-    plugin: str, check: str, vm_lab: VmLab, lend: dict[str, str], tmp_path: Path
+def test_conformance(
+    plugin: str, check: str, nic_lab: AgentLab, lend: dict[str, str], tmp_path: Path
 ) -> None:
-    lend_tables = vm_lab.vf_tables()
+    lend_tables = nic_lab.vf_tables()
     target = TARGETS[plugin]
-    if plugin in NIC_REFUSES and check not in CONNECTLESS:
-        pytest.skip(f"vm tier: {check} cannot apply to {plugin}: {NIC_REFUSES[plugin]}")
+    lacks = nic_lab.lacks(NEEDS.get(plugin, ""))
+    if lacks and check not in CONNECTLESS:
+        pytest.skip(f"{nic_lab.tier} tier: {check} cannot apply to {plugin}: {lacks}")
     sessions: list[float] = []
 
     def make_lab() -> Any:
-        opened = vm_lab.session(SEED, lend=lend if plugin in WITH_VFS else None)
+        opened = nic_lab.session(SEED, lend=lend if plugin in WITH_VFS else None)
         sessions.append(opened.open_seconds)
         return opened
 
@@ -159,11 +158,11 @@ def test_conformance_on_vm(
         else:
             CHECKS[check](target, tmp_path, factory)
     except NotApplicable as exc:
-        pytest.skip(f"vm tier: {check} does not apply to {plugin}: {exc}")
+        pytest.skip(f"{nic_lab.tier} tier: {check} does not apply to {plugin}: {exc}")
     finally:
         if check in LEAVES_VF_SETTINGS:
-            restore_vf_tables(vm_lab, lend_tables)
+            restore_vf_tables(nic_lab, lend_tables)
         print(
-            f"\nvm {plugin} {check}: {time.monotonic() - started:.1f} s, "
+            f"\n{nic_lab.tier} {plugin} {check}: {time.monotonic() - started:.1f} s, "
             f"{len(sessions)} sessions ({REPRODUCE})"
         )

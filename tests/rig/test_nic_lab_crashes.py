@@ -1,15 +1,16 @@
-"""The rig's crash runs in the VM lab's guest kernel (the vm tier; one guest per session).
+"""The rig's crash runs on a NIC lab's real kernel: the VM lab's guest (the vm tier; one
+guest per session) and each SR-IOV host (the sriov tier), through their kernel agents.
 
 The same suites as the fake and netns tiers (``harness.crash.CrashSuite``,
-``harness.process_rig.sigkill_runs``), each run on a new lab session in the guest
-(``VmLab.session``: a node namespace with the parents ``enp3s0f0``..``enp3s0f2`` in the
-random start state of the rig's seed), the invariants read from the guest's kernel.
-vf-bond's sessions lend the guest's igb PFs and VF 0 of each under the example
-inventory's names (``VmLab.lend_vfs``), and its VFs are allocated from the session's
+``harness.process_rig.sigkill_runs``), each run on a new lab session on the machine
+(``AgentLab.session``: a node namespace with the parents ``enp3s0f0``..``enp3s0f2`` in
+the random start state of the rig's seed), the invariants read from its kernel.
+vf-bond's sessions lend the machine's PFs and VF 0 of each under the example
+inventory's names (``AgentLab.lend_vfs``), and its VFs are allocated from the session's
 inventory (their real PCI addresses); the PFs' VF tables must end as they began.
 vf-bond is vf-bond-vlan without the VLAN: igb refuses its VFs' VLAN filters, so a VLAN
-on a bond of igbvf VFs is EINVAL on the real kernel (tests/e2e/test_vm_topologies.py
-checks that refusal end to end).
+on a bond of igbvf VFs is EINVAL on the real kernel (tests/e2e/test_nic_lab_topologies.py
+checks that refusal end to end, on every NIC lacking ``vlan_on_bond``).
 Under TCG a run costs seconds, not milliseconds, so each suite runs a seeded sample of
 the points, sized so the vm tier fits its CI budget (docs/vm-lab.md has the figures):
 every k-th point from an offset the seed draws, printed with the seed.
@@ -36,9 +37,7 @@ from harness.crash import (
 from harness.process_rig import ProcessRig, sigkill_runs
 from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, allocate, lab_inventory, start_state_seed
-from labs.vm import VmLab
-
-pytestmark = pytest.mark.vm
+from labs import AgentLab
 
 SEED = start_state_seed()
 REPRODUCE = f"starting state seed {SEED}: reproduce with {SEED_ENV}={SEED}"
@@ -57,40 +56,39 @@ TIMEOUT_S = 900
 
 
 def chosen(what: str, topology: str, points: list[str], wanted: int) -> list[str]:
+    # The same sample on every NIC lab: one seed, one choice (the seed's name is kept).
     offset = random.Random(f"{SEED}/vm/{what}/{topology}").randrange(len(points) or 1)
     picked = every_kth(points, wanted, offset)
-    print(
-        f"\nvm {what} of {topology}: {len(picked)} of {len(points)} points ({REPRODUCE}): {picked}"
-    )
+    print(f"\n{what} of {topology}: {len(picked)} of {len(points)} points ({REPRODUCE}): {picked}")
     return picked
 
 
 @pytest.fixture(scope="module")
-def lend(vm_lab: VmLab) -> dict[str, str]:
-    """The guest's PFs and VF 0 of each, as vf-bond's sessions hold them (made
-    before the guest is recorded)."""
-    return vm_lab.lend_vfs(1)
+def lend(nic_lab: AgentLab) -> dict[str, str]:
+    """The machine's PFs and VF 0 of each, as vf-bond's sessions hold them (made
+    before the machine is recorded)."""
+    return nic_lab.lend_vfs(1)
 
 
 @pytest.fixture(scope="module")
-def root_unchanged(vm_lab: VmLab, lend: dict[str, str]) -> Iterator[None]:
-    """Every run's session leaves the guest's own namespace and VF tables as they were."""
-    before, tables = vm_lab.kernel.snapshot(), vm_lab.vf_tables()
+def root_unchanged(nic_lab: AgentLab, lend: dict[str, str]) -> Iterator[None]:
+    """Every run's session leaves the machine's own namespace and VF tables as they were."""
+    before, tables = nic_lab.kernel.snapshot(), nic_lab.vf_tables()
     yield
-    assert vm_lab.changes_since(before) == [], "the crash runs changed the guest"
-    assert vm_lab.vf_tables() == tables, "the crash runs left a PF's VF table changed"
+    assert nic_lab.changes_since(before) == [], "the crash runs changed the machine"
+    assert nic_lab.vf_tables() == tables, "the crash runs left a PF's VF table changed"
 
 
 @pytest.fixture(scope="module", params=TOPOLOGIES)
-def topology(request: pytest.FixtureRequest, vm_lab: VmLab, root_unchanged: None) -> str:
+def topology(request: pytest.FixtureRequest, nic_lab: AgentLab, root_unchanged: None) -> str:
     return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def make_lab(vm_lab: VmLab, topology: str, lend: dict[str, str]) -> LabFactory:
+def make_lab(nic_lab: AgentLab, topology: str, lend: dict[str, str]) -> LabFactory:
     if topology == "vf-bond":
-        return lambda: vm_lab.session(lend=lend)
-    return vm_lab.session
+        return lambda: nic_lab.session(lend=lend)
+    return nic_lab.session
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +96,7 @@ def ref(topology: str, make_lab: LabFactory, tmp_path_factory: pytest.TempPathFa
     started = time.monotonic()
     made = reference(topology, tmp_path_factory.mktemp("ref"), make_lab=make_lab)
     print(
-        f"\nvm reference run of {topology}: {len(made.points)} points, "
+        f"\nreference run of {topology}: {len(made.points)} points, "
         f"{time.monotonic() - started:.1f} s (session open and close included)"
     )
     return made
@@ -115,7 +113,7 @@ def test_the_topology_allocates_devices_of_the_session(topology: str, make_lab: 
         names = {str(d.attributes["ifName"]): d.attributes.get("pciAddress") for d in allocated}
         assert names
         links = {n: k.get_link(node, name=n) for n in names}
-        assert None not in links.values(), f"{names} are not all devices of a vm session"
+        assert None not in links.values(), f"{names} are not all devices of the session"
         if topology == "vf-bond":
             real = {n: link.pci_address for n, link in links.items() if link is not None}
             assert names == real, "the VFs' PCI addresses are not the session's"
@@ -172,8 +170,8 @@ def test_compound_crash_during_recovery(
 def test_sigkill_sample(
     topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, rig_stats: RigStats
 ) -> None:
-    """Real service processes on the host, their kernel the session's (``fake://`` on
-    the relay), SIGKILLed at a seeded sample of the points."""
+    """Real service processes on the rig's machine, their kernel the session's
+    (``fake://`` on the relay), SIGKILLed at a seeded sample of the points."""
     points = chosen("SIGKILL", topology, ref.points, SIGKILL_SAMPLE[topology])
     started = time.monotonic()
     rig = ProcessRig(tmp_path / "rig", make_lab())
