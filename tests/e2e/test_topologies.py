@@ -1,6 +1,6 @@
 """The three example topologies end to end: the coordinator drives the three real
 service processes over their sockets on the fake kernel; the kernel ends as it began.
-(``run_topology`` is the vm tier's too: tests/e2e/test_vm_topologies.py.)"""
+(``run_topology`` is the vm tier's too: tests/e2e/test_nic_lab_topologies.py.)"""
 
 from __future__ import annotations
 
