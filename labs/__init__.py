@@ -25,6 +25,7 @@ from ._services import (
     project_descriptors,
     service_of,
 )
+from .emulated_host import EmulatedHost
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
 from .host import HostLab
 from .netns import NetnsLab
@@ -39,6 +40,7 @@ __all__ = [
     "AgentLab",
     "AgentRootKernel",
     "AgentSession",
+    "EmulatedHost",
     "FakeModelLab",
     "FakeServerLab",
     "HostLab",
