@@ -1,9 +1,28 @@
 """The SR-IOV lab: NIC hosts from an Ansible inventory, provisioned and checked over SSH.
 
-``load_inventory`` reads and checks an inventory (docs/labs.md). The provisioning and
-host-check parts arrive in the modules below as they are built.
+    inventory = load_inventory("inventories/emulated.yml")    # InventoryError: one line per problem
+    remote = {h.name: connect(h) for h in inventory}           # testinfra hosts
+    before = {h.name: snapshot(h, remote[h.name]) for h in inventory}
+    provision(inventory).check()                                # ansible-runner; ProvisionError
+    assert check_provisioned(host, remote[host.name]) == []
+    teardown(inventory).check()
+    assert check_no_trace(host, remote[host.name], before[host.name]) == []
+
+See docs/labs.md for the inventory keys, what provisioning does and the checks.
 """
 
+from ._artifacts import CACHE_DIR, Distribution, DistributionError, build_distribution
+from ._checks import (
+    MARKER_PREFIX,
+    HostState,
+    PfState,
+    changes_since,
+    check_no_trace,
+    check_provisioned,
+    connect,
+    ownership_evidence,
+    snapshot,
+)
 from ._inventory import (
     CAPABILITIES,
     DEFAULT_HOST_NETNS,
@@ -15,15 +34,44 @@ from ._inventory import (
     PhysicalFunction,
     load_inventory,
 )
+from ._provision import (
+    ANSIBLE_DIR,
+    HostOutcome,
+    ProvisionError,
+    ProvisionResult,
+    ansible_inventory,
+    provision,
+    teardown,
+)
 
 __all__ = [
+    "ANSIBLE_DIR",
+    "CACHE_DIR",
     "CAPABILITIES",
     "DEFAULT_HOST_NETNS",
     "HOST_GROUP",
+    "MARKER_PREFIX",
+    "Distribution",
+    "DistributionError",
+    "HostOutcome",
+    "HostState",
     "Inventory",
     "InventoryError",
     "LabHost",
     "PeerPort",
+    "PfState",
     "PhysicalFunction",
+    "ProvisionError",
+    "ProvisionResult",
+    "ansible_inventory",
+    "build_distribution",
+    "changes_since",
+    "check_no_trace",
+    "check_provisioned",
+    "connect",
     "load_inventory",
+    "ownership_evidence",
+    "provision",
+    "snapshot",
+    "teardown",
 ]

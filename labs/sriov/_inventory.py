@@ -13,7 +13,7 @@ once the shape is right, and reported the same way: one line per problem,
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,9 @@ class LabHost:
     host_netns: str = DEFAULT_HOST_NETNS
     python: str = DEFAULT_PYTHON
     ssh_args: str = ""
+    # The host's Ansible variables as the inventory gives them (group vars merged in, the
+    # key path resolved): what the playbooks see.
+    variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def kernel_url(self) -> str:
@@ -129,6 +132,20 @@ class Inventory:
 
     def __iter__(self) -> Iterator[LabHost]:
         return iter(self.hosts)
+
+    def reached_at(self, name: str, address: str, port: int) -> Inventory:
+        """The same inventory with host ``name`` at another address and port: how a session
+        of the emulated host (sshd forwarded to a free port) uses inventories/emulated.yml."""
+        self.host(name)  # KeyError naming the file when there is no such host
+        hosts = tuple(
+            replace(
+                h, address=address, port=port, variables={**h.variables, "ansible_host": address}
+            )
+            if h.name == name
+            else h
+            for h in self.hosts
+        )
+        return replace(self, hosts=hosts)
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -192,6 +209,12 @@ def _hosts(
             host_netns=data.get("sriov_host_netns", DEFAULT_HOST_NETNS),
             python=data.get("sriov_python", DEFAULT_PYTHON),
             ssh_args=data.get("ansible_ssh_common_args", ""),
+            variables={
+                **data,
+                "ansible_ssh_private_key_file": str(
+                    key_file if key_file.is_absolute() else base / key_file
+                ),
+            },
         )
 
 

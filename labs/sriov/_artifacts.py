@@ -1,0 +1,118 @@
+"""What provisioning copies to a host: this checkout's wheel and an offline wheelhouse.
+
+The wheel is built from the working tree (``uv build --wheel``; hatchling's builds are
+reproducible, so an unchanged tree gives the same bytes and a host already holding them
+is left alone). The wheelhouse holds the locked runtime dependencies as binary wheels for
+the host's Python on manylinux x86_64, and pip's own wheel (a Debian python3 has no
+ensurepip); it is downloaded once per lock file and Python version, then cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CACHE_DIR", "Distribution", "DistributionError", "build_distribution"]
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE_DIR = Path.home() / ".cache" / "dranp-sriov-lab"
+# Every manylinux tag a Debian 12 (glibc 2.36) host accepts that the locked wheels use.
+PLATFORMS = (
+    "manylinux2014_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_34_x86_64",
+)
+
+
+class DistributionError(RuntimeError):
+    """The wheel or the wheelhouse could not be made: one line saying which and why."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A directory holding ``wheel``, ``requirements.txt`` and ``wheelhouse/``."""
+
+    directory: Path
+    wheel: str
+    digest: str  # of the wheel and the requirements: what a host records as installed
+
+
+def _uv() -> str:
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path.home() / ".local" / "bin"))
+    if found is None:
+        raise DistributionError("uv is not installed (scripts/_bootstrap.sh installs it)")
+    return found
+
+
+def _run(what: str, command: list[str], cwd: Path = REPO) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise DistributionError(f"{what}: exit status {done.returncode}: {last}")
+    return done.stdout
+
+
+def _requirements() -> str:
+    return _run(
+        "uv export",
+        [_uv(), "export", "--frozen", "--no-dev", "--no-hashes", "--no-emit-project"],
+    )
+
+
+def _wheelhouse(python: str, requirements: str, cache: Path) -> Path:
+    key = hashlib.sha256("\n".join([python, *PLATFORMS, requirements]).encode()).hexdigest()[:16]
+    target = cache / f"wheelhouse-py{python}-{key}"
+    if target.is_dir():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as staging:
+        listed = Path(staging) / "requirements.txt"
+        listed.write_text(requirements)
+        wheels = Path(staging) / "wheels"
+        platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+        _run(
+            f"downloading the wheelhouse for Python {python}",
+            [
+                *(_uv(), "tool", "run", "pip", "download", "--quiet"),
+                *("--only-binary=:all:", "--implementation", "cp", "--python-version", python),
+                *platforms,
+                *("--dest", str(wheels), "--requirement", str(listed), "pip"),
+            ],
+        )
+        # Renamed whole: a cached wheelhouse is complete or absent.
+        os.replace(wheels, target)
+    return target
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distribution:
+    """The wheel of this checkout and its wheelhouse for ``python``, in one directory."""
+    requirements = _requirements()
+    wheelhouse = _wheelhouse(python, requirements, cache)
+    with tempfile.TemporaryDirectory(dir=cache) as staging:
+        _run("uv build --wheel", [_uv(), "build", "--wheel", "--quiet", "--out-dir", staging])
+        (wheel,) = Path(staging).glob("*.whl")
+        digest = hashlib.sha256(wheel.read_bytes() + requirements.encode()).hexdigest()
+        target = cache / f"dist-py{python}-{digest[:16]}"
+        if not target.is_dir():
+            assembling = Path(staging) / "dist"
+            (assembling / "wheelhouse").mkdir(parents=True)
+            shutil.copyfile(wheel, assembling / wheel.name)
+            (assembling / "requirements.txt").write_text(requirements)
+            for path in wheelhouse.iterdir():
+                _link_or_copy(path, assembling / "wheelhouse" / path.name)
+            os.replace(assembling, target)
+    return Distribution(target, wheel.name, digest)

@@ -1,0 +1,202 @@
+"""Provisioning the SR-IOV lab's hosts: templates, playbooks, the wheel, and a real run.
+
+The fast tests render every template with the role's defaults, lint and syntax-check the
+playbooks, and look inside the wheel. The ``sriov`` test boots the emulated host
+(labs.emulated_host), provisions it with ansible-runner, checks it with testinfra,
+provisions again (0 changes), tears it down and checks that no trace is left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+
+from harness.pytest_plugin import require_lab
+from labs.sriov import (
+    ANSIBLE_DIR,
+    Inventory,
+    ansible_inventory,
+    changes_since,
+    check_no_trace,
+    check_provisioned,
+    connect,
+    load_inventory,
+    provision,
+    snapshot,
+    teardown,
+)
+from plugins.sdk import load_service_config, load_yaml_mapping
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = ANSIBLE_DIR / "roles" / "dranp"
+BIN = Path(sys.executable).parent
+EMULATED = REPO / "inventories" / "emulated.yml"
+
+
+def _role_defaults() -> dict[str, Any]:
+    """The role's defaults with their references to each other resolved, as Ansible would."""
+    values: dict[str, Any] = load_yaml_mapping(ROLE / "defaults" / "main.yml")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    for _ in range(5):  # references are a few levels deep at most
+        values = {
+            k: env.from_string(v).render(values) if isinstance(v, str) else v
+            for k, v in values.items()
+        }
+    return values
+
+
+def _render(name: str, **extra: Any) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template(name).render({**_role_defaults(), **extra})
+
+
+@pytest.mark.parametrize("netns", [None, "/run/netns/host"])
+def test_every_service_config_renders_to_a_valid_config(tmp_path: Path, netns: str | None) -> None:
+    defaults = _role_defaults()
+    extra = {} if netns is None else {"sriov_host_netns": netns}
+    for service in defaults["dranp_services"]:
+        path = tmp_path / f"{service['name']}.yaml"
+        path.write_text(_render("service.yaml.j2", dranp_service=service, **extra))
+        config = load_service_config(path)  # the services' own loader and schema
+        assert config["kernel"] == f"linux://{netns or '/proc/1/ns/net'}"
+        assert config["socketDir"] == f"/run/dra-networkplugins/{service['name']}"
+        assert config["stateDir"] == f"/var/lib/dra-networkplugins/{service['name']}"
+        assert config["tokenFile"] == f"/etc/dra-networkplugins/{service['name']}.token"
+
+
+def test_the_unit_and_token_templates_render() -> None:
+    unit = _render("dra-networkplugin@.service.j2")
+    lines = set(unit.splitlines())
+    assert {
+        "ExecStart=/opt/dra-networkplugins/venv/bin/networkplugin-%i "
+        "--config /etc/dra-networkplugins/%i.yaml",
+        "Restart=on-failure",
+        "RuntimeDirectory=dra-networkplugins/%i",
+        "RuntimeDirectoryMode=0700",
+        "StateDirectory=dra-networkplugins/%i",
+        "StateDirectoryMode=0700",
+        "TimeoutStopSec=15",
+    } <= lines
+    assert _render("token.j2", dranp_token="abc") == "abc\n"
+
+
+def test_the_health_check_asks_every_socket_of_every_service() -> None:
+    asked = _role_defaults()["dranp_health_sockets"].split()
+    assert asked == [
+        "/run/dra-networkplugins/vf/sriov.sock=/etc/dra-networkplugins/vf.token",
+        "/run/dra-networkplugins/bond/bond.sock=/etc/dra-networkplugins/bond.token",
+        "/run/dra-networkplugins/links/vlan.sock=/etc/dra-networkplugins/links.token",
+        "/run/dra-networkplugins/links/ipvlan.sock=/etc/dra-networkplugins/links.token",
+        "/run/dra-networkplugins/links/macvlan.sock=/etc/dra-networkplugins/links.token",
+    ]
+
+
+def test_the_playbooks_pass_ansible_lint() -> None:
+    done = subprocess.run(
+        [str(BIN / "ansible-lint"), "--offline", str(ANSIBLE_DIR)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("playbook", ["provision.yml", "teardown.yml"])
+def test_the_playbooks_pass_the_syntax_check(playbook: str) -> None:
+    subprocess.run(
+        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(EMULATED), playbook],
+        capture_output=True,
+        check=True,
+        cwd=ANSIBLE_DIR,
+    )
+
+
+def test_the_wheel_ships_the_playbooks_templates_and_schema(tmp_path: Path) -> None:
+    subprocess.run(
+        ["uv", "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)], check=True, cwd=REPO
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {
+        "labs/sriov/schemas/sriov-inventory.schema.json",
+        "labs/sriov/ansible/provision.yml",
+        "labs/sriov/ansible/teardown.yml",
+        "labs/sriov/ansible/roles/dranp/defaults/main.yml",
+        "labs/sriov/ansible/roles/dranp/library/dranp_sriov.py",
+        "labs/sriov/ansible/roles/dranp/files/health.py",
+        "labs/sriov/ansible/roles/dranp/templates/service.yaml.j2",
+        "labs/sriov/ansible/roles/dranp/templates/token.j2",
+        "labs/sriov/ansible/roles/dranp/templates/dra-networkplugin@.service.j2",
+    }
+    for tasks in ("provision", "install", "configure", "services", "teardown"):
+        shipped.add(f"labs/sriov/ansible/roles/dranp/tasks/{tasks}.yml")
+    assert shipped <= names
+
+
+def test_ansible_runs_on_the_checked_inventory() -> None:
+    inventory = load_inventory(EMULATED).reached_at("emulated-igb", "127.0.0.1", 40022)
+    hosts = ansible_inventory(inventory, {})["all"]["children"]["sriov_hosts"]["hosts"]
+    variables = hosts["emulated-igb"]
+    assert (variables["ansible_host"], variables["ansible_port"]) == ("127.0.0.1", 40022)
+    assert variables["sriov_host_netns"] == "/proc/1/ns/net"
+    assert [pf["pci"] for pf in variables["sriov_pfs"]] == ["0000:01:00.0", "0000:02:00.0"]
+
+
+def test_an_unreachable_host_is_one_line_naming_it(tmp_path: Path) -> None:
+    # Nothing listens on port 1 of this machine; teardown needs no wheel, so no network.
+    inventory = load_inventory(EMULATED).reached_at("emulated-igb", "127.0.0.1", 1)
+    result = teardown(inventory)
+    assert not result.ok
+    (line,) = result.failures
+    assert line.startswith("emulated-igb: unreachable: ")
+    assert "port 1" in line
+    assert "\n" not in line
+
+
+# -- the emulated host, end to end -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def emulated(request: pytest.FixtureRequest) -> Iterator[Inventory]:
+    """inventories/emulated.yml pointed at one boot of the emulated host."""
+    from labs import emulated_host
+
+    require_lab(request.config, "sriov", emulated_host.missing())
+    with emulated_host.EmulatedHost() as host:
+        inventory = load_inventory(EMULATED)
+        (name,) = (h.name for h in inventory)
+        yield inventory.reached_at(name, "127.0.0.1", host.ssh_port)
+
+
+@pytest.mark.sriov
+@pytest.mark.timeout(3600)
+def test_provision_check_again_teardown_no_trace(emulated: Inventory) -> None:
+    (host,) = emulated.hosts
+    remote = connect(host)
+    before = snapshot(host, remote)
+    assert check_no_trace(host, remote, before) == []
+
+    first = provision(emulated).check()
+    assert first.outcome(host.name).changed > 0
+    assert check_provisioned(host, remote) == []
+    provisioned = snapshot(host, remote)
+
+    second = provision(emulated).check()
+    assert second.outcome(host.name).changed == 0  # idempotent
+    assert check_provisioned(host, remote) == []
+    assert changes_since(provisioned, snapshot(host, remote)) == []
+
+    teardown(emulated).check()
+    assert check_no_trace(host, remote, before) == []
