@@ -8,6 +8,7 @@ provisions again (0 changes), tears it down and checks that no trace is left.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -124,8 +125,9 @@ def test_the_playbooks_pass_the_syntax_check(playbook: str) -> None:
 
 
 def test_the_wheel_ships_the_playbooks_templates_and_schema(tmp_path: Path) -> None:
+    uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
     subprocess.run(
-        ["uv", "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)], check=True, cwd=REPO
+        [uv, "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)], check=True, cwd=REPO
     )
     (wheel,) = tmp_path.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
