@@ -67,6 +67,12 @@ MEMORY = "1536M"
 CPUS = 2
 VFS_PER_PF = 4  # what the inventory asks per PF (igb offers 7)
 NIC_MODEL = "igb"
+NIC_DESCRIPTION = "Intel 82576 (QEMU igb)"
+VF_DRIVER = "igbvf"
+# What igb does for a VF through its PF: no VF link-state control, and it refuses VLAN
+# ids an igbvf VF asks for, so no VLAN on a bond of VFs (docs/vm-lab.md).
+IGB_CAPABILITIES = ("vf_mac", "vf_vlan", "vf_spoofchk", "vf_trust", "vf_rate", "bond_of_vfs")
+GUEST_PYTHON = "3.11"  # bookworm's python3
 PEER_MODEL = "e1000e"  # a NIC of another driver, so the guest tells it from the PFs
 HUB_ID = 0
 # The guest's PF netdevs, as udev names an igb behind root port N ("enpNs0"): labs/vm.py's
@@ -88,9 +94,10 @@ class NetDevice:
     driver: str
 
 
-def missing(image_dir: Path = IMAGE_DIR) -> str | None:
-    """Why an ``EmulatedHost`` cannot run here, in one line naming the install command
-    (None: it may; booting tells the rest)."""
+def missing(image_dir: Path | None = None) -> str | None:
+    """Why an ``EmulatedHost`` of ``image_dir`` (None: ``IMAGE_DIR``) cannot run here, in
+    one line naming the install command (None: it may; booting tells the rest)."""
+    image_dir = IMAGE_DIR if image_dir is None else image_dir
     absent = []
     major = qemu_major()
     if major is None:
@@ -115,17 +122,20 @@ class EmulatedHost:
     Boots in the constructor and returns once SSH answers (raising
     ``EmulatedHostUnavailable`` with the console's tail if it does not by
     ``boot_deadline_s``); ``close()`` powers it off and deletes the overlay.
-    ``boot_seconds``: from starting QEMU to the first command over SSH.
+    ``boot_seconds``: from starting QEMU to the first command over SSH. ``ssh_port``:
+    the port of 127.0.0.1 forwarded to the guest's sshd (None: a free one).
     """
 
     def __init__(
         self,
-        image_dir: Path = IMAGE_DIR,
+        image_dir: Path | None = None,
         *,
         boot_deadline_s: float = BOOT_DEADLINE_S,
         memory: str = MEMORY,
         cpus: int = CPUS,
+        ssh_port: int | None = None,
     ) -> None:
+        image_dir = IMAGE_DIR if image_dir is None else image_dir
         problem = missing(image_dir)
         if problem is not None:
             raise EmulatedHostUnavailable(problem)
@@ -136,7 +146,8 @@ class EmulatedHost:
         self.directory = Path(tempfile.mkdtemp(prefix="sriovemu-", dir="/tmp"))
         self.overlay = self.directory / "overlay.qcow2"
         self.console_log = self.directory / "console.log"
-        self.ssh_port = _free_port()
+        # A fixed port (an inventory's ansible_port) or any free one (tests in parallel).
+        self.ssh_port = _free_port() if ssh_port is None else ssh_port
         self.process: subprocess.Popen[bytes] | None = None
         self._console = _Console(self.console_log, READY_MARKER)
         self.pfs: tuple[NetDevice, ...] = ()
@@ -300,30 +311,35 @@ class EmulatedHost:
         )
 
     def inventory(self) -> dict[str, Any]:
-        """A minimal Ansible YAML inventory for this host (docs/emulated-host.md has the keys)."""
+        """This host as an SR-IOV lab inventory (``labs.sriov.load_inventory``'s shape,
+        docs/labs.md): the connection, both PFs with ``VFS_PER_PF`` VFs each and what igb
+        can do, and the peer port on the hub as each PF's traffic peer."""
         assert self.peer_port is not None, "the host has not booted"
-        return {
-            "all": {
-                "hosts": {
-                    HOSTNAME: {
-                        "ansible_host": "127.0.0.1",
-                        "ansible_port": self.ssh_port,
-                        "ansible_user": "root",
-                        "ansible_ssh_private_key_file": str(self.ssh_key),
-                        "ansible_ssh_common_args": (
-                            "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
-                        ),
-                        "dranp_pfs": [
-                            {"pci": pf.pci, "netdev": pf.netdev, "vfs": VFS_PER_PF}
-                            for pf in self.pfs
-                        ],
-                        "nic_model": NIC_MODEL,
-                        "driver": NIC_MODEL,
-                        "dranp_peer_port": self.peer_port.netdev,
-                    }
-                }
+        pfs = [
+            {
+                "pci": pf.pci,
+                "netdev": pf.netdev,
+                "vfs": VFS_PER_PF,
+                "model": NIC_DESCRIPTION,
+                "driver": NIC_MODEL,
+                "vf_driver": VF_DRIVER,
+                "capabilities": list(IGB_CAPABILITIES),
+                "peer": {"netdev": self.peer_port.netdev},
             }
+            for pf in self.pfs
+        ]
+        host = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": self.ssh_port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.ssh_key),
+            # The image's host keys are the same in every session; nothing to remember.
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "sriov_python": GUEST_PYTHON,
+            "sriov_pfs": pfs,
         }
+        return {"all": {"children": {"sriov_hosts": {"hosts": {HOSTNAME: host}}}}}
 
     def write_inventory(self, path: Path) -> Path:
         path.write_text(yaml.safe_dump(self.inventory(), sort_keys=False))
