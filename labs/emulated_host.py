@@ -48,7 +48,7 @@ __all__ = [
 
 # scripts/install-sriov-lab reads these five lines (`NAME = "value"`): keep their shape.
 IMAGE_DIR = Path("/var/lib/dranp/sriov-host")
-IMAGE_RECIPE = "1"  # bump when the image's recipe changes: the install script rebuilds
+IMAGE_RECIPE = "2"  # bump when the image's recipe changes: the install script rebuilds
 HOSTNAME = "sriov-emu"
 READY_MARKER = "dranp-sriov-host ready"  # the guest's last boot unit writes it to the console
 MGMT_MAC = "52:54:00:d4:a0:01"  # the image's systemd-networkd manages only this NIC

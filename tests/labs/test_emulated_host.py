@@ -115,6 +115,38 @@ def test_the_peer_port_is_on_the_hub(host: EmulatedHost) -> None:
 
 @pytest.mark.sriov
 @pytest.mark.timeout(BOOT_DEADLINE_S + 120)
+def test_a_vf_reaches_the_peer_port_through_the_hub(host: EmulatedHost) -> None:
+    """The wiring item 6 of issue 12 relies on: a VF in one namespace pings the peer port
+    in another (ARP and ICMP out of the VF, igb's PF, QEMU's hub, into the e1000e)."""
+    pf, peer = host.pfs[0], host.peer_port
+    assert peer is not None
+    device = f"/sys/bus/pci/devices/{pf.pci}"
+    # ping -w: tries until the first answer or 60 s, which also covers the links'
+    # carrier coming up (QEMU's NICs report link a moment after they are set up).
+    answer = host.run(
+        f"set -e; echo 1 > {device}/sriov_numvfs; udevadm settle; "
+        f"vf=$(ls {device}/virtfn0/net); ip link set {pf.netdev} up; "
+        "ip netns add vf-side; ip netns add peer-side; "
+        "ip link set $vf netns vf-side; "
+        f"ip link set {peer.netdev} netns peer-side; "
+        "ip -n vf-side addr add 192.0.2.1/24 dev $vf; ip -n vf-side link set $vf up; "
+        f"ip -n peer-side addr add 192.0.2.2/24 dev {peer.netdev}; "
+        f"ip -n peer-side link set {peer.netdev} up; "
+        "ip netns exec vf-side ping -c 1 -w 60 192.0.2.2",
+        check=False,
+    )
+    # Deleting the namespaces gives the peer port back to the root namespace.
+    host.run(
+        f"ip netns del vf-side; ip netns del peer-side; echo 0 > {device}/sriov_numvfs; "
+        f"ip link set {pf.netdev} down; udevadm settle"
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert " 1 received" in answer.stdout, answer.stdout
+    assert _sh(host, f"ls /sys/class/net/{peer.netdev}/device/driver -d >/dev/null && echo ok")
+
+
+@pytest.mark.sriov
+@pytest.mark.timeout(BOOT_DEADLINE_S + 120)
 def test_the_inventory_is_one_the_sriov_lab_reads(host: EmulatedHost, tmp_path: Path) -> None:
     inventory = load_inventory(host.write_inventory(tmp_path / "emulated.yml"))
     (lab_host,) = inventory.hosts
