@@ -175,7 +175,8 @@ class EmulatedHost:
             self.boot_seconds = time.monotonic() - started
             self._read_nics()
         except BaseException as exc:
-            self._shut_down(keep_console=True)
+            # A guest that did not boot is killed at once: no sshd to ask for a power-off.
+            self._shut_down(power_off=False)
             if isinstance(exc, EmulatedHostUnavailable | TimeoutError | OSError):
                 raise EmulatedHostUnavailable(
                     f"the emulated SR-IOV host did not boot: {exc}\n"
@@ -348,17 +349,20 @@ class EmulatedHost:
     def close(self) -> None:
         """Power the guest off (``poweroff`` over SSH), kill QEMU at a deadline, delete
         the overlay and the console log; idempotent, and leaves nothing running."""
-        self._shut_down(keep_console=False)
+        self._shut_down(power_off=True)
 
-    def _shut_down(self, *, keep_console: bool) -> None:
-        """``close()``; a failed boot keeps the console log its error names."""
+    def _shut_down(self, *, power_off: bool) -> None:
+        """``close()``, or without asking for a power-off (a failed boot: it kills QEMU
+        at once and keeps the console log its error names)."""
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                # sshd dies with the guest, so this may end in an error: the exit decides.
-                self.run("systemctl poweroff", check=False, timeout=30)
+            if power_off:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    # sshd dies with the guest, so this may end in an error: QEMU's exit
+                    # decides.
+                    self.run("systemctl poweroff", check=False, timeout=30)
             try:
-                process.wait(timeout=POWER_OFF_DEADLINE_S)
+                process.wait(timeout=POWER_OFF_DEADLINE_S if power_off else 0)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
@@ -367,7 +371,7 @@ class EmulatedHost:
         if process is not None and process.stdout is not None:
             process.stdout.close()
         self.overlay.unlink(missing_ok=True)
-        if not keep_console:
+        if power_off:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> EmulatedHost:

@@ -10,8 +10,10 @@ fail: ``require_lab``). The bad-input tests need no guest and run everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,6 +172,31 @@ def test_the_session_writes_its_overlay_not_the_base_image(
     host.run("echo written > /root/overlay-probe && sync")
     assert host.overlay.stat().st_size > 0
     assert _fingerprint(host.base_image) == base_fingerprint
+
+
+@pytest.mark.sriov
+def test_a_boot_past_its_deadline_is_killed_with_the_consoles_tail(
+    base_fingerprint: tuple[float, str],
+) -> None:
+    with pytest.raises(EmulatedHostUnavailable) as raised:
+        EmulatedHost(boot_deadline_s=3)  # QEMU starts; the kernel prints later
+    message = str(raised.value)
+    assert "within the boot deadline" in message
+    # QEMU's own first line (stderr shares the console's pipe) is in the tail.
+    assert "hub 0 is not connected to host network" in message
+    log = re.search(r"console \((/tmp/sriovemu-[^/]+)/console.log\)", message)
+    assert log is not None, message
+    session = Path(log.group(1))
+    running = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p, str(session))]
+    assert running == [], f"QEMU of {session} still runs"
+    assert not (session / "overlay.qcow2").exists()
+    shutil.rmtree(session)  # a failed boot keeps its console log for the error's reader
+
+
+def _reads(cmdline: Path, needle: str) -> bool:
+    with contextlib.suppress(OSError):
+        return needle in cmdline.read_bytes().decode(errors="replace")
+    return False
 
 
 def test_a_missing_image_is_one_line_naming_the_install_script(tmp_path: Path) -> None:
