@@ -25,16 +25,16 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
+from ._console import AgentUnavailable, Console
 from .vm import PFS, POWER_OFF_DEADLINE_S, QEMU, QEMU_MIN_MAJOR, qemu_major, qemu_version
 
 __all__ = [
@@ -62,7 +62,6 @@ RECIPE_FILE = "recipe"
 
 BOOT_DEADLINE_S = 300.0  # ~60-90 s idle under TCG on 2 cores; a loaded CI machine is slower
 SSH_TIMEOUT_S = 120.0  # one command over SSH (sshd's key exchange alone is seconds under TCG)
-CONSOLE_TAIL_LINES = 40
 MEMORY = "1536M"
 CPUS = 2
 VFS_PER_PF = 4  # what the inventory asks per PF (igb offers 7)
@@ -149,7 +148,7 @@ class EmulatedHost:
         # A fixed port (an inventory's ansible_port) or any free one (tests in parallel).
         self.ssh_port = _free_port() if ssh_port is None else ssh_port
         self.process: subprocess.Popen[bytes] | None = None
-        self._console = _Console(self.console_log, READY_MARKER)
+        self._console = Console(self.console_log, READY_MARKER, QEMU)
         self.pfs: tuple[NetDevice, ...] = ()
         self.peer_port: NetDevice | None = None
         started = time.monotonic()
@@ -170,14 +169,14 @@ class EmulatedHost:
             )
             assert self.process.stdout is not None
             self._console.follow(self.process.stdout)
-            self._console.wait_marked(deadline)
+            self._console.wait_marked(self.process, deadline)
             self._wait_for_ssh(deadline)
             self.boot_seconds = time.monotonic() - started
             self._read_nics()
         except BaseException as exc:
             # A guest that did not boot is killed at once: no sshd to ask for a power-off.
             self._shut_down(power_off=False)
-            if isinstance(exc, EmulatedHostUnavailable | TimeoutError | OSError):
+            if isinstance(exc, EmulatedHostUnavailable | AgentUnavailable | TimeoutError | OSError):
                 raise EmulatedHostUnavailable(
                     f"the emulated SR-IOV host did not boot: {exc}\n"
                     f"console ({self.console_log}), last lines:\n{self._console.tail()}"
@@ -393,55 +392,3 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-class _Console:
-    """QEMU's serial console: copied to a log file by a thread, its last lines kept for
-    errors, and waited on for the guest's ready marker."""
-
-    def __init__(self, log: Path, marker: str) -> None:
-        self.log = log
-        self.marker = marker
-        self.marked = False
-        self.ended = False
-        self.lines: collections.deque[str] = collections.deque(maxlen=CONSOLE_TAIL_LINES)
-        self.changed = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def follow(self, stream: IO[bytes]) -> None:
-        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _copy(self, stream: IO[bytes]) -> None:
-        with self.log.open("wb") as log:
-            for raw in stream:
-                log.write(raw)
-                log.flush()
-                with self.changed:
-                    line = raw.decode(errors="replace").rstrip()
-                    self.lines.append(line)
-                    self.marked = self.marked or self.marker in line
-                    self.changed.notify_all()
-        with self.changed:
-            self.ended = True
-            self.changed.notify_all()
-
-    def wait_marked(self, deadline: float) -> None:
-        """Return once a line holds the marker; raise if QEMU's output ends first or at
-        the deadline."""
-        with self.changed:
-            self.changed.wait_for(lambda: self.marked or self.ended, deadline - time.monotonic())
-            marked, ended = self.marked, self.ended
-        if marked:
-            return
-        if ended:
-            raise EmulatedHostUnavailable(f"QEMU exited before the guest said {self.marker!r}")
-        raise TimeoutError(f"no {self.marker!r} on the console within the boot deadline")
-
-    def tail(self) -> str:
-        with self.changed:
-            return "\n".join(self.lines)
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout=POWER_OFF_DEADLINE_S)
