@@ -40,6 +40,7 @@ from ._provision import (
     ProvisionError,
     ProvisionResult,
     ansible_inventory,
+    distributions,
     provision,
     teardown,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "check_no_trace",
     "check_provisioned",
     "connect",
+    "distributions",
     "load_inventory",
     "ownership_evidence",
     "provision",

@@ -82,10 +82,26 @@ class ProvisionResult:
         return self
 
 
-def provision(inventory: Inventory, *, cache: Path = CACHE_DIR) -> ProvisionResult:
-    """Run provision.yml on every host; a host that fails is torn down by the playbook."""
-    dists = {py: build_distribution(py, cache) for py in sorted({h.python for h in inventory})}
-    return _run("provision.yml", inventory, dists)
+def distributions(inventory: Inventory, cache: Path = CACHE_DIR) -> dict[str, Distribution]:
+    """The build each of the inventory's Python versions gets, made now from the tree."""
+    return {py: build_distribution(py, cache) for py in sorted({h.python for h in inventory})}
+
+
+def provision(
+    inventory: Inventory,
+    *,
+    builds: Mapping[str, Distribution] | None = None,
+    cache: Path = CACHE_DIR,
+) -> ProvisionResult:
+    """Run provision.yml on every host; a host that fails is torn down by the playbook.
+
+    ``builds`` (from :func:`distributions`): what to install; default a fresh build of
+    the working tree. A session passes the same builds to every run, so an edit to the
+    tree between two runs is not a change the second run makes.
+    """
+    return _run(
+        "provision.yml", inventory, builds if builds is not None else distributions(inventory)
+    )
 
 
 def teardown(inventory: Inventory) -> ProvisionResult:

@@ -28,6 +28,7 @@ from labs.sriov import (
     check_no_trace,
     check_provisioned,
     connect,
+    distributions,
     load_inventory,
     provision,
     snapshot,
@@ -190,12 +191,15 @@ def test_provision_check_again_teardown_no_trace(emulated: Inventory) -> None:
     before = snapshot(host, remote)
     assert check_no_trace(host, remote, before) == []
 
-    first = provision(emulated).check()
+    # One build for both runs: the tree may change meanwhile (another session's edits),
+    # and a new build is a change the second run would rightly make.
+    builds = distributions(emulated)
+    first = provision(emulated, builds=builds).check()
     assert first.outcome(host.name).changed > 0
     assert check_provisioned(host, remote) == []
     provisioned = snapshot(host, remote)
 
-    second = provision(emulated).check()
+    second = provision(emulated, builds=builds).check()
     assert second.outcome(host.name).changed == 0  # idempotent
     assert check_provisioned(host, remote) == []
     assert changes_since(provisioned, snapshot(host, remote)) == []
