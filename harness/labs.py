@@ -39,9 +39,7 @@ class LabSpec:
             return labs.netns.missing()
         if self.tier == "vm":
             return labs.vm.missing(self.kernel)
-        if not Path(self.target).is_file():
-            return f"inventory {self.target!r} does not exist"
-        return "provisioning SR-IOV hosts with ansible-runner is not built yet"
+        return _sriov_missing(Path(self.target))
 
 
 def parse_lab_url(url: str) -> LabSpec:
@@ -93,3 +91,24 @@ def lab_slug(url: str) -> str:
 def summary_path(reports: Path, url: str) -> Path:
     """Where the rig writes the summary of a run on the lab ``url``."""
     return reports / f"summary-{lab_slug(url)}.json"
+
+
+def _sriov_missing(inventory: Path) -> str | None:
+    """Why the SR-IOV lab of ``inventory`` cannot run here (its hosts' reachability is
+    for provisioning to tell, one line per host)."""
+    import shutil
+
+    from labs.emulated_host import missing as emulated_missing
+    from labs.sriov import InventoryError, load_inventory
+
+    if not inventory.is_file():
+        return f"inventory {str(inventory)!r} does not exist"
+    try:
+        hosts = load_inventory(inventory).hosts
+    except InventoryError as exc:
+        return str(exc)
+    if shutil.which("ssh") is None:
+        return "the SR-IOV lab needs an SSH client (ssh); install with scripts/install-sriov-lab"
+    if any(host.emulated for host in hosts):
+        return emulated_missing()
+    return None

@@ -22,6 +22,7 @@ import pytest
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.stats import STATS_DIR_ENV
 from labs import AgentLab
+from labs.sriov import SriovLab
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
 
 LAB_MARKERS = ("netns", "vm", "sriov")
@@ -168,7 +169,7 @@ def nic_lab(request: pytest.FixtureRequest) -> AgentLab:
 
 
 @pytest.fixture(scope="session")
-def sriov_lab(request: pytest.FixtureRequest) -> Iterator[Any]:
+def sriov_lab(request: pytest.FixtureRequest) -> Iterator[SriovLab]:
     """The ``--lab sriov://INVENTORY`` hosts, provisioned for the session and checked to
     be left as they were found."""
     spec = asked_lab(request.config)
@@ -176,7 +177,15 @@ def sriov_lab(request: pytest.FixtureRequest) -> Iterator[Any]:
         require_lab(request.config, "sriov", "it needs --lab sriov://INVENTORY")
         raise AssertionError("unreachable")  # require_lab skipped or failed
     require_lab(request.config, "sriov", spec.missing())
-    raise AssertionError("unreachable")  # LabSpec.missing() says sriov:// is not built yet
+    lab = SriovLab(Path(spec.target))
+    stats = request.config.stash[STATS_KEY]
+    stats.fact("hosts", lab.testbeds)
+    assert lab.provisioning is not None
+    stats.fact("provisioning_changed", lab.provisioning.changed)
+    try:
+        yield lab
+    finally:
+        lab.close()  # teardown, and the testinfra checks that no trace is left
 
 
 @pytest.fixture(autouse=True)

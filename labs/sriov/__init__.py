@@ -34,6 +34,7 @@ from ._inventory import (
     PhysicalFunction,
     load_inventory,
 )
+from ._lab import SriovLab, SriovLabUnavailable, agent_command, lacking
 from ._provision import (
     ANSIBLE_DIR,
     HostOutcome,
@@ -64,6 +65,9 @@ __all__ = [
     "PhysicalFunction",
     "ProvisionError",
     "ProvisionResult",
+    "SriovLab",
+    "SriovLabUnavailable",
+    "agent_command",
     "ansible_inventory",
     "build_distribution",
     "changes_since",
@@ -71,6 +75,7 @@ __all__ = [
     "check_provisioned",
     "connect",
     "distributions",
+    "lacking",
     "load_inventory",
     "ownership_evidence",
     "provision",

@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ __all__ = ["CACHE_DIR", "Distribution", "DistributionError", "build_distribution
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path.home() / ".cache" / "dranp-sriov-lab"
+ARCHIVE = "dist.tar"
 # Every manylinux tag a Debian 12 (glibc 2.36) host accepts that the locked wheels use.
 PLATFORMS = (
     "manylinux2014_x86_64",
@@ -37,7 +39,7 @@ class DistributionError(RuntimeError):
 
 @dataclass(frozen=True)
 class Distribution:
-    """A directory holding ``wheel``, ``requirements.txt`` and ``wheelhouse/``."""
+    """A directory holding ``ARCHIVE``: ``wheel``, ``requirements.txt`` and ``wheelhouse/``."""
 
     directory: Path
     wheel: str
@@ -91,15 +93,23 @@ def _wheelhouse(python: str, requirements: str, cache: Path) -> Path:
     return target
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
+def _archive(sources: dict[str, Path], target: Path) -> None:
+    """``target``: an uncompressed tar of ``sources`` (name in the archive -> file), the
+    same bytes for the same files (sorted, no times or owners): Ansible copies one file
+    (a round trip per file of a wheelhouse costs minutes under TCG), and an unchanged
+    build is an unchanged file on the host."""
+
+    def plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        return info
+
+    with tarfile.open(target, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(sources):
+            tar.add(sources[name], arcname=name, filter=plain)
 
 
 def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distribution:
-    """The wheel of this checkout and its wheelhouse for ``python``, in one directory."""
+    """The wheel of this checkout and its wheelhouse for ``python``, in one archive."""
     requirements = _requirements()
     wheelhouse = _wheelhouse(python, requirements, cache)
     with tempfile.TemporaryDirectory(dir=cache) as staging:
@@ -107,12 +117,14 @@ def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distrib
         (wheel,) = Path(staging).glob("*.whl")
         digest = hashlib.sha256(wheel.read_bytes() + requirements.encode()).hexdigest()
         target = cache / f"dist-py{python}-{digest[:16]}"
-        if not target.is_dir():
+        if not (target / ARCHIVE).is_file():
+            listed = Path(staging) / "requirements.txt"
+            listed.write_text(requirements)
+            sources = {wheel.name: wheel, "requirements.txt": listed}
+            sources |= {f"wheelhouse/{p.name}": p for p in wheelhouse.iterdir()}
             assembling = Path(staging) / "dist"
-            (assembling / "wheelhouse").mkdir(parents=True)
-            shutil.copyfile(wheel, assembling / wheel.name)
-            (assembling / "requirements.txt").write_text(requirements)
-            for path in wheelhouse.iterdir():
-                _link_or_copy(path, assembling / "wheelhouse" / path.name)
+            assembling.mkdir()
+            _archive(sources, assembling / ARCHIVE)
+            shutil.rmtree(target, ignore_errors=True)  # an older layout, or a partial one
             os.replace(assembling, target)
     return Distribution(target, wheel.name, digest)

@@ -54,6 +54,7 @@ CAPABILITIES = (
     "vf_rate",
     "vf_link_state",
     "bond_of_vfs",
+    "vlan_on_vf",
     "vlan_on_bond",
 )
 # Connection keys a host must end up with, from itself or a group's vars.
@@ -103,6 +104,7 @@ class LabHost:
     host_netns: str = DEFAULT_HOST_NETNS
     python: str = DEFAULT_PYTHON
     ssh_args: str = ""
+    emulated: bool = False  # labs.emulated_host: the rig boots it for the run
     # The host's Ansible variables as the inventory gives them (group vars merged in, the
     # key path resolved): what the playbooks see.
     variables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -209,6 +211,7 @@ def _hosts(
             host_netns=data.get("sriov_host_netns", DEFAULT_HOST_NETNS),
             python=data.get("sriov_python", DEFAULT_PYTHON),
             ssh_args=data.get("ansible_ssh_common_args", ""),
+            emulated=own.get("sriov_emulated", False),
             variables={
                 **data,
                 "ansible_ssh_private_key_file": str(
