@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
+import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["AgentUnavailable", "Console"]
+__all__ = ["AgentUnavailable", "Console", "reap"]
 
 TAIL_LINES = 40
 JOIN_DEADLINE_S = 60.0  # the program has exited or been killed: its output ends soon
@@ -72,3 +75,21 @@ class Console:
     def join(self) -> None:
         if self._thread is not None:
             self._thread.join(timeout=JOIN_DEADLINE_S)
+
+
+def reap(process: subprocess.Popen[bytes] | None, console: Console, deadline_s: float) -> None:
+    """Wait up to ``deadline_s`` for ``process`` (started in a session of its own) to
+    exit, then kill its whole group; join the thread following its output, and close
+    its pipes. Nothing of it is left running."""
+    if process is not None and process.poll() is None:
+        try:
+            process.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    console.join()
+    if process is not None:
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -34,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from ._console import AgentUnavailable, Console
+from ._console import AgentUnavailable, Console, reap
 from .vm import PFS, POWER_OFF_DEADLINE_S, QEMU, QEMU_MIN_MAJOR, qemu_major, qemu_version
 
 __all__ = [
@@ -354,21 +352,11 @@ class EmulatedHost:
         """``close()``, or without asking for a power-off (a failed boot: it kills QEMU
         at once and keeps the console log its error names)."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            if power_off:
-                with contextlib.suppress(subprocess.SubprocessError, OSError):
-                    # sshd dies with the guest, so this may end in an error: QEMU's exit
-                    # decides.
-                    self.run("systemctl poweroff", check=False, timeout=30)
-            try:
-                process.wait(timeout=POWER_OFF_DEADLINE_S if power_off else 0)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self._console.join()
-        if process is not None and process.stdout is not None:
-            process.stdout.close()
+        if power_off and process is not None and process.poll() is None:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                # sshd dies with the guest, so this may end in an error: QEMU's exit decides.
+                self.run("systemctl poweroff", check=False, timeout=30)
+        reap(process, self._console, POWER_OFF_DEADLINE_S if power_off else 0)
         self.overlay.unlink(missing_ok=True)
         if power_off:
             shutil.rmtree(self.directory, ignore_errors=True)

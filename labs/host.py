@@ -13,10 +13,7 @@ removes its namespace pins: the host is left as it was.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._agent_lab import AgentLab
-from ._console import AgentUnavailable, Console
+from ._console import AgentUnavailable, Console, reap
 from ._seed import start_state_seed
 from .kernel_agent import READY
 
@@ -99,15 +96,5 @@ class HostLab(AgentLab):
         """Close the sessions and hang up; the agent exits and the command with it
         (killed at a deadline). Idempotent."""
         served = self._close_agent()
-        process = getattr(self, "process", None)
-        if process is not None and process.poll() is None:
-            try:
-                process.wait(timeout=EXIT_DEADLINE_S if served else 0)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self._console.join()
-        if process is not None and process.stderr is not None:
-            process.stderr.close()
+        reap(getattr(self, "process", None), self._console, EXIT_DEADLINE_S if served else 0)
         shutil.rmtree(self.directory, ignore_errors=True)

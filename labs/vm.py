@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 
 from ._agent_lab import AgentLab
-from ._console import AgentUnavailable, Console
+from ._console import AgentUnavailable, Console, reap
 from ._guest import GuestSide, VmKernel
 from ._seed import start_state_seed
 from .kernel_agent import PORT_NAME, READY
@@ -271,17 +270,7 @@ class VmLab(AgentLab):
         then powers off), killing it at a deadline; leaves nothing running."""
         # The agent sees the end of its stream, and virtme-ng's init then powers off.
         served = self._close_agent()
-        process = getattr(self, "process", None)
-        if process is not None and process.poll() is None:
-            try:
-                process.wait(timeout=POWER_OFF_DEADLINE_S if served else 0)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self._console.join()
-        if process is not None and process.stdout is not None:
-            process.stdout.close()
+        reap(getattr(self, "process", None), self._console, POWER_OFF_DEADLINE_S if served else 0)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
