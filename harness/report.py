@@ -78,6 +78,8 @@ def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None =
     kernel = f"{platform.system()} {platform.release()}"
     if scheme == "vm":
         kernel = f"Linux {facts.get('kernel_release', 'unknown')} (guest; host {kernel})"
+    if scheme == "sriov":
+        kernel = "per host (below)"
     nic = {
         "fake": "fake kernel model (fakekernel/labs/default.yaml)",
         "netns": "veth (host kernel)",
@@ -87,6 +89,7 @@ def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None =
         "fake": "fakekernel",
         "netns": "linux (pyroute2)",
         "vm": "linux in a QEMU TCG guest, through the guest's kernel agent",
+        "sriov": "linux on each host, through its kernel agent over SSH",
     }.get(scheme, scheme)
     # One report may hold several labs' runs (scripts/rig vm:// 'vm://?kernel=6.12'):
     # each lab's keys carry its name, the machine's are shared.
@@ -102,6 +105,16 @@ def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None =
     }
     if "boot_seconds" in facts:
         props[f"{name}.boot_seconds"] = str(facts["boot_seconds"])
+    # An SR-IOV lab's testbed, host by host (labs.sriov.SriovLab.testbeds).
+    for host, bed in sorted(facts.get("hosts", {}).items()):
+        props[f"{name}.{host}.kernel"] = f"Linux {bed.get('kernel', 'unknown')}"
+        props[f"{name}.{host}.emulated"] = str(bool(bed.get("emulated"))).lower()
+        for pf in bed.get("pfs", []):
+            # Keyed by netdev: a PCI address's colons separate keys in a properties file.
+            props[f"{name}.{host}.pf.{pf['netdev']}"] = (
+                f"{pf['model']} at PCI {pf['pci']}, driver {pf['driver']} "
+                f"{pf['driver_version']}, firmware {pf['firmware'] or 'none'}, {pf['vfs']} VFs"
+            )
     path = results / "environment.properties"
     earlier = path.read_text().splitlines() if path.is_file() else []
     kept = [line for line in earlier if line.split("=", 1)[0] not in props]

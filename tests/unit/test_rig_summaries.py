@@ -58,3 +58,28 @@ def test_the_environment_keeps_every_labs_keys(tmp_path: Path) -> None:
     assert props["vm.boot_seconds"] == "70"
     assert props["vm-6.12.kernel"].startswith("Linux 6.12.117+deb12-amd64 (guest")
     assert "igb" in props["vm-6.12.nic.model"]
+
+
+def test_an_sriov_labs_environment_names_each_hosts_testbed(tmp_path: Path) -> None:
+    pf = {
+        "pci": "0000:01:00.0",
+        "netdev": "enp1s0",
+        "model": "Intel 82576 (QEMU igb)",
+        "driver": "igb",
+        "driver_version": "6.1.0-50-amd64",
+        "firmware": "",
+        "vfs": 4,
+    }
+    bed = {"kernel": "6.1.0-50-amd64", "emulated": True, "pfs": [pf]}
+    write_environment(tmp_path, "sriov://inventories/emulated.yml", {"hosts": {"emu": bed}})
+    lines = (tmp_path / "environment.properties").read_text().splitlines()
+    props = dict(line.split("=", 1) for line in lines)
+    assert all(":" not in key for key in props), "a colon separates a properties key"
+    slug = next(k for k in props if k.endswith(".lab")).removesuffix(".lab")
+    assert props[f"{slug}.emu.kernel"] == "Linux 6.1.0-50-amd64"
+    assert props[f"{slug}.emu.emulated"] == "true"
+    described = props[f"{slug}.emu.pf.enp1s0"]
+    assert "Intel 82576 (QEMU igb) at PCI 0000:01:00.0" in described
+    assert "driver igb 6.1.0-50-amd64" in described
+    assert "firmware none" in described
+    assert "4 VFs" in described
