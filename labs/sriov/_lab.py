@@ -23,10 +23,10 @@ from plugins.sdk import load_yaml_mapping
 
 from ..emulated_host import EmulatedHost
 from ..host import HostLab
-from ._artifacts import CACHE_DIR
+from ._artifacts import CACHE_DIR, Distribution
 from ._checks import check_no_trace, check_provisioned, connect, ownership_evidence, snapshot
 from ._inventory import CAPABILITIES, Inventory, LabHost, load_inventory
-from ._provision import ANSIBLE_DIR, ProvisionResult, provision, teardown
+from ._provision import ANSIBLE_DIR, ProvisionResult, distributions, provision, teardown
 
 __all__ = ["SriovLab", "SriovLabUnavailable", "agent_command", "lacking"]
 
@@ -94,7 +94,9 @@ class SriovLab:
         self.host_labs: dict[str, HostLab] = {}
         self.remote: dict[str, Any] = {}
         self.before: dict[str, Any] = {}
+        self.provisioned: dict[str, Any] = {}
         self.provisioning: ProvisionResult | None = None
+        self.builds: dict[str, Distribution] = {}
         self.testbeds: dict[str, dict[str, Any]] = {}
         try:
             for host in self.inventory:
@@ -106,13 +108,17 @@ class SriovLab:
                     )
             self.remote = {h.name: connect(h) for h in self.inventory}
             self.before = {h.name: snapshot(h, self.remote[h.name]) for h in self.inventory}
-            self.provisioning = provision(self.inventory, cache=cache)
+            # One build for the run: a second provisioning of it must change nothing.
+            self.builds = distributions(self.inventory, cache)
+            self.provisioning = provision(self.inventory, builds=self.builds)
             self.provisioning.check()
             problems = [
                 p for h in self.inventory for p in check_provisioned(h, self.remote[h.name])
             ]
             if problems:
                 raise SriovLabUnavailable("; ".join(problems))
+            # As provisioned: what the run's own checks compare against.
+            self.provisioned = {h.name: snapshot(h, self.remote[h.name]) for h in self.inventory}
             for host in self.inventory:
                 self.testbeds[host.name] = self._testbed(host)
                 self.host_labs[host.name] = HostLab(

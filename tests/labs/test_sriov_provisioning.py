@@ -1,9 +1,10 @@
 """Provisioning the SR-IOV lab's hosts: templates, playbooks, the wheel, and a real run.
 
 The fast tests render every template with the role's defaults, lint and syntax-check the
-playbooks, and look inside the wheel. The ``sriov`` test boots the emulated host
-(labs.emulated_host), provisions it with ansible-runner, checks it with testinfra,
-provisions again (0 changes), tears it down and checks that no trace is left.
+playbooks, and look inside the wheel. The ``sriov`` test runs on the session's SR-IOV
+lab (``--lab sriov://...``: every host recorded, provisioned with ansible-runner and
+checked with testinfra): a second provisioning of the same build changes nothing; the
+lab's own close tears every host down and checks that no trace is left.
 """
 
 from __future__ import annotations
@@ -12,23 +13,18 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import pytest
 
-from harness.pytest_plugin import require_lab
 from labs.sriov import (
     ANSIBLE_DIR,
-    Inventory,
+    SriovLab,
     ansible_inventory,
     changes_since,
-    check_no_trace,
     check_provisioned,
-    connect,
-    distributions,
     load_inventory,
     provision,
     snapshot,
@@ -168,41 +164,20 @@ def test_an_unreachable_host_is_one_line_naming_it(tmp_path: Path) -> None:
     assert "\n" not in line
 
 
-# -- the emulated host, end to end -------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def emulated(request: pytest.FixtureRequest) -> Iterator[Inventory]:
-    """inventories/emulated.yml pointed at one boot of the emulated host."""
-    from labs import emulated_host
-
-    require_lab(request.config, "sriov", emulated_host.missing())
-    with emulated_host.EmulatedHost() as host:
-        inventory = load_inventory(EMULATED)
-        (name,) = (h.name for h in inventory)
-        yield inventory.reached_at(name, "127.0.0.1", host.ssh_port)
+# -- on the run's SR-IOV lab ----------------------------------------------------------------
+# The session's lab (harness.pytest_plugin's sriov_lab) recorded every host, provisioned
+# it and checked it; when the session ends it tears every host down and checks that no
+# trace is left (a failure there fails the run).
 
 
 @pytest.mark.sriov
-@pytest.mark.timeout(3600)
-def test_provision_check_again_teardown_no_trace(emulated: Inventory) -> None:
-    (host,) = emulated.hosts
-    remote = connect(host)
-    before = snapshot(host, remote)
-    assert check_no_trace(host, remote, before) == []
-
-    # One build for both runs: the tree may change meanwhile (another session's edits),
-    # and a new build is a change the second run would rightly make.
-    builds = distributions(emulated)
-    first = provision(emulated, builds=builds).check()
-    assert first.outcome(host.name).changed > 0
-    assert check_provisioned(host, remote) == []
-    provisioned = snapshot(host, remote)
-
-    second = provision(emulated, builds=builds).check()
-    assert second.outcome(host.name).changed == 0  # idempotent
-    assert check_provisioned(host, remote) == []
-    assert changes_since(provisioned, snapshot(host, remote)) == []
-
-    teardown(emulated).check()
-    assert check_no_trace(host, remote, before) == []
+@pytest.mark.timeout(1800)
+def test_a_second_provisioning_of_the_same_build_changes_nothing(sriov_lab: SriovLab) -> None:
+    assert sriov_lab.provisioning is not None
+    assert sriov_lab.provisioning.changed > 0, "the first provisioning changed nothing"
+    again = provision(sriov_lab.inventory, builds=sriov_lab.builds).check()
+    assert again.changed == 0, [(o.host, o.changed) for o in again.hosts]
+    for host in sriov_lab.inventory:
+        remote = sriov_lab.remote[host.name]
+        assert check_provisioned(host, remote) == []
+        assert changes_since(sriov_lab.provisioned[host.name], snapshot(host, remote)) == []
