@@ -35,11 +35,11 @@ from plugins.sdk import (
     ConnectRequest,
     Hook,
     OperationEnvelope,
-    PluginClient,
     PrepareRequest,
     SandboxHandle,
     Sharing,
 )
+from plugins.sdk.host import PluginClient
 
 pytestmark = pytest.mark.sriov
 
