@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.labs import LabURLError, parse_lab_url
-from harness.pytest_plugin import require_lab
+from harness.pytest_plugin import asked_lab, require_lab
 
 
 @pytest.mark.parametrize(
@@ -80,4 +80,20 @@ def test_vm_lab(request: pytest.FixtureRequest) -> None:
 
 @pytest.mark.sriov
 def test_sriov_lab(request: pytest.FixtureRequest) -> None:
-    require_lab(request.config, "sriov", parse_lab_url("sriov://inventories/lab.yml").missing())
+    """The run's ``--lab sriov://`` inventory, else one that does not exist."""
+    spec = asked_lab(request.config)
+    if spec is None or spec.tier != "sriov":
+        spec = parse_lab_url("sriov://inventories/lab.yml")
+    require_lab(request.config, "sriov", spec.missing())
+
+
+def test_an_sriov_lab_names_what_it_lacks(tmp_path: Path) -> None:
+    assert parse_lab_url(f"sriov://{tmp_path}/none.yml").missing() == (
+        f"inventory '{tmp_path}/none.yml' does not exist"
+    )
+    bad = tmp_path / "bad.yml"
+    bad.write_text("all: {children: {sriov_hosts: {hosts: {h: {}}}}}\n")
+    problem = parse_lab_url(f"sriov://{bad}").missing()
+    assert problem is not None
+    assert str(bad) in problem
+    assert "sriov_pfs" in problem
