@@ -94,7 +94,7 @@ def forwarded_client(host: LabHost) -> Iterator[PluginClient]:
         if client is not None:
             client.close()
         forward.terminate()
-        forward.wait()
+        forward.communicate()  # reaps it and closes its stderr pipe
         local.unlink(missing_ok=True)
         local.parent.rmdir()
 
