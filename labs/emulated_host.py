@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from ._console import AgentUnavailable, Console, reap
-from .vm import PFS, POWER_OFF_DEADLINE_S, QEMU, QEMU_MIN_MAJOR, qemu_major, qemu_version
+from .vm import PFS, POWER_OFF_DEADLINE_S, QEMU, qemu_missing, qemu_version
 
 __all__ = [
     "HOSTNAME",
@@ -95,12 +95,7 @@ def missing(image_dir: Path | None = None) -> str | None:
     """Why an ``EmulatedHost`` of ``image_dir`` (None: ``IMAGE_DIR``) cannot run here, in
     one line naming the install command (None: it may; booting tells the rest)."""
     image_dir = IMAGE_DIR if image_dir is None else image_dir
-    absent = []
-    major = qemu_major()
-    if major is None:
-        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR}")
-    elif major < QEMU_MIN_MAJOR:
-        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR} (found {major}.x)")
+    absent = [qemu] if (qemu := qemu_missing()) else []
     if shutil.which("qemu-img") is None:
         absent.append("qemu-img")
     recipe = image_dir / RECIPE_FILE

@@ -125,15 +125,20 @@ def qemu_major() -> int | None:
     return int(match.group(1)) if match else None
 
 
+def qemu_missing() -> str | None:
+    """What is missing of QEMU for an emulated igb (None: nothing), for a ``missing()``."""
+    major = qemu_major()
+    if major is None:
+        return f"{QEMU} >= {QEMU_MIN_MAJOR}"
+    if major < QEMU_MIN_MAJOR:
+        return f"{QEMU} >= {QEMU_MIN_MAJOR} (found {major}.x)"
+    return None
+
+
 def missing(kernel: str = DEFAULT_KERNEL) -> str | None:
     """Why a ``VmLab`` of ``kernel`` cannot run here, in one line naming the install
     command (None: it may; booting tells the rest)."""
-    absent = []
-    major = qemu_major()
-    if major is None:
-        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR}")
-    elif major < QEMU_MIN_MAJOR:
-        absent.append(f"{QEMU} >= {QEMU_MIN_MAJOR} (found {major}.x)")
+    absent = [qemu] if (qemu := qemu_missing()) else []
     if kernel_image(kernel) is None:
         absent.append(f"the {kernel} kernel image (/boot/{KERNELS[kernel]})")
     if vng_path() is None:
