@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import allure
 import pytest
@@ -22,8 +22,10 @@ import pytest
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.stats import STATS_DIR_ENV
 from labs import AgentLab
-from labs.sriov import SriovLab
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
+
+if TYPE_CHECKING:  # testinfra and ansible-runner load only for a run of the sriov tier
+    from labs.sriov import SriovLab
 
 LAB_MARKERS = ("netns", "vm", "sriov")
 MARKERS = {
@@ -177,6 +179,8 @@ def sriov_lab(request: pytest.FixtureRequest) -> Iterator[SriovLab]:
         require_lab(request.config, "sriov", "it needs --lab sriov://INVENTORY")
         raise AssertionError("unreachable")  # require_lab skipped or failed
     require_lab(request.config, "sriov", spec.missing())
+    from labs.sriov import SriovLab
+
     lab = SriovLab(Path(spec.target))
     stats = request.config.stash[STATS_KEY]
     stats.fact("hosts", lab.testbeds)

@@ -12,6 +12,7 @@ tests, benchmarks, a plugin author's own tests) builds a ``Node`` from a ``Lab``
 """
 
 from ._agent_lab import AgentLab, AgentRootKernel, AgentSession
+from ._console import AgentUnavailable
 from ._lab import SANDBOX, Lab, LabKernel
 from ._node import Node
 from ._process import ServiceProcess
@@ -40,6 +41,7 @@ __all__ = [
     "AgentLab",
     "AgentRootKernel",
     "AgentSession",
+    "AgentUnavailable",
     "EmulatedHost",
     "FakeModelLab",
     "FakeServerLab",

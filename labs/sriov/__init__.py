@@ -36,7 +36,6 @@ from ._inventory import (
 )
 from ._lab import SriovLab, SriovLabUnavailable, agent_command, lacking
 from ._provision import (
-    ANSIBLE_DIR,
     HostOutcome,
     ProvisionError,
     ProvisionResult,
@@ -45,6 +44,7 @@ from ._provision import (
     provision,
     teardown,
 )
+from ._role import ANSIBLE_DIR, role_defaults
 
 __all__ = [
     "ANSIBLE_DIR",
@@ -79,6 +79,7 @@ __all__ = [
     "load_inventory",
     "ownership_evidence",
     "provision",
+    "role_defaults",
     "snapshot",
     "teardown",
 ]

@@ -19,6 +19,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import testinfra
@@ -26,6 +27,7 @@ import testinfra
 from plugins.sdk.runner import scope_evidence
 
 from ._inventory import LabHost
+from ._role import role_defaults
 
 __all__ = [
     "HostState",
@@ -38,21 +40,18 @@ __all__ = [
     "snapshot",
 ]
 
-# What provisioning installs (labs/sriov/ansible/roles/dranp/defaults/main.yml).
-SERVICES = {
-    "vf": ("sriov.sock",),
-    "bond": ("bond.sock",),
-    "links": ("vlan.sock", "ipvlan.sock", "macvlan.sock"),
-}
-UNIT = "dra-networkplugin@{}.service"
-RUN_ROOT = "/run/dra-networkplugins"
+# What provisioning installs (the role's defaults).
+_ROLE = role_defaults()
+SERVICES = {s["name"]: tuple(s["sockets"]) for s in _ROLE["dranp_services"]}
+UNIT = str(_ROLE["dranp_unit"]).replace("@.", "@{}.")  # dra-networkplugin@{}.service
+RUN_ROOT = str(_ROLE["dranp_run_root"])
 TRACES = (
-    "/etc/systemd/system/dra-networkplugin@.service",
-    "/etc/dra-networkplugins",
-    "/opt/dra-networkplugins",
-    "/var/lib/dra-networkplugins",
+    f"{_ROLE['dranp_unit_dir']}/{_ROLE['dranp_unit']}",
+    str(_ROLE["dranp_config_dir"]),
+    str(_ROLE["dranp_prefix"]),
+    str(_ROLE["dranp_state_root"]),
     RUN_ROOT,
-    "/var/lib/dranp-sriov-lab",
+    str(Path(_ROLE["dranp_record"]).parent),
 )
 # Every marker (ownership evidence, an ifalias) starts with what any scope's does: "dranp:".
 MARKER_PREFIX = scope_evidence("", "").partition(":")[0] + ":"

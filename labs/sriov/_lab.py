@@ -17,32 +17,19 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from plugins.sdk import load_yaml_mapping
-
 from ..emulated_host import EmulatedHost
 from ..host import HostLab
 from ._artifacts import CACHE_DIR, Distribution
 from ._checks import check_no_trace, check_provisioned, connect, ownership_evidence, snapshot
 from ._inventory import CAPABILITIES, Inventory, LabHost, load_inventory
-from ._provision import ANSIBLE_DIR, ProvisionResult, distributions, provision, teardown
+from ._provision import ProvisionResult, distributions, provision, teardown
+from ._role import role_defaults
 
 __all__ = ["SriovLab", "SriovLabUnavailable", "agent_command", "lacking"]
 
 
-def _role_default(name: str) -> str:
-    """A default of the provisioning role, rendered as Ansible would (they refer to each
-    other, e.g. ``dranp_venv: "{{ dranp_prefix }}/venv"``): one place for each path."""
-    defaults = load_yaml_mapping(ANSIBLE_DIR / "roles" / "dranp" / "defaults" / "main.yml")
-    value = str(defaults[name])
-    for _ in range(5):  # references are a few levels deep at most
-        value = jinja2.Template(value, undefined=jinja2.StrictUndefined).render(defaults)
-    return value
-
-
 # Where provisioning puts the project's venv on a host.
-VENV = _role_default("dranp_venv")
+VENV = str(role_defaults()["dranp_venv"])
 
 
 class SriovLabUnavailable(RuntimeError):
@@ -124,7 +111,7 @@ class SriovLab:
                 self.host_labs[host.name] = HostLab(
                     host.name,
                     agent_command(host),
-                    [self._netdev(host, pf.pci, pf.netdev) for pf in host.pfs],
+                    [pf["netdev"] for pf in self.testbeds[host.name]["pfs"]],
                     lacking=lacking(host),
                     start_seed=start_seed,
                 )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ._artifacts import CACHE_DIR, Distribution, build_distribution
 from ._inventory import HOST_GROUP, Inventory
+from ._role import ANSIBLE_DIR
 
 __all__ = [
     "ANSIBLE_DIR",
@@ -27,8 +27,6 @@ __all__ = [
     "provision",
     "teardown",
 ]
-
-ANSIBLE_DIR = Path(str(resources.files("labs.sriov").joinpath("ansible")))
 
 
 class ProvisionError(RuntimeError):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.pytest_plugin import require_lab
-from labs import HostLab
+from labs import AgentUnavailable, HostLab
 from labs.netns import missing
 
 pytestmark = pytest.mark.netns
@@ -64,12 +64,12 @@ def test_an_agent_that_never_starts_names_the_host_and_shows_its_stderr(
     netns_possible: None,
 ) -> None:
     command = ["sh", "-c", "echo 'ssh: connect to host 10.0.0.9 port 22: No route' >&2; exit 255"]
-    with pytest.raises(Exception, match=r"nic-a: the kernel agent did not start") as raised:
+    with pytest.raises(AgentUnavailable, match=r"nic-a: the kernel agent did not start") as raised:
         HostLab("nic-a", command, pfs=())
     assert "exited with 255" in str(raised.value)
     assert "No route" in str(raised.value), "the stderr tail is in the error"
 
 
 def test_a_command_that_does_not_exist_is_one_error_naming_it(netns_possible: None) -> None:
-    with pytest.raises(Exception, match=r"nic-a: cannot run /nonexistent/ssh"):
+    with pytest.raises(AgentUnavailable, match=r"nic-a: cannot run /nonexistent/ssh"):
         HostLab("nic-a", ["/nonexistent/ssh"], pfs=())

@@ -27,27 +27,16 @@ from labs.sriov import (
     check_provisioned,
     load_inventory,
     provision,
+    role_defaults,
     snapshot,
     teardown,
 )
-from plugins.sdk import load_service_config, load_yaml_mapping
+from plugins.sdk import load_service_config
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = ANSIBLE_DIR / "roles" / "dranp"
 BIN = Path(sys.executable).parent
 EMULATED = REPO / "inventories" / "emulated.yml"
-
-
-def _role_defaults() -> dict[str, Any]:
-    """The role's defaults with their references to each other resolved, as Ansible would."""
-    values: dict[str, Any] = load_yaml_mapping(ROLE / "defaults" / "main.yml")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    for _ in range(5):  # references are a few levels deep at most
-        values = {
-            k: env.from_string(v).render(values) if isinstance(v, str) else v
-            for k, v in values.items()
-        }
-    return values
 
 
 def _render(name: str, **extra: Any) -> str:
@@ -56,12 +45,12 @@ def _render(name: str, **extra: Any) -> str:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    return env.get_template(name).render({**_role_defaults(), **extra})
+    return env.get_template(name).render({**role_defaults(), **extra})
 
 
 @pytest.mark.parametrize("netns", [None, "/run/netns/host"])
 def test_every_service_config_renders_to_a_valid_config(tmp_path: Path, netns: str | None) -> None:
-    defaults = _role_defaults()
+    defaults = role_defaults()
     extra = {} if netns is None else {"sriov_host_netns": netns}
     for service in defaults["dranp_services"]:
         path = tmp_path / f"{service['name']}.yaml"
@@ -90,7 +79,7 @@ def test_the_unit_and_token_templates_render() -> None:
 
 
 def test_the_health_check_asks_every_socket_of_every_service() -> None:
-    asked = _role_defaults()["dranp_health_sockets"].split()
+    asked = role_defaults()["dranp_health_sockets"].split()
     assert asked == [
         "/run/dra-networkplugins/vf/sriov.sock=/etc/dra-networkplugins/vf.token",
         "/run/dra-networkplugins/bond/bond.sock=/etc/dra-networkplugins/bond.token",

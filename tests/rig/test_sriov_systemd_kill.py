@@ -27,7 +27,14 @@ import pytest
 from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, start_state_seed
 from labs import HostLab
-from labs.sriov import LabHost, SriovLab, agent_command, connect, ownership_evidence
+from labs.sriov import (
+    LabHost,
+    SriovLab,
+    agent_command,
+    connect,
+    ownership_evidence,
+    role_defaults,
+)
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -46,9 +53,10 @@ pytestmark = pytest.mark.sriov
 SEED = start_state_seed()
 REPRODUCE = f"seed {SEED} ({SEED_ENV}={SEED})"
 SERVICE = "links"
-UNIT = f"dra-networkplugin@{SERVICE}"
-REMOTE_SOCKET = f"/run/dra-networkplugins/{SERVICE}/macvlan.sock"
-TOKEN_FILE = f"/etc/dra-networkplugins/{SERVICE}.token"
+# Where provisioning put the service's unit, socket and token (the role's defaults).
+UNIT = str(role_defaults()["dranp_unit"]).replace("@.", f"@{SERVICE}.")
+REMOTE_SOCKET = f"{role_defaults()['dranp_run_root']}/{SERVICE}/macvlan.sock"
+TOKEN_FILE = f"{role_defaults()['dranp_config_dir']}/{SERVICE}.token"
 CHILD = "net7"
 CONFIG = json.dumps({"mode": "bridge", "mtu": 1500})
 READY_DEADLINE_S = 120.0
