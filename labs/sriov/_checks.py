@@ -11,6 +11,9 @@ is as it must be), so a test asserts ``== []`` and a failure lists everything at
   behind.
 * :func:`check_no_trace`: after teardown, no unit, config, journal, socket, venv or
   record, no ownership evidence, and every PF as its snapshot before provisioning.
+* :func:`footprint` and :func:`footprint_changes`: what the lab has put on a host (its
+  files, the services' processes), compared with an earlier footprint: an attempt that
+  failed before any change left the host exactly as it was, provisioned or not.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from ._inventory import LabHost
 from ._role import role_defaults
 
 __all__ = [
+    "Footprint",
     "HostState",
     "PfState",
     "changes_since",
     "check_no_trace",
     "check_provisioned",
     "connect",
+    "footprint",
+    "footprint_changes",
     "ownership_evidence",
     "snapshot",
 ]
@@ -189,3 +195,40 @@ def check_no_trace(host: LabHost, remote: Any, before: HostState) -> list[str]:
     return (
         problems + ownership_evidence(host, remote) + changes_since(before, snapshot(host, remote))
     )
+
+
+@dataclass(frozen=True)
+class Footprint:
+    host: str
+    entries: dict[str, str]  # a path the lab owns, or a service's unit -> what it is now
+
+
+def footprint(host: LabHost, remote: Any) -> Footprint:
+    """Every path the lab owns and what lies two levels below it (type, mode, size,
+    mtime), and each service's main PID, start time and restart count: a write, a
+    removal, a reinstall (the venv is made anew) or a restart shows. An absent path is
+    simply not listed, so a fresh host's footprint is its services' zeros."""
+    paths = " ".join(shlex.quote(path) for path in TRACES)
+    # find complains of each absent path and exits 1: what it lists is the answer.
+    listed = remote.run(f"find {paths} -maxdepth 2 -printf '%p %y %m %s %T@\\n'").stdout
+    entries = {}
+    for line in listed.splitlines():
+        path, _, what = line.partition(" ")
+        entries[path] = what
+    for service in SERVICES:
+        unit = UNIT.format(service)
+        shown = remote.check_output(
+            f"systemctl show --value -p MainPID -p ActiveEnterTimestampMonotonic "
+            f"-p NRestarts {unit}"
+        )
+        entries[unit] = " ".join(shown.split())
+    return Footprint(host.name, entries)
+
+
+def footprint_changes(before: Footprint, after: Footprint) -> list[str]:
+    problems = []
+    for key in sorted(before.entries.keys() | after.entries.keys()):
+        was, now = before.entries.get(key, "absent"), after.entries.get(key, "absent")
+        if was != now:
+            problems.append(f"{after.host}: {key}: {now}, was {was}")
+    return problems

@@ -3,8 +3,9 @@
 The inventory handed to Ansible is built from the checked :class:`Inventory` (the same
 keys, the key path resolved, plus where the wheel and wheelhouse are), so Ansible acts
 on exactly what was validated. A host's outcome is its task counts from the run's stats
-and, when it failed, one line naming the cause: the failing task's message (the
-playbook has torn the host down by then), or why SSH could not reach it.
+and, when it failed, one line naming the cause: the failing task and its message (the
+preflight's, before any change; or a later task's, once the playbook has torn the host
+down), or why SSH could not reach it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def provision(
     builds: Mapping[str, Distribution] | None = None,
     cache: Path = CACHE_DIR,
 ) -> ProvisionResult:
-    """Run provision.yml on every host; a host that fails is torn down by the playbook.
+    """Run provision.yml: the preflight on every host (a failure there changes no host),
+    then provisioning, in which a host that fails is torn down by the playbook.
 
     ``builds`` (from :func:`distributions`): what to install; default a fresh build of
     the working tree. A session passes the same builds to every run, so an edit to the
@@ -132,6 +134,17 @@ def _one_line(text: object) -> str:
     return lines[0] if lines else "no message"
 
 
+def _cause(data: Mapping[str, Any]) -> str:
+    """``<task>: <why>`` of a failed task's event. A host's last failure is the one kept:
+    after a rescue, the rescue's own ``fail``, whose message the playbook composed from
+    the first failure's task and cause; a failure with no rescue (the preflight's) is
+    that task's module message, named here by its task."""
+    message = _one_line(data.get("res", {}).get("msg"))
+    if str(data.get("task_action", "")).rpartition(".")[2] == "fail":
+        return message
+    return f"{data.get('task', 'a task')}: {message}"
+
+
 def _run(playbook: str, inventory: Inventory, dists: Mapping[str, Distribution]) -> ProvisionResult:
     import ansible_runner  # the rig extra's; imported here so loading an inventory needs none
 
@@ -160,8 +173,7 @@ def _run(playbook: str, inventory: Inventory, dists: Mapping[str, Distribution])
             elif (
                 event.get("event") == "runner_on_failed" and host and not data.get("ignore_errors")
             ):
-                # The last failure is the rescue's, which carries the first one's cause.
-                causes[host] = _one_line(data.get("res", {}).get("msg"))
+                causes[host] = _cause(data)
         stats = runner.stats or {}
         outcomes = tuple(
             HostOutcome(

@@ -4,7 +4,9 @@
 An Ansible module (run on the host, by the host's python3, standard library only) so
 each step reports ``changed`` honestly and a failure is one message naming its cause:
 
-* ``check``: every PF exists, is bound to its driver, has its netdev and enough VFs;
+* ``check`` (the preflight, before anything changes): every PF exists, is bound to its
+  driver, has its netdev and enough VFs, and its ``sriov_numvfs`` takes a write; every
+  problem of the host in one message;
 * ``record``: write the PFs' state before the lab touches them (``sriov_numvfs`` and
   ``ip -j -d link show`` of each PF: its VF table) to ``path``, unless already there
   (a second run must not record the provisioned state as the "before");
@@ -64,23 +66,47 @@ def _vf_table(netdev: str) -> list[dict[str, Any]]:
     return list(link.get("vfinfo_list", []))
 
 
+def _probe_write(pci: str, device: Path) -> None:
+    """Write ``sriov_numvfs`` the count it holds: the kernel returns at once for that count
+    (no VF is made or removed), so this changes nothing, yet a host that refuses the
+    write (a read-only /sys, a confined root) refuses it here, before any change."""
+    target = device / "sriov_numvfs"
+    try:
+        target.write_text(_read(target))
+    except OSError as exc:
+        raise HostError(f"PF {pci}: sriov_numvfs cannot be written: {exc.strerror}") from None
+
+
+def _check_pf(pf: dict[str, Any]) -> None:
+    pci = pf["pci"]
+    device = PCI / pci
+    if not device.exists():
+        raise HostError(f"PF {pci}: absent (no {device})")
+    driver = _driver(device)
+    if driver != pf["driver"]:
+        raise HostError(f"PF {pci}: bound to {driver or 'no driver'}, not {pf['driver']}")
+    total = device / "sriov_totalvfs"
+    if not total.exists():
+        raise HostError(f"PF {pci}: not SR-IOV capable (no {total})")
+    if int(_read(total)) < pf["vfs"]:
+        raise HostError(f"PF {pci}: sriov_totalvfs is {_read(total)}, {pf['vfs']} asked")
+    netdev = _netdev(pci)
+    if pf.get("netdev") and pf["netdev"] != netdev:
+        raise HostError(f"PF {pci}: its netdev is {netdev}, not {pf['netdev']}")
+    _probe_write(pci, device)
+
+
 def check(pfs: list[dict[str, Any]]) -> None:
+    """Every PF's first problem, all in one message: one run shows the engineer the
+    whole of what to fix on this host."""
+    problems = []
     for pf in pfs:
-        pci = pf["pci"]
-        device = PCI / pci
-        if not device.exists():
-            raise HostError(f"PF {pci}: absent (no {device})")
-        driver = _driver(device)
-        if driver != pf["driver"]:
-            raise HostError(f"PF {pci}: bound to {driver or 'no driver'}, not {pf['driver']}")
-        total = device / "sriov_totalvfs"
-        if not total.exists():
-            raise HostError(f"PF {pci}: not SR-IOV capable (no {total})")
-        if int(_read(total)) < pf["vfs"]:
-            raise HostError(f"PF {pci}: sriov_totalvfs is {_read(total)}, {pf['vfs']} asked")
-        netdev = _netdev(pci)
-        if pf.get("netdev") and pf["netdev"] != netdev:
-            raise HostError(f"PF {pci}: its netdev is {netdev}, not {pf['netdev']}")
+        try:
+            _check_pf(pf)
+        except HostError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise HostError("; ".join(problems))
 
 
 def record(pfs: list[dict[str, Any]], path: Path) -> bool:
