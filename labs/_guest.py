@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -28,6 +29,9 @@ GUEST_PARAMS: dict[str, dict[str, type]] = {
     "sriov": {"pf": str},
     "set_sriov_numvfs": {"pf": str, "count": int},
     "write_sriov_numvfs": {"pf": str, "count": int},
+    "pci_sriov": {"pci": str},
+    "write_pci_sriov_numvfs": {"pci": str, "count": int, "stem": str},
+    "renumber_link": {"name": str, "ifindex": int},
     "change_link": {"ns": str, "name": str, "option": str, "value": str},
     "await_bond_active": {"ns": str, "bond": str, "avoid": str, "timeout_s": float},
 }
@@ -49,6 +53,10 @@ VF_NETDEV_DEADLINE_S = 60.0
 # How long write_sriov_numvfs leaves the naming of new VF netdevs to udev.
 UDEV_GRACE_S = 10.0
 SYSFS_NET = Path("/sys/class/net")
+# A PF lent into a lab session's node is not under the agent's /sys/class/net (sysfs
+# shows the netdevs of the namespace it was mounted in); its PCI function always is here.
+SYSFS_PCI = Path("/sys/bus/pci/devices")
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 GUEST_METHODS = tuple(GUEST_PARAMS)
 
 
@@ -62,11 +70,7 @@ class GuestSide:
         return os.uname().release
 
     def sriov(self, pf: str) -> dict[str, int]:
-        device = self._device(pf)
-        return {
-            "totalvfs": int((device / "sriov_totalvfs").read_text()),
-            "numvfs": int((device / "sriov_numvfs").read_text()),
-        }
+        return _sriov_counts(self._device(pf))
 
     def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
         """Write ``count`` to the PF's ``sriov_numvfs`` (through 0, as the kernel asks
@@ -94,17 +98,36 @@ class GuestSide:
         """Write ``count`` to the PF's ``sriov_numvfs`` as it is (no detour through 0, so
         the kernel's own answers show: EBUSY, ERANGE); when that created VFs, return
         their netdev names once udev has named all of them, else []."""
+        return self._write_numvfs(self._device(pf), pf, pf, count)
+
+    def pci_sriov(self, pci: str) -> dict[str, int]:
+        """``sriov`` of the PF at PCI address ``pci``, wherever its netdev is."""
+        return _sriov_counts(self._pci_device(pci))
+
+    def write_pci_sriov_numvfs(self, pci: str, count: int, stem: str) -> list[str]:
+        """``write_sriov_numvfs`` of the PF at PCI address ``pci``, also while its netdev is
+        lent into a session's node: what an administrator's ``echo N > sriov_numvfs`` does.
+        ``stem`` is the PF's name in the root namespace: udev names new VFs
+        ``<stem>v<index>``, and the agent does if udev does not."""
+        if "/" in stem or not stem:
+            raise kernel_error(errno.EINVAL, f"{stem!r} is no netdev name")
+        return self._write_numvfs(self._pci_device(pci), pci, stem, count)
+
+    def _write_numvfs(self, device: Path, label: str, stem: str, count: int) -> list[str]:
         from .netns import _link_events
 
-        device = self._device(pf)
         numvfs = device / "sriov_numvfs"
         before = int(numvfs.read_text())
+        # New VF netdevs always appear in the root namespace (the agent's), whatever
+        # namespace their PF is in.
         with _link_events(self.node_pin) as events:
             try:
                 with numvfs.open("w") as out:
                     out.write(str(count))
             except OSError as exc:
-                raise kernel_error(exc.errno or errno.EIO, f"{pf}: sriov_numvfs={count}") from None
+                raise kernel_error(
+                    exc.errno or errno.EIO, f"{label}: sriov_numvfs={count}"
+                ) from None
             if count in (0, before):
                 return []
             started = time.monotonic()
@@ -114,13 +137,18 @@ class GuestSide:
                 if not renamed and time.monotonic() > started + UDEV_GRACE_S:
                     # udev has not named them (seen on 6.12 under load, the rename never
                     # came): give them the name udev's policy gives, <pf>v<index>
-                    self._name_vfs(pf, device, count)
+                    self._name_vfs(stem, device, count)
                     renamed = True
                     continue
                 wait = (started + UDEV_GRACE_S if not renamed else deadline) - time.monotonic()
                 if not events.wait(max(wait, 0.001)) and renamed and time.monotonic() > deadline:
-                    raise kernel_error(errno.ETIMEDOUT, f"{pf}: {count} VF netdevs never named")
+                    raise kernel_error(errno.ETIMEDOUT, f"{label}: {count} VF netdevs never named")
             return names
+
+    def renumber_link(self, name: str, ifindex: int) -> None:
+        """Give the root namespace's device ``name`` the ifindex ``ifindex`` (see
+        ``renumber``); the agent's ``wire`` namespace, beside its ``node`` pin, is the detour."""
+        renumber(self.node_pin, str(Path(self.node_pin).with_name("wire")), name, ifindex)
 
     def _name_vfs(self, pf: str, device: Path, count: int) -> None:
         """Rename VF netdevs still called eth* to ``<pf>v<index>`` (what udev does)."""
@@ -197,11 +225,25 @@ class GuestSide:
             return str(route.link("get", index=index)[0].get_attr("IFLA_IFNAME"))
 
     @staticmethod
+    def _pci_device(pci: str) -> Path:
+        device = SYSFS_PCI / pci
+        if not PCI_ADDRESS.fullmatch(pci) or not (device / "sriov_totalvfs").exists():
+            raise kernel_error(errno.ENODEV, f"{pci!r} is no SR-IOV PF's PCI address here")
+        return device
+
+    @staticmethod
     def _device(pf: str) -> Path:
         device = SYSFS_NET / pf / "device"
         if "/" in pf or not (device / "sriov_totalvfs").exists():
             raise kernel_error(errno.ENODEV, f"{pf!r} is not an SR-IOV PF in this guest")
         return device
+
+
+def _sriov_counts(device: Path) -> dict[str, int]:
+    return {
+        "totalvfs": int((device / "sriov_totalvfs").read_text()),
+        "numvfs": int((device / "sriov_numvfs").read_text()),
+    }
 
 
 def _vf_netdevs(device: Path, count: int) -> list[str] | None:
@@ -216,6 +258,43 @@ def _vf_netdevs(device: Path, count: int) -> list[str] | None:
             return None
         names.append(found[0].name)
     return names
+
+
+def renumber(node_pin: str, detour_pin: str, name: str, ifindex: int) -> None:
+    """Give the device ``name`` of the namespace pinned at ``node_pin`` the ifindex
+    ``ifindex`` (free there): Linux numbers a new device anew (a VF removed and made
+    again by ``sriov_numvfs`` comes back under a new one), and an ifindex can only be
+    chosen when a device enters a namespace (IFLA_NEW_IFINDEX, Linux 5.13), so the
+    device goes out to the namespace pinned at ``detour_pin`` and comes home under it.
+    Moving closes the device: its admin state is the caller's to restore. A refused
+    homecoming (the ifindex is taken) still brings the device home, then raises."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with _route_in(node_pin, IPRoute) as route:
+        found = route.link_lookup(ifname=name)
+        if not found:
+            raise kernel_error(errno.ENODEV, f"no link {name!r}")
+        if found[0] == ifindex:
+            return
+        with _pinned_fd(detour_pin) as detour:
+            route.link("set", index=found[0], net_ns_fd=detour)
+    with _route_in(detour_pin, IPRoute) as route, _pinned_fd(node_pin) as home:
+        (away,) = route.link_lookup(ifname=name)
+        try:
+            route.link("set", index=away, net_ns_fd=home, new_ifindex=ifindex)
+        except NetlinkError as exc:
+            route.link("set", index=away, net_ns_fd=home)
+            raise kernel_error(exc.code, f"{name}: ifindex {ifindex}") from None
+
+
+@contextlib.contextmanager
+def _pinned_fd(ns_path: str) -> Iterator[int]:
+    fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -256,6 +335,22 @@ class VmKernel(FakeKernelClient):
         """Write ``count`` to the PF's ``sriov_numvfs`` as it is (the kernel's errno on
         refusal); the new VFs' netdev names once named, [] when none were created."""
         return [str(name) for name in self._call("write_sriov_numvfs", pf=pf, count=count)]
+
+    def pci_sriov(self, pci: str) -> dict[str, int]:
+        """``sriov`` of the PF at PCI address ``pci`` (also while lent to a session)."""
+        answer: dict[str, int] = self._call("pci_sriov", pci=pci)
+        return answer
+
+    def write_pci_sriov_numvfs(self, pci: str, count: int, stem: str) -> list[str]:
+        """``write_sriov_numvfs`` of the PF at PCI address ``pci``, wherever its netdev is
+        (``stem``: its root name, which udev's VF names start with)."""
+        answer = self._call("write_pci_sriov_numvfs", pci=pci, count=count, stem=stem)
+        return [str(name) for name in answer]
+
+    def renumber_link(self, name: str, ifindex: int) -> None:
+        """The root namespace's device ``name`` under ``ifindex`` again (it comes home
+        down: see ``labs._guest.renumber``)."""
+        self._call("renumber_link", name=name, ifindex=ifindex)
 
     def change_link(self, ns: NsRef, name: str, option: str, value: str) -> None:
         """Change an option of an existing link (``LINK_OPTIONS``: bond mode, miimon,

@@ -199,7 +199,8 @@ class GuestSession:
     Physical devices never die with a namespace: the kernel moves them back to the
     guest's root namespace under the name they had; ``lend`` (a root device's name ->
     its name in the session's node) moves some in at open, and close gives each back
-    its root name, MTU, MAC, alias and admin state.
+    its root name, MTU, MAC, alias and admin state, and its ifindex when the device was
+    made again meanwhile (a VF, by a ``sriov_numvfs`` round trip).
     """
 
     def __init__(self, root: NetnsKernel, seed: int, lend: dict[str, str] | None = None) -> None:
@@ -268,6 +269,7 @@ class GuestSession:
     def _give_back(self) -> None:
         """Each lent device back under its root name and state, once the kernel brought
         it home (under the name it had in the session) as its namespace died."""
+        from ._guest import renumber
         from .netns import _link_events
 
         root = self.root
@@ -288,6 +290,15 @@ class GuestSession:
             if now.up:
                 now = root.set_link(host, now.ifindex, LinkChanges(up=False))
             now = self._rename_home(now, before.name, deadline)
+            if now.ifindex != before.ifindex:
+                # The device was removed and made again while lent (an administrator's
+                # sriov_numvfs round trip), and Linux numbered it anew: the root
+                # namespace's links are known by ifindex, so it gets its own back.
+                renumber(host.path, root.wire.path, now.name, before.ifindex)
+                found = root.get_link(host, ifindex=before.ifindex)
+                if found is None:
+                    raise kernel_error(errno.ENODEV, f"{now.name} lost on its way home")
+                now = found
             # The alias too: a check that loses a journal on purpose leaves its marker on
             # the device, as it must; the next session's lab starts without it.
             changes = LinkChanges(

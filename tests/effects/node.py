@@ -1,7 +1,11 @@
-"""A node of the real plugins on the fake kernel: the three services' runners in one place.
+"""A node of the real plugins: the three services' runners in one place, with request
+builders of the blueprint's topologies.
 
-The kernel model lives outside every runner (like a real kernel outlives a
-service), so ``crash()`` abandons the runners and stores but keeps the model.
+``PluginNode`` is what every such node has, whatever its kernel: the requests, the pod,
+the VFs' attributes. ``FakeNode`` is one on the fake kernel's lab file (the kernel model
+lives outside every runner, like a real kernel outlives a service, so ``crash()``
+abandons the runners and stores but keeps the model); ``tests.effects.nic_node.NicNode``
+is one on a NIC lab's real kernel.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.lab import load_lab
-from fakekernel.model import FakeKernelModel
+from fakekernel.model import FakeKernelModel, diff
 from labs import DEFAULT_LAB, FakeModelLab, Node
+from plugins.kernel import Link, NsRef
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -24,6 +29,7 @@ from plugins.sdk import (
     PreparedState,
     PrepareRequest,
     ResourceHandle,
+    SandboxHandle,
     Sharing,
 )
 from plugins.sdk.runner import CrashPoints
@@ -44,22 +50,17 @@ def envelope(hook: Hook, op: str, scope: str, step: str) -> OperationEnvelope:
     return OperationEnvelope(op, hook, scope, step, 1, 1)
 
 
-class FakeNode(Node):
-    """The three services' runners in-process on the lab file's model as written (no
-    random start: these tests set their own scenes), no coordinator; ``pod`` is the
-    sandbox every request names."""
+class PluginNode(Node):
+    """The three services' runners in-process (so any in-process crash point can fire),
+    no coordinator, on a lab whose pod is ``pod``; ``vf0`` and ``vf1`` are the
+    allocation attributes of VF 0 of each of the node's two PFs. A subclass sets
+    ``vf0``, ``vf1`` and ``pod_ns`` and says how a VF disappears (``remove_vf``)."""
 
-    def __init__(
-        self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None
-    ) -> None:
-        self.fake = FakeModelLab(model=model or load_lab(LAB))
-        super().__init__(self.fake, root, crash=crash or self.crash_plan(), coordinator=False)
-        self.pod = self.sandbox()
-        self.pod_ns = self.model.open_namespace(self.pod.namespace)
-
-    @property
-    def model(self) -> FakeKernelModel:
-        return self.fake.model
+    vf0: dict[str, str]
+    vf1: dict[str, str]
+    pod: SandboxHandle
+    pod_ns: NsRef
+    _closed = False
 
     def crash_plan(self) -> CrashPoints:
         """The crash points of every incarnation of the services (after ``crash()`` too)."""
@@ -67,6 +68,29 @@ class FakeNode(Node):
 
     def crash(self) -> None:
         self.crash_services(self.crash_plan())
+
+    def changes(self, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+        """How snapshot ``after`` differs from ``before`` (``diff`` lines)."""
+        return diff(before, after)
+
+    def require(self, *capabilities: str) -> None:
+        """Skip, naming why, unless the node's NICs can do each of ``capabilities`` (the
+        SR-IOV inventory's names, docs/labs.md); the fake kernel's NIC does all."""
+
+    def remove_vf(self, attributes: dict[str, str]) -> None:
+        """The VF of ``attributes`` disappears from under the node, as when an
+        administrator lowers its PF's ``sriov_numvfs``."""
+        raise NotImplementedError
+
+    def link(self, name: str) -> Link | None:
+        """The node's (host namespace's) link ``name``."""
+        return self.kernel.get_link(self.kernel.host_namespace(), name=name)
+
+    def close(self) -> None:
+        """Idempotent: a test may close its node itself before its fixture does."""
+        if not self._closed:
+            self._closed = True
+            super().close()
 
     # -- requests of the blueprint's VF/bond/VLAN topology --------------------------------------
 
@@ -177,10 +201,10 @@ class FakeNode(Node):
         return self.endpoints["sriov"].node_unprepare(req)
 
     def full_attach(self) -> dict[str, Any]:
-        p0 = self.prepare_vf("vf0", VF0)
-        p1 = self.prepare_vf("vf1", VF1)
-        h0 = self.connect_vf("vf0", VF0, p0, "net1")
-        h1 = self.connect_vf("vf1", VF1, p1, "net2")
+        p0 = self.prepare_vf("vf0", self.vf0)
+        p1 = self.prepare_vf("vf1", self.vf1)
+        h0 = self.connect_vf("vf0", self.vf0, p0, "net1")
+        h1 = self.connect_vf("vf1", self.vf1, p1, "net2")
         b = self.connect_bond((h0, h1))
         v = self.connect_vlan(b)
         return {"vf0": h0, "vf1": h1, "bond0": b, "data0": v}
@@ -195,5 +219,28 @@ class FakeNode(Node):
             self.unprepare_vf("vf0"),
         ]
 
-    def sandbox_links(self) -> dict[str, Any]:
-        return {link.name: link for link in self.model.list_links(self.pod_ns)}
+    def sandbox_links(self) -> dict[str, Link]:
+        return {link.name: link for link in self.kernel.list_links(self.pod_ns)}
+
+
+class FakeNode(PluginNode):
+    """The node on the lab file's model as written (no random start: these tests set
+    their own scenes); ``pod`` is the sandbox every request names."""
+
+    vf0 = VF0
+    vf1 = VF1
+
+    def __init__(
+        self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None
+    ) -> None:
+        self.fake = FakeModelLab(model=model or load_lab(LAB))
+        super().__init__(self.fake, root, crash=crash or self.crash_plan(), coordinator=False)
+        self.pod = self.sandbox()
+        self.pod_ns = self.model.open_namespace(self.pod.namespace)
+
+    @property
+    def model(self) -> FakeKernelModel:
+        return self.fake.model
+
+    def remove_vf(self, attributes: dict[str, str]) -> None:
+        self.model.remove_device(attributes["pciAddress"])

@@ -1,15 +1,17 @@
-"""Blueprint 13.2, plugin by plugin, through the real runner on the fake kernel."""
+"""Blueprint 13.2, plugin by plugin, through the real runner: each test runs on the fake
+kernel (``FakeNode``) and on every NIC lab's real kernel (``NicNode``: the VM lab's
+guest, marked vm, and each host of a ``--lab sriov://`` inventory, marked sriov), one
+body for both. A check needing what a NIC cannot do skips there, naming why."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fakekernel.model import diff
 from plugins.kernel import LinkChanges, LinkSpec
 from plugins.sdk import (
     CleanupStatus,
@@ -25,17 +27,49 @@ from plugins.sdk import (
 )
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
-from .node import BOND_CONFIG, VF0, VF1, FakeNode, envelope
+from .nic_node import NicNode, machine_of, node_kinds
+from .node import BOND_CONFIG, FakeNode, PluginNode, envelope
+
+NodeFactory = Callable[[CrashPoints | None], PluginNode]
+# What the VF tests' prepare sets through the PF (VF_CONFIG), and what a bond of VFs
+# needs (the refusals before any kernel call need only the VFs).
+VF_SETTINGS = ("vf_spoofchk", "vf_trust")
+BOND_OF_VFS = (*VF_SETTINGS, "bond_of_vfs")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node_kind" in metafunc.fixturenames:
+        metafunc.parametrize("node_kind", node_kinds(metafunc.config), scope="session")
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[FakeNode]:
-    n = FakeNode(tmp_path)
-    yield n
-    n.close()
+def make_node(
+    node_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[NodeFactory]:
+    """Builds the test's node (with a crash plan, or None) on its kind's kernel; the
+    node is closed at the end, a NIC node checking its machine ends as it began."""
+    machine = None if node_kind == "fake" else machine_of(request, node_kind)
+    made: list[PluginNode] = []
+
+    def make(crash: CrashPoints | None = None) -> PluginNode:
+        if machine is None:
+            built: PluginNode = FakeNode(tmp_path, crash=crash)
+        else:
+            built = NicNode(machine, tmp_path, crash=crash)
+        made.append(built)
+        return built
+
+    yield make
+    for built in made:
+        built.close()
 
 
-def journal_rows(node: FakeNode) -> int:
+@pytest.fixture
+def node(make_node: NodeFactory) -> PluginNode:
+    return make_node(None)
+
+
+def journal_rows(node: PluginNode) -> int:
     return sum(
         len(s.read(lambda r: r.nonterminal_operations())) for s in node.services.stores.values()
     )
@@ -44,23 +78,25 @@ def journal_rows(node: FakeNode) -> int:
 # -- VF ----------------------------------------------------------------------------------------
 
 
-def test_vf_prepared_and_attached_snapshots_are_restored_in_turn(node: FakeNode) -> None:
-    original = node.model.snapshot()
-    prepared = node.prepare_vf("vf0", VF0)
-    after_prepare = node.model.snapshot()
-    assert diff(original, after_prepare) != []
-    node.connect_vf("vf0", VF0, prepared, "net1")
+def test_vf_prepared_and_attached_snapshots_are_restored_in_turn(node: PluginNode) -> None:
+    node.require(*VF_SETTINGS)
+    original = node.snapshot()
+    prepared = node.prepare_vf("vf0", node.vf0)
+    after_prepare = node.snapshot()
+    assert node.changes(original, after_prepare) != []
+    node.connect_vf("vf0", node.vf0, prepared, "net1")
     assert "net1" in node.sandbox_links()
     assert node.remove("sriov", "vf0").status is CleanupStatus.CLEANED
-    assert diff(after_prepare, node.model.snapshot()) == []  # back to prepared, not to original
+    assert node.changes(after_prepare, node.snapshot()) == []  # back to prepared, not to original
     assert node.unprepare_vf("vf0").status is CleanupStatus.CLEANED
-    assert diff(original, node.model.snapshot()) == []
+    assert node.changes(original, node.snapshot()) == []
 
 
-def test_vf_changes_nothing_PF_global_or_on_other_vfs(node: FakeNode) -> None:
-    original = node.model.snapshot()
-    node.connect_vf("vf0", VF0, node.prepare_vf("vf0", VF0), "net1")
-    changes = diff(original, node.model.snapshot())
+def test_vf_changes_nothing_PF_global_or_on_other_vfs(node: PluginNode) -> None:
+    node.require(*VF_SETTINGS)
+    original = node.snapshot()
+    node.connect_vf("vf0", node.vf0, node.prepare_vf("vf0", node.vf0), "net1")
+    changes = node.changes(original, node.snapshot())
     assert changes
     for line in changes:
         # Only the VF's own netdev (now net1 in the sandbox) and its own VF-table entry.
@@ -69,10 +105,11 @@ def test_vf_changes_nothing_PF_global_or_on_other_vfs(node: FakeNode) -> None:
         assert "enp3s0f1" not in line, line
 
 
-def test_vf_unexpected_disappearance_is_quarantined_not_guessed(node: FakeNode) -> None:
-    prepared = node.prepare_vf("vf0", VF0)
-    node.connect_vf("vf0", VF0, prepared, "net1")
-    node.model.remove_device(VF0["pciAddress"])  # an administrator lowered sriov_numvfs
+def test_vf_unexpected_disappearance_is_quarantined_not_guessed(node: PluginNode) -> None:
+    node.require(*VF_SETTINGS)
+    prepared = node.prepare_vf("vf0", node.vf0)
+    node.connect_vf("vf0", node.vf0, prepared, "net1")
+    node.remove_vf(node.vf0)  # an administrator lowered sriov_numvfs
     receipt = node.remove("sriov", "vf0")
     assert receipt.status is CleanupStatus.QUARANTINED
     quarantined = [e for e in receipt.effects if e.state is EffectState.QUARANTINED]
@@ -80,32 +117,34 @@ def test_vf_unexpected_disappearance_is_quarantined_not_guessed(node: FakeNode) 
     assert any("disappeared" in e.detail or "no netdev" in e.detail for e in quarantined)
 
 
-def test_vf_partial_namespace_move_is_recovered(tmp_path: Path) -> None:
+def test_vf_partial_namespace_move_is_recovered(make_node: NodeFactory) -> None:
     point = "ConnectNetwork/conn-vf0/move-vf.move/kernel#1.move_link.after"
-    node = FakeNode(tmp_path, crash=CrashPoints(armed=point))
-    original = node.model.snapshot()
-    prepared = node.prepare_vf("vf0", VF0)
-    after_prepare = node.model.snapshot()
+    node = make_node(CrashPoints(armed=point))
+    node.require(*VF_SETTINGS)
+    original = node.snapshot()
+    prepared = node.prepare_vf("vf0", node.vf0)
+    after_prepare = node.snapshot()
     with pytest.raises(SimulatedCrash):
-        node.connect_vf("vf0", VF0, prepared, "net1")
+        node.connect_vf("vf0", node.vf0, prepared, "net1")
     node.crash()  # the VF sits in the sandbox under its temporary name; the service is gone
     assert node.remove("sriov", "vf0").status is CleanupStatus.CLEANED
-    assert diff(after_prepare, node.model.snapshot()) == []
+    assert node.changes(after_prepare, node.snapshot()) == []
     assert node.unprepare_vf("vf0").status is CleanupStatus.CLEANED
-    assert diff(original, node.model.snapshot()) == []
+    assert node.changes(original, node.snapshot()) == []
     node.close()
 
 
 # -- bond --------------------------------------------------------------------------------------
 
 
-def two_vfs(node: FakeNode) -> tuple[ResourceHandle, ResourceHandle]:
-    h0 = node.connect_vf("vf0", VF0, node.prepare_vf("vf0", VF0), "net1")
-    h1 = node.connect_vf("vf1", VF1, node.prepare_vf("vf1", VF1), "net2")
+def two_vfs(node: PluginNode) -> tuple[ResourceHandle, ResourceHandle]:
+    node.require(*VF_SETTINGS)
+    h0 = node.connect_vf("vf0", node.vf0, node.prepare_vf("vf0", node.vf0), "net1")
+    h1 = node.connect_vf("vf1", node.vf1, node.prepare_vf("vf1", node.vf1), "net2")
     return h0, h1
 
 
-def bond_request(node: FakeNode, members: tuple[ResourceHandle, ...]) -> ConnectRequest:
+def bond_request(node: PluginNode, members: tuple[ResourceHandle, ...]) -> ConnectRequest:
     return ConnectRequest(
         envelope(Hook.CONNECT_NETWORK, "conn-bond0", "att-1", "bond0"),
         node.pod,
@@ -117,22 +156,24 @@ def bond_request(node: FakeNode, members: tuple[ResourceHandle, ...]) -> Connect
 
 
 def test_bond_without_a_member_grant_is_refused_by_the_runner_and_changes_nothing(
-    node: FakeNode,
+    node: PluginNode,
 ) -> None:
     """The bond plugin does not check grants itself: the runner does, for every plugin."""
     h0, h1 = two_vfs(node)
     request = dataclasses.replace(
         bond_request(node, (h0, h1)), grants=(Grant("linux/attach-member/v1", h0.id),)
     )
-    before, rows = node.model.snapshot(), journal_rows(node)
+    before, rows = node.snapshot(), journal_rows(node)
     with pytest.raises(InvalidArgument, match=f"consumes input handle '{h1.id}'"):
         node.endpoints["bond"].connect_network(request)
-    assert diff(before, node.model.snapshot()) == []
+    assert node.changes(before, node.snapshot()) == []
     assert journal_rows(node) == rows
 
 
 @pytest.mark.parametrize("duplicate", ["same-handle", "same-physical-member"])
-def test_bond_refuses_duplicate_members_and_changes_nothing(node: FakeNode, duplicate: str) -> None:
+def test_bond_refuses_duplicate_members_and_changes_nothing(
+    node: PluginNode, duplicate: str
+) -> None:
     h0, _ = two_vfs(node)
     twin = (
         h0
@@ -148,20 +189,21 @@ def test_bond_refuses_duplicate_members_and_changes_nothing(node: FakeNode, dupl
             h0.description_json,
         )
     )
-    before, rows = node.model.snapshot(), journal_rows(node)
+    before, rows = node.snapshot(), journal_rows(node)
     with pytest.raises(PrerequisiteError, match="distinct-resources"):
         node.endpoints["bond"].connect_network(bond_request(node, (h0, twin)))
-    assert diff(before, node.model.snapshot()) == []
+    assert node.changes(before, node.snapshot()) == []
     assert journal_rows(node) == rows
 
 
-def test_bond_refuses_a_member_with_a_foreign_master(node: FakeNode) -> None:
+def test_bond_refuses_a_member_with_a_foreign_master(node: PluginNode) -> None:
+    node.require(*BOND_OF_VFS)
     h0, h1 = two_vfs(node)
     ns = node.pod_ns
-    foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
+    foreign = node.kernel.create_link(ns, LinkSpec(kind="bond", name="theirs"))
     net2 = node.sandbox_links()["net2"]
-    node.model.set_link(ns, net2.ifindex, LinkChanges(up=False))
-    node.model.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
+    node.kernel.set_link(ns, net2.ifindex, LinkChanges(up=False))
+    node.kernel.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
     with pytest.raises(FailedPrecondition, match="already has a master"):
         node.connect_bond((h0, h1))
     assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
@@ -171,15 +213,16 @@ def test_bond_refuses_a_member_with_a_foreign_master(node: FakeNode) -> None:
     assert links["net1"].master is None
 
 
-def test_bond_failure_on_the_second_member_is_undone_completely(node: FakeNode) -> None:
+def test_bond_failure_on_the_second_member_is_undone_completely(node: PluginNode) -> None:
+    node.require(*BOND_OF_VFS)
     h0, h1 = two_vfs(node)
     ns = node.pod_ns
     # The second member is refused at its own capture: it is suddenly someone else's port.
-    foreign = node.model.create_link(ns, LinkSpec(kind="bond", name="theirs"))
+    foreign = node.kernel.create_link(ns, LinkSpec(kind="bond", name="theirs"))
     net2 = node.sandbox_links()["net2"]
-    node.model.set_link(ns, net2.ifindex, LinkChanges(up=False))
-    node.model.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
-    enslaved_elsewhere = node.model.snapshot()
+    node.kernel.set_link(ns, net2.ifindex, LinkChanges(up=False))
+    node.kernel.set_link(ns, net2.ifindex, LinkChanges(master=foreign.ifindex))
+    enslaved_elsewhere = node.snapshot()
     with pytest.raises(FailedPrecondition, match="net2 already has a master"):
         node.connect_bond((h0, h1))
     inspected = node.endpoints["bond"].inspect("conn-bond0", "")
@@ -187,22 +230,23 @@ def test_bond_failure_on_the_second_member_is_undone_completely(node: FakeNode) 
     assert states["create-bond"] is EffectState.APPLIED
     assert states["attach-member-0"] is EffectState.APPLIED
     assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
-    assert diff(enslaved_elsewhere, node.model.snapshot()) == []  # member 0 restored, bond gone
+    assert node.changes(enslaved_elsewhere, node.snapshot()) == []  # member 0 restored, bond gone
 
 
-def test_bond_removal_restores_only_membership_owned_changes(node: FakeNode) -> None:
+def test_bond_removal_restores_only_membership_owned_changes(node: PluginNode) -> None:
+    node.require(*BOND_OF_VFS)
     h0, h1 = two_vfs(node)
-    attached = node.model.snapshot()
+    attached = node.snapshot()
     node.connect_bond((h0, h1))
     assert node.remove("bond", "bond0").status is CleanupStatus.CLEANED
-    assert diff(attached, node.model.snapshot()) == []
+    assert node.changes(attached, node.snapshot()) == []
 
 
 # -- links -------------------------------------------------------------------------------------
 
 
 def vlan_request(
-    node: FakeNode, parent: ResourceHandle, config: dict[str, object], name: str = "data0"
+    node: PluginNode, parent: ResourceHandle, config: dict[str, object], name: str = "data0"
 ) -> ConnectRequest:
     return ConnectRequest(
         envelope(Hook.CONNECT_NETWORK, "conn-vlan", "att-1", "data-vlan"),
@@ -222,21 +266,21 @@ def vlan_request(
     ],
 )
 def test_links_invalid_id_or_mode_changes_nothing(
-    node: FakeNode, config: dict[str, object], path: str, rule: str
+    node: PluginNode, config: dict[str, object], path: str, rule: str
 ) -> None:
     h0, _ = two_vfs(node)
-    before, rows = node.model.snapshot(), journal_rows(node)
+    before, rows = node.snapshot(), journal_rows(node)
     with pytest.raises(ConfigError) as info:
         node.endpoints["vlan"].connect_network(vlan_request(node, h0, config))
     assert (info.value.path, info.value.rule) == (path, rule)
-    assert diff(before, node.model.snapshot()) == []
+    assert node.changes(before, node.snapshot()) == []
     assert journal_rows(node) == rows
 
 
-def test_links_parent_in_the_wrong_namespace_is_refused(node: FakeNode) -> None:
+def test_links_parent_in_the_wrong_namespace_is_refused(node: PluginNode) -> None:
     h0, _ = two_vfs(node)
     desc = h0.description()
-    host = node.model.host_namespace()
+    host = node.kernel.host_namespace()
     desc["netns"] = {"device": host.device, "inode": host.inode}
     elsewhere = ResourceHandle(
         h0.id,
@@ -254,9 +298,9 @@ def test_links_parent_in_the_wrong_namespace_is_refused(node: FakeNode) -> None:
         )
 
 
-def test_links_foreign_child_with_the_same_name_is_never_touched(node: FakeNode) -> None:
+def test_links_foreign_child_with_the_same_name_is_never_touched(node: PluginNode) -> None:
     h0, _ = two_vfs(node)
-    node.model.create_link(node.pod_ns, LinkSpec(kind="dummy", name="data0", alias="someone"))
+    node.kernel.create_link(node.pod_ns, LinkSpec(kind="dummy", name="data0", alias="someone"))
     with pytest.raises(
         FailedPrecondition, match="data0 already exists in the sandbox and is not ours"
     ):
@@ -265,7 +309,7 @@ def test_links_foreign_child_with_the_same_name_is_never_touched(node: FakeNode)
     assert node.sandbox_links()["data0"].alias == "someone"
 
 
-def test_links_one_unit_entitlement(node: FakeNode) -> None:
+def test_links_one_unit_entitlement(node: PluginNode) -> None:
     with pytest.raises(PrerequisiteError, match="not exactly 1"):
         node.prepare_share("macvlan", "mv0", quantity="2")
     prepared = node.prepare_share("macvlan", "mv0")
@@ -275,12 +319,16 @@ def test_links_one_unit_entitlement(node: FakeNode) -> None:
     assert "sec1" not in node.sandbox_links()
 
 
-def test_links_shared_parent_mtu_mismatch_is_refused(node: FakeNode) -> None:
-    with pytest.raises(FailedPrecondition, match="MTU 9000, below the requested 9500"):
-        node.prepare_share("macvlan", "mv0", mtu=9500)
+def test_links_shared_parent_mtu_mismatch_is_refused(node: PluginNode) -> None:
+    parent = node.link("enp3s0f2")  # 9000 in the fake lab file; a NIC lab's: seeded
+    assert parent is not None
+    mtu = parent.mtu + 500
+    with pytest.raises(FailedPrecondition, match=f"MTU {parent.mtu}, below the requested {mtu}"):
+        node.prepare_share("macvlan", "mv0", mtu=mtu)
+    assert node.link("enp3s0f2") == parent  # the parent is never reconfigured
 
 
-def test_links_macvlan_and_ipvlan_cannot_share_a_parent(node: FakeNode) -> None:
+def test_links_macvlan_and_ipvlan_cannot_share_a_parent(node: PluginNode) -> None:
     mac = node.prepare_share("macvlan", "mv0")
     node.connect_share("macvlan", "mv0", mac, "sec0")
     ip = node.prepare_share("ipvlan", "iv0")
@@ -290,14 +338,14 @@ def test_links_macvlan_and_ipvlan_cannot_share_a_parent(node: FakeNode) -> None:
     assert "sec0" in node.sandbox_links()
 
 
-def test_links_deleting_one_child_keeps_the_parent_and_its_siblings(node: FakeNode) -> None:
+def test_links_deleting_one_child_keeps_the_parent_and_its_siblings(node: PluginNode) -> None:
     a = node.prepare_share("macvlan", "mv0")
     b = node.prepare_share("macvlan", "mv1")
     node.connect_share("macvlan", "mv0", a, "sec0", attachment="att-1")
     node.connect_share("macvlan", "mv1", b, "sec1", attachment="att-2")
-    parent_before = node.model.get_link(node.model.host_namespace(), name="enp3s0f2")
+    parent_before = node.link("enp3s0f2")
     assert node.remove("macvlan", "mv0", attachment="att-1").status is CleanupStatus.CLEANED
     links = node.sandbox_links()
     assert "sec0" not in links
     assert "sec1" in links
-    assert node.model.get_link(node.model.host_namespace(), name="enp3s0f2") == parent_before
+    assert node.link("enp3s0f2") == parent_before
