@@ -33,7 +33,7 @@ from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
 LabFactory = Callable[[], Lab]
-UNDO_PHASES = ("undoing.", "undone.", "quarantined.", "pending:", "target:", "cleanup.")
+UNDO_PHASES = ("undoing.", "target:", "cleanup.")
 
 
 def is_undo_boundary(point: str) -> bool:

@@ -19,7 +19,7 @@ BOND_OP = "att-1:bond0:ConnectNetwork:g1"
 POINTS = [
     f"ConnectNetwork/{BOND_OP}/-/intent.after-commit",
     f"ConnectNetwork/{BOND_OP}/create-bond/kernel#2.set_link.after",
-    f"ConnectNetwork/{BOND_OP}/attach-member-0/applied.before-commit",
+    f"ConnectNetwork/{BOND_OP}/attach-member-1/advance.before-commit",
     f"ConnectNetwork/{BOND_OP}/attach-member-1/kernel#1.set_link.after",
     f"ConnectNetwork/{BOND_OP}/-/response.before-commit",
 ]

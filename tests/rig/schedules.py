@@ -44,7 +44,7 @@ SHARE_CONFIG = {"mode": "bridge", "mtu": 1500}
 class ArmableCrashPoints(CrashPoints):
     """CrashPoints that can be armed by a glob over point names and an occurrence count.
 
-    ``arm("*/applying.after-commit", 2)`` crashes at the second point reached from now
+    ``arm("*/advance.after-commit", 2)`` crashes at the second point reached from now
     on whose full name matches; then it disarms itself (one crash per arming).
     """
 

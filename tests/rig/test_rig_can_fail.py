@@ -51,7 +51,7 @@ def test_applying_before_applying_is_durable_is_caught(
     real_commit = _runner.Runner._commit
 
     def commit(self: _runner.Runner, phase: str, fn: Callable[[Any], Any]) -> Any:
-        if phase == "applying":  # the mutation runs while the journal still says Captured
+        if phase == "applying":  # the first mutation runs while the journal says Planned
             self._crash.hit(f"{phase}.before-commit")
             self._crash.hit(f"{phase}.after-commit")
             return None

@@ -68,10 +68,10 @@ _RAN = False
 SEED = start_state_seed()
 
 CRASH_PATTERNS = (
+    "*/intent.before-commit",
     "*/intent.after-commit",
-    "*/captured.after-commit",
-    "*/applying.after-commit",
-    "*/applied.before-commit",
+    "*/advance.before-commit",
+    "*/advance.after-commit",
     "*/kernel#1.*.before",
     "*/kernel#1.*.after",
     "*/kernel#2.*.after",
@@ -79,10 +79,10 @@ CRASH_PATTERNS = (
     "*/response.before-commit",
     "*/response.after-commit",
     "*/fence.after-commit",
-    "*/pending:*.after-commit",
-    "*/target:*.before-commit",
+    "*/undoing.before-commit",
     "*/undoing.after-commit",
-    "*/undone.before-commit",
+    "*/target:*.before-commit",
+    "*/target:*.after-commit",
     "*/cleanup.before-commit",
     "*/cleanup.after-commit",
     "*",
@@ -151,7 +151,7 @@ class Schedules(RuleBasedStateMachine):
             STATS["crashes fired"] += 1
             point = str(crash)
             phase = point.rsplit("/", 1)[1]
-            if phase.startswith(("pending:", "target:")):  # drop the operation id
+            if phase.startswith("target:"):  # drop the operation id
                 phase = phase.split(":", 1)[0] + ":*." + phase.rsplit(".", 1)[1]
             CRASHED_AT[f"{point.split('/', 1)[0]} {phase}"] += 1
             note(f"  {label}: crashed at {crash}")

@@ -24,11 +24,11 @@ CHOSEN = (
     "NodePrepare/op-prepare/reserve/kernel#1.create.after",
     "ConnectNetwork/op-connect/-/intent.after-commit",
     "ConnectNetwork/op-connect/create-peer/kernel#1.create.after",
-    "ConnectNetwork/op-connect/link/applying.after-commit",
+    "ConnectNetwork/op-connect/link/advance.after-commit",
     "ConnectNetwork/op-connect/-/response.before-commit",
     "RemoveNetwork/op-remove/-/fence.after-commit",
     "RemoveNetwork/op-remove/op-connect:create-object/kernel#1.delete.after",
-    "NodeUnprepare/op-unprepare/op-prepare:reserve/undone.before-commit",
+    "NodeUnprepare/op-unprepare/-/target:op-prepare.before-commit",
 )
 
 

@@ -3,6 +3,7 @@ a sample of refused ones, each as a record the runner would journal."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -15,8 +16,8 @@ E, Op = EffectState, OperationState
 EV, OV = tr.EffectEvent, tr.OperationEvent
 
 ALLOWED_EFFECT = [
-    (E.PLANNED, EV.CAPTURE, E.CAPTURED),
-    (E.CAPTURED, EV.START_APPLY, E.APPLYING),
+    (E.PLANNED, EV.CAPTURE_AND_START, E.APPLYING),  # the before-image rides with Applying
+    (E.CAPTURED, EV.START_APPLY, E.APPLYING),  # a Captured record of an earlier version
     (E.APPLYING, EV.FINISH_APPLY, E.APPLIED),
     (E.PLANNED, EV.NEVER_APPLIED, E.UNDONE),
     (E.CAPTURED, EV.NEVER_APPLIED, E.UNDONE),
@@ -30,10 +31,12 @@ ALLOWED_EFFECT = [
 ]
 
 REFUSED_EFFECT = [
-    (E.PLANNED, EV.START_APPLY),  # Captured must be durable first
+    (E.PLANNED, EV.START_APPLY),  # Applying needs the before-image: it comes with it
     (E.PLANNED, EV.FINISH_APPLY),
     (E.CAPTURED, EV.FINISH_APPLY),  # Applying must be durable before any mutation
-    (E.APPLIED, EV.CAPTURE),
+    (E.CAPTURED, EV.CAPTURE_AND_START),  # its before-image is recorded already
+    (E.APPLYING, EV.CAPTURE_AND_START),  # a resumed effect keeps its first before-image
+    (E.APPLIED, EV.CAPTURE_AND_START),
     (E.APPLIED, EV.NEVER_APPLIED),  # it was applied: undo it
     (E.APPLYING, EV.NEVER_APPLIED),
     (E.UNDONE, EV.START_UNDO),
@@ -140,9 +143,9 @@ def test_refused_operation_transition(state: OperationState, event: str) -> None
     ("make", "state", "expected"),
     [
         (
-            lambda r: tr.captured(r, '{"x":1}'),
+            lambda r: tr.start_applying(r, '{"x":1}'),
             E.PLANNED,
-            {"state": E.CAPTURED, "before_json": '{"x":1}'},
+            {"state": E.APPLYING, "before_json": '{"x":1}', "attempts": 3},
         ),
         (tr.applying, E.CAPTURED, {"state": E.APPLYING, "attempts": 3}),
         (
@@ -176,3 +179,12 @@ def test_operation_records() -> None:
     assert (own.state, own.response_json) == (Op.CLEANED, '{"s":1}')
     with pytest.raises(tr.IllegalTransition):
         tr.succeeded(operation(Op.CLEANED), "{}")
+
+
+def test_no_record_makes_an_effect_applying_without_its_before_image() -> None:
+    # Recovery probes, and cleanup undoes, an Applying effect from its before-image.
+    legacy = dataclasses.replace(effect(E.CAPTURED), before_json=None)
+    with pytest.raises(tr.IllegalTransition, match="without a before-image"):
+        tr.applying(legacy)
+    resumed = dataclasses.replace(effect(E.APPLYING), before_json=None)
+    assert tr.noted(resumed, "seen").state is E.APPLYING  # a note is not a way in

@@ -155,21 +155,22 @@ class Undo:
         records = self._store().read(lambda r: r.effects(op.partition, op.operation_id))
         plan = Plan.from_json(json.loads(op.plan_json or "{}"))
         outputs = recorded_outputs(records)
+        carried = _Carried()
         if op.state is not OperationState.CLEANUP_PENDING:
-            # Visible to InspectOperation (and recovery) until every effect is undone.
+            # Visible to InspectOperation (and recovery) until every effect is undone; durable
+            # with the first Undoing, so before any compensation of this target.
             op = tr.cleanup_started(op)
-            pending = f"{Commit.PENDING}:{op.operation_id}"
-            self._commit(pending, lambda t, o=op: t.update_operation(o))  # type: ignore[misc]
+            carried.operation = op
         status = CleanupStatus.CLEANED
         result: list[EffectStatus] = []
         for rec in reversed(records):
-            after, outcome = self._effect(cleanup_op, op, plan, rec, outputs)
+            after, outcome = self._effect(cleanup_op, op, plan, rec, outputs, carried)
             status = worse(status, outcome)
             result.append(EffectStatus(after.effect_id, after.kind, after.state, after.detail))
         result.reverse()
-        finished = tr.cleanup_finished(op, status)
+        carried.operation = tr.cleanup_finished(op, status)
         target = f"{Commit.TARGET}:{op.operation_id}"
-        self._commit(target, lambda t: t.update_operation(finished))
+        self._commit(target, carried.write)
         return status, result
 
     def _effect(
@@ -179,40 +180,67 @@ class Undo:
         plan: Plan,
         rec: EffectRecord,
         outputs: Mapping[str, Mapping[str, Any]],
+        carried: _Carried,
     ) -> tuple[EffectRecord, CleanupStatus]:
+        """Undo one effect; its result is carried to the next commit (``_Carried``)."""
         if rec.state is EffectState.UNDONE:
             return rec, CleanupStatus.CLEANED
         if rec.state is EffectState.QUARANTINED:
             return rec, CleanupStatus.QUARANTINED
-        named = self._crash.scope(
-            cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
-        )
         if rec.state in (EffectState.PLANNED, EffectState.CAPTURED):
             # Applying is made durable before any mutation, so nothing was applied.
-            done = tr.never_applied(rec)
-            with named:
-                self._commit(Commit.UNDONE, lambda t: t.update_effect(done))
-            return done, CleanupStatus.CLEANED
+            return carried.add(tr.never_applied(rec)), CleanupStatus.CLEANED
         executor = self._effects.get(rec.kind)
         if executor is None:
             q = tr.quarantined(rec, f"no executor for {rec.kind}")
-            self._store().write(lambda t: t.update_effect(q))
-            return q, CleanupStatus.QUARANTINED
+            return carried.add(q), CleanupStatus.QUARANTINED
         ctx = effect_context(op, plan, rec.effect_id, outputs)
+        named = self._crash.scope(
+            cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
+        )
         with named:
             if rec.state is not EffectState.UNDOING:
-                rec = tr.undoing(rec)
-                self._commit(Commit.UNDOING, lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
+                rec = carried.add(tr.undoing(rec))
+            if carried:
+                # Undoing durable before the first compensation, with what came before it.
+                self._commit(Commit.UNDOING, carried.write)
+                carried.clear()
             try:
                 result = executor.undo(ctx, load_json(rec.before_json), outputs.get(rec.effect_id))
             except Exception as exc:  # stays Undoing: a later cleanup retries it
-                pending = tr.noted(rec, f"undo failed: {exc}")
-                self._store().write(lambda t: t.update_effect(pending))
-                return pending, CleanupStatus.PENDING
+                return carried.add(tr.noted(rec, f"undo failed: {exc}")), CleanupStatus.PENDING
             if result.outcome is UndoOutcome.QUARANTINED:
-                q = tr.quarantined(rec, result.detail)
-                self._commit(Commit.QUARANTINED, lambda t: t.update_effect(q))
-                return q, CleanupStatus.QUARANTINED
+                return carried.add(tr.quarantined(rec, result.detail)), CleanupStatus.QUARANTINED
             done = tr.undone(rec, result.detail or result.outcome.value)
-            self._commit(Commit.UNDONE, lambda t: t.update_effect(done))
-            return done, CleanupStatus.CLEANED
+            return carried.add(done), CleanupStatus.CLEANED
+
+
+class _Carried:
+    """Records of one target that wait for its next commit: they need no commit of their own.
+
+    An effect's Undone (or Quarantined, or a failed undo's note) needs to be durable only
+    before the journal is asked about it again, so it goes with the next effect's Undoing
+    or with the target's finish; a crash before that commit leaves the effect Undoing (a
+    retry undoes it again: undo is idempotent) or Applied/Planned with nothing done. The
+    target's start of cleanup goes with the first of them.
+    """
+
+    def __init__(self) -> None:
+        self.effects: list[EffectRecord] = []
+        self.operation: OperationRecord | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.effects) or self.operation is not None
+
+    def add(self, rec: EffectRecord) -> EffectRecord:
+        self.effects.append(rec)
+        return rec
+
+    def clear(self) -> None:
+        self.effects, self.operation = [], None
+
+    def write(self, t: Txn) -> None:
+        for e in self.effects:
+            t.update_effect(e)
+        if self.operation is not None:
+            t.update_operation(self.operation)

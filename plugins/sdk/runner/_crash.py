@@ -58,20 +58,24 @@ class PhaseKind(enum.StrEnum):
 class Commit(enum.StrEnum):
     """The runner's journal commits, each bracketed by a before- and an after-commit point.
 
-    ``PENDING`` and ``TARGET`` name the operation a cleanup works on
-    (``pending:<operation>``): see ``Phase.commit``.
+    A create commits at most once per effect plus once: each record durable before an
+    effect's first mutation also carries what the previous step finished (docs/runner.md,
+    "The record sequence"). ``TARGET`` names the operation a cleanup works on
+    (``target:<operation>``): see ``Phase.commit``.
     """
 
     INTENT = "intent"
-    CAPTURED = "captured"
+    # At an effect: its before-image and Applying, the first effect an attempt runs.
     APPLYING = "applying"
-    APPLIED = "applied"
+    # At an effect: the previous effect's Applied, and this one's before-image and Applying.
+    ADVANCE = "advance"
+    # The last effect's Applied (when this attempt ran it) and the replayable response.
     RESPONSE = "response"
     FENCE = "fence"
-    PENDING = "pending"
+    # At an effect being undone: its Undoing, and the previous step's result in the same
+    # target (the effect undone before it, or the target's start of cleanup).
     UNDOING = "undoing"
-    UNDONE = "undone"
-    QUARANTINED = "quarantined"
+    # The target's finish, with the results of the effects undone since the last Undoing.
     TARGET = "target"
     CLEANUP = "cleanup"
     PROBE = "probe"

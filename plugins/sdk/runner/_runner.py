@@ -4,9 +4,9 @@ Order of a lifecycle call: (authentication happened in the host) -> validate the
 envelope, locked contract, config and grants -> join a duplicate in flight ->
 scope serialization -> terminal fence and generation/epoch checks -> replay a
 matching completed operation, resume a matching interrupted one, or plan a new
-intent -> commit the intent -> per effect: capture and persist the before-image,
-persist Applying, apply, persist the observed result -> validate exports ->
-persist the replayable response -> return.
+intent -> commit the intent -> per effect: capture the before-image, persist it with
+Applying (and the previous effect's result), apply -> validate exports -> persist the
+last result with the replayable response -> return.
 
 Cleanup writes a durable terminal fence first, quiesces work on the scope, then
 undoes the recorded plan in reverse from the journal alone (``_cleanup``).
@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from .._errors import (
     Aborted,
@@ -34,7 +34,7 @@ from .._errors import (
     RegistrationError,
     Unavailable,
 )
-from .._plan import CleanupPlan, Plan, canonical_json
+from .._plan import CleanupPlan, Plan, PlannedEffect, canonical_json
 from .._registry import Registration, Registry
 from .._requests import (
     CleanupRequest,
@@ -67,7 +67,7 @@ from ._cleanup import Undo
 from ._codec import cleanup_response, replay, response_json
 from ._context import effect_context, load_json, recorded_outputs
 from ._crash import NO_CRASH, Commit, CrashPoints, Phase, PhaseKind
-from ._effects import EffectRegistry
+from ._effects import EffectContext, EffectExecutor, EffectRegistry
 from ._endpoint import EndpointRunner
 from ._fencing import (
     Quiescing,
@@ -88,6 +88,46 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Respond = Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse]
+
+
+_RESUMABLE = (
+    EffectState.PLANNED,
+    EffectState.CAPTURED,
+    EffectState.APPLYING,
+    EffectState.APPLIED,
+)
+
+
+def _write(t: Txn, effects: Sequence[EffectRecord], op: OperationRecord | None = None) -> None:
+    """One commit's records: effects first, then the operation they complete (if any)."""
+    for e in effects:
+        t.update_effect(e)
+    if op is not None:
+        t.update_operation(op)
+
+
+def _effect_message(planned: PlannedEffect, exc: BaseException) -> str:
+    """What the journal records of an effect's failure."""
+    if isinstance(exc, OSError):
+        return f"{planned.id} ({planned.kind}): {exc}"
+    return str(exc)
+
+
+def _error_json(message: str, exc: BaseException | None) -> str:
+    error = {"message": message}
+    if isinstance(exc, OSError) and exc.errno:
+        error["errno"] = str(exc.errno)
+    return canonical_json(error)
+
+
+def _raise_effect_error(planned: PlannedEffect, exc: Exception) -> NoReturn:
+    """What the caller gets: a plugin's own error as is, a kernel error with its errno."""
+    if isinstance(exc, OSError):
+        raise FailedPrecondition(
+            f"effect {planned.id} ({planned.kind}) failed: {exc}",
+            details={"errno": str(exc.errno or 0), "effect": planned.id},
+        ) from exc
+    raise exc
 
 
 class Runner:
@@ -358,6 +398,23 @@ class Runner:
                 for i, e in enumerate(plan.effects)
             ]
 
+            # The first effect's before-image and Applying ride with the intent: capture
+            # only reads, so nothing is mutated before that record is durable. A refusal
+            # is recorded with the intent, as if the capture had run after it.
+            refusal: tuple[str, Exception] | None = None
+            if plan.effects:
+                first = plan.effects[0]
+                executor = self._effects.get(first.kind)
+                assert executor is not None  # validated above
+                ctx = effect_context(record, plan, first.id, {})
+                try:
+                    effects[0] = tr.start_applying(
+                        effects[0], canonical_json(executor.capture(ctx))
+                    )
+                except (NetworkPluginError, OSError) as exc:
+                    refusal = (_effect_message(first, exc), exc)
+                    effects[0] = tr.noted(effects[0], refusal[0])
+
             def intent(t: Txn) -> OperationRecord:
                 current = t.scope(partition, unit)
                 # The single writer is the true serialization point: check the fence again.
@@ -368,87 +425,117 @@ class Runner:
                 t.put_scope(
                     advance(current, partition, unit, env.generation, env.coordinator_epoch)
                 )
-                return t.insert_operation(record, effects)
+                inserted = t.insert_operation(record, effects)
+                if refusal is not None:
+                    t.update_operation(tr.failed(inserted, _error_json(*refusal)))
+                return inserted
 
             with self._crash.scope(env.hook.value, env.operation_id):
                 inserted = self._commit(Commit.INTENT, intent)
+                if refusal is not None:
+                    _raise_effect_error(plan.effects[0], refusal[1])
                 return self._execute(inserted, plan, respond)
 
     def _execute(
         self, op: OperationRecord, plan: Plan, respond: Respond
     ) -> PrepareResponse | ConnectResponse:
+        """Run the plan's unapplied effects, committing once per effect and once at the end.
+
+        The record durable before an effect's first mutation (its before-image and
+        Applying) also carries the previous effect's Applied; the last Applied goes with
+        the response. Every way out of the loop writes the carried Applied too: a finished
+        mutation is never left for recovery to rediscover.
+        """
         store = self._require_store()
         records = {
             r.effect_id: r for r in store.read(lambda r: r.effects(op.partition, op.operation_id))
         }
+        for planned in plan.effects:
+            state = records[planned.id].state
+            if state not in _RESUMABLE:
+                # Checked before anything runs: a refusal changes nothing.
+                raise Aborted(f"effect {planned.id} is {state.value}; operation cannot resume")
         outputs = recorded_outputs(records.values())
+        carried: list[EffectRecord] = []  # Applied of the effect that just ran, not yet durable
         for planned in plan.effects:
             rec = records[planned.id]
             if rec.state is EffectState.APPLIED:
                 continue
             if self._quiescing.is_removing(op.partition, unit_key(op.scope, op.step)):
-                self._fail(op, f"quiesced by a removal of scope {op.scope} before {planned.id}")
+                self._fail(
+                    op, f"quiesced by a removal of scope {op.scope} before {planned.id}", carried
+                )
                 raise Aborted(
                     f"scope {op.scope} is being removed; "
                     f"{op.operation_id} stopped before {planned.id}"
                 )
-            if rec.state not in (EffectState.PLANNED, EffectState.CAPTURED, EffectState.APPLYING):
-                raise Aborted(f"effect {planned.id} is {rec.state.value}; operation cannot resume")
             executor = self._effects.get(planned.kind)
             assert executor is not None  # validated before the intent was committed
             ctx = effect_context(op, plan, planned.id, outputs)
             with self._crash.scope(op.hook.value, op.operation_id, planned.id):
                 try:
-                    if rec.state is EffectState.PLANNED:
-                        rec = tr.captured(rec, canonical_json(executor.capture(ctx)))
-                        self._commit(Commit.CAPTURED, lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
-                    if rec.state is EffectState.CAPTURED:
-                        rec = tr.applying(rec)
-                        self._commit(Commit.APPLYING, lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
+                    rec = self._start(rec, executor, ctx, carried)
+                    carried = []
                     result = dict(executor.apply(ctx, load_json(rec.before_json)))
-                except NetworkPluginError as exc:
-                    self._fail(op, str(exc), rec, exc)
-                    raise
-                except OSError as exc:
-                    self._fail(op, f"{planned.id} ({planned.kind}): {exc}", rec, exc)
-                    raise FailedPrecondition(
-                        f"effect {planned.id} ({planned.kind}) failed: {exc}",
-                        details={"errno": str(exc.errno or 0), "effect": planned.id},
-                    ) from exc
+                except (NetworkPluginError, OSError) as exc:
+                    self._fail(op, _effect_message(planned, exc), carried, rec, exc)
+                    _raise_effect_error(planned, exc)
                 problem = output_problem(planned.outputs, result)
                 if problem:
                     # Mutation happened but its result is unusable: uncertain, never forgotten.
-                    self._fail(op, f"{planned.id}: {problem}", rec)
+                    self._fail(op, f"{planned.id}: {problem}", (), rec)
                     raise FailedPrecondition(
                         f"effect {planned.id} returned invalid outputs: {problem}"
                     )
-                rec = tr.applied(rec, canonical_json(result))
-                self._commit(Commit.APPLIED, lambda t, r=rec: t.update_effect(r))  # type: ignore[misc]
+                carried = [tr.applied(rec, canonical_json(result))]
                 outputs[planned.id] = result
-        response = respond(plan, outputs)
+        try:
+            response = respond(plan, outputs)
+        except Exception as exc:
+            self._fail(op, f"no response: {exc}", carried)
+            raise
         done = tr.succeeded(op, response_json(response))
-        self._commit(Commit.RESPONSE, lambda t: t.update_operation(done))
+        self._commit(Commit.RESPONSE, lambda t: _write(t, carried, done))
         return response
+
+    def _start(
+        self,
+        rec: EffectRecord,
+        executor: EffectExecutor,
+        ctx: EffectContext,
+        carried: Sequence[EffectRecord],
+    ) -> EffectRecord:
+        """Make ``rec`` Applying with its before-image durable, with ``carried``, in one commit.
+
+        Capture only reads, so capturing before the commit mutates nothing: Applying is
+        still durable before the effect's first mutation. An effect already Applying (a
+        resumed attempt) has its before-image; only what is carried is written.
+        """
+        if rec.state is EffectState.PLANNED:
+            started = tr.start_applying(rec, canonical_json(executor.capture(ctx)))
+        elif rec.state is EffectState.CAPTURED:  # recorded by a version that committed it alone
+            started = tr.applying(rec)
+        else:
+            started = rec
+        writes = [*carried, started] if started is not rec else list(carried)
+        if writes:
+            name = Commit.ADVANCE if carried else Commit.APPLYING
+            self._commit(name, lambda t: _write(t, writes))
+        return started
 
     def _fail(
         self,
         op: OperationRecord,
         message: str,
+        carried: Sequence[EffectRecord] = (),
         rec: EffectRecord | None = None,
         exc: BaseException | None = None,
     ) -> None:
+        """Record the failure, with the carried Applied and ``rec`` noted, in one write."""
         store = self._require_store()
-        error = {"message": message}
-        if isinstance(exc, OSError) and exc.errno:
-            error["errno"] = str(exc.errno)
-        failed = tr.failed(op, canonical_json(error))
-
-        def write(t: Txn) -> None:
-            t.update_operation(failed)
-            if rec is not None:
-                t.update_effect(tr.noted(rec, message))
-
-        store.write(write)
+        failed = tr.failed(op, _error_json(message, exc))
+        noted = [tr.noted(rec, message)] if rec is not None else []
+        store.write(lambda t: _write(t, [*carried, *noted], failed))
 
     def _new_record(
         self, reg: Registration, request: Request, semantic: str, plan_json: str, target: str = ""

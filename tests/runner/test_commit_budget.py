@@ -1,0 +1,203 @@
+"""The journal's durability budget: a create hook commits at most once per effect plus once.
+
+One record is the minimum before each mutation; every other record rides with one of
+those (docs/runner.md, "The record sequence"). Counted at one client, so group commit
+cannot merge anything: ``store.commits`` is the number of WAL fsyncs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugins.sdk import Aborted, CleanupStatus, EffectState, FailedPrecondition, OperationState
+from plugins.sdk.runner import CrashPoints
+
+from . import node as n
+from .node import ToyNode
+
+CONNECT_EFFECTS = ("create-object", "set-mtu", "create-peer", "link", "set-state")
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Iterator[ToyNode]:
+    node = ToyNode(tmp_path)
+    yield node
+    node.close()
+
+
+def commits_of(toy: ToyNode, call: Callable[[], Any]) -> tuple[int, list[str]]:
+    """How many commits ``call`` made, and the names of the boundaries they were."""
+    assert toy.store is not None
+    before, seen = toy.store.commits, len(toy.crash_points.reached)
+    call()
+    names = [
+        p.removesuffix(".after-commit")
+        for p in toy.crash_points.reached[seen:]
+        if p.endswith(".after-commit")
+    ]
+    return toy.store.commits - before, names
+
+
+def test_a_five_effect_connect_commits_effects_plus_one(toy: ToyNode) -> None:
+    toy.endpoint.node_prepare(n.prepare())
+    count, names = commits_of(toy, lambda: toy.endpoint.connect_network(n.connect()))
+    assert count == len(CONNECT_EFFECTS) + 1
+    assert (
+        names
+        == [
+            "ConnectNetwork/op-connect/-/intent",  # with create-object's before-image and Applying
+            *(f"ConnectNetwork/op-connect/{e}/advance" for e in CONNECT_EFFECTS[1:]),
+            "ConnectNetwork/op-connect/-/response",  # with set-state's Applied
+        ]
+    )
+
+
+def test_a_one_effect_prepare_commits_twice(toy: ToyNode) -> None:
+    count, names = commits_of(toy, lambda: toy.endpoint.node_prepare(n.prepare()))
+    assert count == 2
+    assert names == ["NodePrepare/op-prepare/-/intent", "NodePrepare/op-prepare/-/response"]
+
+
+def test_a_five_effect_removal_commits_once_per_undo_and_three_times_more(toy: ToyNode) -> None:
+    toy.endpoint.node_prepare(n.prepare())
+    toy.endpoint.connect_network(n.connect())
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert count == len(CONNECT_EFFECTS) + 3
+    assert names == [
+        "RemoveNetwork/op-remove/-/fence",
+        *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
+        "RemoveNetwork/op-remove/-/target:op-connect",  # with create-object's Undone
+        "RemoveNetwork/op-remove/-/cleanup",
+    ]
+
+
+def test_every_effect_is_applying_with_its_before_image_before_it_mutates(tmp_path: Path) -> None:
+    seen: dict[str, tuple[str, str | None]] = {}
+
+    class Witness(CrashPoints):
+        """At each effect's first kernel call, what the committed journal says of it."""
+
+        def hit(self, phase: str) -> None:
+            super().hit(phase)
+            hook, op, effect, rest = self.reached[-1].split("/")
+            if hook == "ConnectNetwork" and rest.startswith("kernel#1.") and effect not in seen:
+                assert toy.store is not None
+                rec = next(
+                    e
+                    for e in toy.store.read(lambda r: r.effects("toy/v1alpha1", op))
+                    if e.effect_id == effect
+                )
+                seen[effect] = (rec.state.value, rec.before_json)
+
+    toy = ToyNode(tmp_path, Witness())
+    toy.endpoint.connect_network(n.connect())
+    toy.close()
+    assert set(seen) == set(CONNECT_EFFECTS)
+    assert all(state == "Applying" and before for state, before in seen.values()), seen
+
+
+def test_a_refused_capture_after_an_applied_effect_records_both(toy: ToyNode) -> None:
+    # create-peer's target is someone else's: set-mtu's Applied must not be forgotten.
+    toy.toy.create("data0-peer", "someone-else", 99)
+    foreign = toy.toy.get("data0-peer")
+    assert toy.store is not None
+    before = toy.store.commits
+    with pytest.raises(FailedPrecondition, match="not ours"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.store.commits - before == 3  # the intent, set-mtu's Advance, the failure
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.state is OperationState.FAILED
+    states = {e.effect_id: (e.state, e.detail) for e in seen.effects}
+    assert states["create-object"][0] is EffectState.APPLIED
+    assert states["set-mtu"][0] is EffectState.APPLIED
+    assert states["create-peer"][0] is EffectState.PLANNED
+    assert "not ours" in states["create-peer"][1]
+    # The administrator frees the name; the retry resumes with create-peer's own Applying.
+    toy.toy.delete("data0-peer")
+    count, names = commits_of(toy, lambda: toy.endpoint.connect_network(n.connect()))
+    assert names == [
+        "ConnectNetwork/op-connect/create-peer/applying",
+        "ConnectNetwork/op-connect/link/advance",
+        "ConnectNetwork/op-connect/set-state/advance",
+        "ConnectNetwork/op-connect/-/response",
+    ]
+    assert count == len(names)
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    assert toy.toy.get("data0-peer") is None
+    assert foreign is not None
+
+
+def test_a_refused_first_capture_is_recorded_with_the_intent(toy: ToyNode) -> None:
+    toy.toy.create("data0", "someone-else", 99)
+    assert toy.store is not None
+    before = toy.store.commits
+    with pytest.raises(FailedPrecondition, match="not ours"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.store.commits - before == 1
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.state is OperationState.FAILED
+    assert [e.state for e in seen.effects] == [EffectState.PLANNED] * len(CONNECT_EFFECTS)
+    assert "not ours" in seen.effects[0].detail
+    assert toy.toy.mutations() == {"create:object:data0": 1}  # only the foreign object's
+
+
+def test_a_captured_record_of_an_earlier_version_resumes(tmp_path: Path) -> None:
+    reference = ToyNode(tmp_path / "reference")
+    expected = reference.endpoint.connect_network(n.connect())
+    reference.close()
+    first_call = "ConnectNetwork/op-connect/create-object/kernel#1.create.before"
+    toy = ToyNode(tmp_path / "node", CrashPoints(armed=first_call))
+    with pytest.raises(n.SimulatedCrash):
+        toy.endpoint.connect_network(n.connect())
+    toy.crash()
+    # Make the journal what an earlier version left when it crashed after Captured.
+    assert toy.store is not None
+    (rec,) = [
+        e
+        for e in toy.store.read(lambda r: r.effects("toy/v1alpha1", "op-connect"))
+        if e.effect_id == "create-object"
+    ]
+    assert rec.state is EffectState.APPLYING
+    legacy = dataclasses.replace(rec, state=EffectState.CAPTURED, attempts=0)
+    toy.store.write(lambda t: t.update_effect(legacy))
+    count, names = commits_of(toy, lambda: toy.endpoint.connect_network(n.connect()))
+    assert names == [
+        "ConnectNetwork/op-connect/create-object/applying",
+        *(f"ConnectNetwork/op-connect/{e}/advance" for e in CONNECT_EFFECTS[1:]),
+        "ConnectNetwork/op-connect/-/response",
+    ]
+    assert count == len(names)
+    assert toy.endpoint.connect_network(n.connect()) == expected
+    assert all(v == 1 for v in toy.toy.mutations().values())
+    toy.close()
+
+
+def test_a_removal_between_effects_keeps_the_applied_effect(
+    toy: ToyNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The removal is seen before create-peer (the third check): set-mtu's Applied rides
+    # with the failure, not with an Applying that never comes.
+    checks = iter([False, False, True])
+    monkeypatch.setattr(toy.runner._quiescing, "is_removing", lambda *_: next(checks))
+    assert toy.store is not None
+    before = toy.store.commits
+    with pytest.raises(Aborted, match="stopped before create-peer"):
+        toy.endpoint.connect_network(n.connect())
+    assert toy.store.commits - before == 3  # the intent, set-mtu's Advance, the failure
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.state is OperationState.FAILED
+    assert [e.state for e in seen.effects] == [
+        EffectState.APPLIED,
+        EffectState.APPLIED,
+        EffectState.PLANNED,
+        EffectState.PLANNED,
+        EffectState.PLANNED,
+    ]
+    monkeypatch.undo()
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    assert toy.toy.observable() == {"objects": {}, "settings": {}}
