@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import json
 import shlex
 from pathlib import Path
 from types import ModuleType
@@ -187,7 +188,9 @@ def _bad_inventory(sriov_lab: SriovLab, path: Path, total: int) -> dict[str, str
         ),
     }
     hosts = {name: {**variables, "sriov_pfs": [pf]} for name, (pf, _) in bad.items()}
-    path.write_text(yaml.safe_dump({"all": {"children": {"sriov_hosts": {"hosts": hosts}}}}))
+    # JSON is YAML without the anchors a YAML dumper makes of shared values (which the
+    # loader refuses in a config file).
+    path.write_text(json.dumps({"all": {"children": {"sriov_hosts": {"hosts": hosts}}}}))
     return {name: f"{name}: {PREFLIGHT}: {why}" for name, (_, why) in bad.items()}
 
 
@@ -207,13 +210,15 @@ def test_bad_pfs_fail_the_preflight_one_line_each_and_change_nothing(
     # on a host whose /sys is read-only (a container, a confined root).
     numvfs = shlex.quote(f"/sys/bus/pci/devices/{last.pci}/sriov_numvfs")
     before = (snapshot(host, remote), footprint(host, remote))
-    remote.check_output(f"mount --bind {numvfs} {numvfs} && mount -o remount,bind,ro {numvfs}")
     try:
+        remote.check_output(f"mount --bind {numvfs} {numvfs}")
+        remote.check_output(f"mount -o remount,bind,ro {numvfs}")
         refused = remote.run(f"echo {last.vfs} > {numvfs}")
         assert "Read-only file system" in refused.stderr, refused
         result = provision(inventory, builds=sriov_lab.builds)
     finally:
-        remote.check_output(f"umount {numvfs}")
+        remote.run(f"umount {numvfs}")
+    assert remote.run(f"findmnt {numvfs}").rc == 1, "the read-only mount is still there"
     assert sorted(result.failures) == sorted(expected.values())
     with pytest.raises(ProvisionError) as failed:
         result.check()
