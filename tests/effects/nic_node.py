@@ -139,6 +139,7 @@ class NicNode(PluginNode):
         numvfs = self.machine.kernel.pci_sriov(pf.pci_address)["numvfs"]
         self.removals.append(Removal(pf.pci_address, numvfs, stem))  # made again even if...
         self.machine.kernel.write_pci_sriov_numvfs(pf.pci_address, 0, stem)  # ...this fails
+        print(f"\n{self.machine.tier}: {stem} ({pf.pci_address}) sriov_numvfs {numvfs} -> 0")
 
     def close(self) -> None:
         """The removed VFs made again (the session's close waits for each lent device
@@ -148,8 +149,11 @@ class NicNode(PluginNode):
             return
         try:
             for removal in self.removals:
-                self.machine.kernel.write_pci_sriov_numvfs(
+                made = self.machine.kernel.write_pci_sriov_numvfs(
                     removal.pci, removal.numvfs, removal.stem
+                )
+                print(
+                    f"\n{removal.stem}: sriov_numvfs 0 -> {removal.numvfs}: {self._indexes(made)}"
                 )
         finally:
             super().close()
@@ -165,6 +169,12 @@ class NicNode(PluginNode):
             restore_table(self.machine, pf.ifindex, table)
         assert self.machine.changes_since(self.machine_before) == [], "the machine changed"
         assert table_changes(self.tables_before, self.machine.vf_tables()) == []
+
+    def _indexes(self, names: list[str]) -> dict[str, int | None]:
+        """Each root netdev of ``names`` -> its ifindex (what a VF made again got)."""
+        k = self.machine.kernel
+        host = k.host_namespace()
+        return {n: getattr(k.get_link(host, name=n), "ifindex", None) for n in names}
 
     def _restore_remade(self, removal: Removal) -> None:
         """Each VF of ``removal``'s PF as the machine had it: a VF made again is a new
@@ -184,6 +194,7 @@ class NicNode(PluginNode):
             if now.name != row["name"]:
                 now = k.set_link(host, now.ifindex, LinkChanges(name=row["name"]))
             if now.ifindex != row["ifindex"]:
+                print(f"{now.name}: made again as ifindex {now.ifindex}, given {row['ifindex']}")
                 k.renumber_link(now.name, row["ifindex"])
                 renumbered = k.get_link(host, ifindex=row["ifindex"])
                 assert renumbered is not None, f"{now.name} lost its way home"
