@@ -26,6 +26,7 @@ from ._services import (
     project_descriptors,
     service_of,
 )
+from ._traffic import PingStatus, TrafficSide, traffic_missing
 from .emulated_host import EmulatedHost
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
 from .host import HostLab
@@ -52,11 +53,14 @@ __all__ = [
     "LocalClient",
     "NetnsLab",
     "Node",
+    "PingStatus",
     "ProcessServices",
     "ServiceProcess",
     "ServiceSpec",
+    "TrafficSide",
     "VmLab",
     "project_descriptors",
     "service_of",
     "start_state_seed",
+    "traffic_missing",
 ]

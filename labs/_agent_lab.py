@@ -26,6 +26,7 @@ from plugins.kernel import NsRef, VFConfig
 from ._guest import VmKernel
 from ._lab import Lab
 from ._relay import KernelRelay
+from ._traffic import TrafficCalls
 from .netns import PARENTS
 
 __all__ = ["CALL_TIMEOUT_S", "AgentLab", "AgentRootKernel", "AgentSession", "sriov_lend"]
@@ -44,6 +45,10 @@ class AgentLab(Lab):
 
     pfs: tuple[str, ...]
     lacking: dict[str, str]  # capability -> why the NICs cannot do it
+    # The port traffic from this machine's PFs reaches (the inventory's ``peer``): the
+    # lab of the machine holding it (this one, or another host's) and its netdev there.
+    peer: tuple[AgentLab, str] | None = None
+    no_peer = "this lab wires no traffic peer port"  # why ``peer`` is None
     start_seed: int
     directory: Path
     relay: KernelRelay | None = None
@@ -125,15 +130,26 @@ class AgentLab(Lab):
 
     def _close_agent(self) -> bool:
         """Close the sessions, the lab's client and the relay (the agent then sees the
-        end of its stream and exits); True if a relay was open."""
+        end of its stream and exits); True if a relay was open. A session that cannot be
+        closed (the stream to the agent broke) does not keep the rest open: the agent
+        closes what it still holds when its stream ends. Its error is raised once the
+        client and the relay are closed."""
+        failed: list[Exception] = []
         for opened in list(getattr(self, "sessions", ())):
-            opened.close()
+            try:
+                opened.close()
+            except Exception as exc:
+                failed.append(exc)
+                if opened in self.sessions:
+                    self.sessions.remove(opened)
         client, self._client = self._client, None
         if client is not None:
             client.close()
         relay, self.relay = self.relay, None
         if relay is not None:
             relay.close()
+        if failed:
+            raise failed[0]
         return relay is not None
 
 
@@ -148,8 +164,9 @@ def sriov_lend(pfs: tuple[str, ...], per_pf: int) -> dict[str, str]:
     return lend
 
 
-class AgentRootKernel(VmKernel):
-    """The agent's root namespace through the relay, plus opening and closing sessions."""
+class AgentRootKernel(VmKernel, TrafficCalls):
+    """The agent's root namespace through the relay, plus opening and closing sessions
+    and traffic on the machine (addresses and pings in its namespaces)."""
 
     def open_session(self, seed: int, lend: dict[str, str]) -> str:
         return str(self._call("open_session", seed=seed, lend=lend))

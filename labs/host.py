@@ -95,6 +95,9 @@ class HostLab(AgentLab):
     def close(self) -> None:
         """Close the sessions and hang up; the agent exits and the command with it
         (killed at a deadline). Idempotent."""
-        served = self._close_agent()
-        reap(getattr(self, "process", None), self._console, EXIT_DEADLINE_S if served else 0)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        served = True  # if closing raises, the relay is closed all the same: wait for it
+        try:
+            served = self._close_agent()
+        finally:
+            reap(getattr(self, "process", None), self._console, EXIT_DEADLINE_S if served else 0)
+            shutil.rmtree(self.directory, ignore_errors=True)

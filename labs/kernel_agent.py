@@ -12,7 +12,8 @@ guest, a virtio-serial port whose host end is a Unix socket of QEMU's.
 
 Besides the kernel and lab methods, the agent answers what only the guest can see:
 ``release`` (the guest kernel's ``uname -r``), ``sriov`` (a PF's ``sriov_totalvfs`` and
-``sriov_numvfs``) and ``set_sriov_numvfs`` (which returns once the VFs' netdevs exist).
+``sriov_numvfs``) and ``set_sriov_numvfs`` (which returns once the VFs' netdevs exist),
+and traffic (``labs._traffic``: an address in a namespace, pings in the background).
 
 The guest's own root namespace is the lab's node (it holds the emulated igb PFs, as a
 node holds its NICs), pinned beside the lab's other namespaces under ``/run``; the
@@ -52,6 +53,7 @@ from plugins.sdk import NamespaceHandle
 
 from ._guest import GUEST_METHODS, GUEST_PARAMS, GuestSide
 from ._lab import LabKernel
+from ._traffic import TRAFFIC_METHODS, TRAFFIC_PARAMS, TrafficSide
 
 if TYPE_CHECKING:
     from .netns import NetnsKernel
@@ -97,10 +99,12 @@ class KernelAgent:
         kernel: LabKernel,
         guest: GuestSide | None = None,
         open_lab: Callable[[int, dict[str, str]], SessionLab] | None = None,
+        traffic: TrafficSide | None = None,
     ) -> None:
         self.kernel = kernel
         self.guest = guest
         self.open_lab = open_lab
+        self.traffic = traffic
         self.sessions: dict[str, SessionLab] = {}
         self._opened = 0
 
@@ -113,6 +117,8 @@ class KernelAgent:
     def call(self, method: str, params: dict[str, Any]) -> Any:
         if method in GUEST_METHODS and self.guest is not None:
             return _shaped_call(self.guest, method, params, GUEST_PARAMS[method])
+        if method in TRAFFIC_METHODS and self.traffic is not None:
+            return _shaped_call(self.traffic, method, params, TRAFFIC_PARAMS[method])
         if method in SESSION_PARAMS and self.open_lab is not None:
             return _shaped_call(self, method, params, SESSION_PARAMS[method])
         return _kernel_call(self.kernel, method, params)
@@ -142,7 +148,9 @@ class KernelAgent:
         lab.close()
 
     def close(self) -> None:
-        """Close every session still open (the host hung up)."""
+        """Stop the pings and close every session still open (the host hung up)."""
+        if self.traffic is not None:
+            self.traffic.close()
         for name in list(self.sessions):
             self.close_session(name)
 
@@ -405,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     from .netns import _remove_pins
 
     kernel, guest = guest_kernel()
-    agent = KernelAgent(kernel, guest, lambda seed, lend: GuestSession(kernel, seed, lend))
+    agent = KernelAgent(
+        kernel, guest, lambda seed, lend: GuestSession(kernel, seed, lend), TrafficSide()
+    )
     if args.stdio:
         fd, ready = os.dup(sys.stdout.fileno()), sys.stderr
         # Nothing else may write to the stream the answers go out on.

@@ -161,6 +161,9 @@ class VmLab(AgentLab):
     tier = "vm"
     pfs = PFS
     lacking = IGB_LACKS
+    # Its igb NICs are cabled to nothing; the emulated SR-IOV host's share a hub with a
+    # peer port (labs.emulated_host), so traffic is checked there.
+    no_peer = "the VM lab's guest wires no traffic peer port (the emulated SR-IOV host does)"
 
     def __init__(
         self,
@@ -274,9 +277,16 @@ class VmLab(AgentLab):
         """Power the guest off (the agent exits when we hang up, and virtme-ng's init
         then powers off), killing it at a deadline; leaves nothing running."""
         # The agent sees the end of its stream, and virtme-ng's init then powers off.
-        served = self._close_agent()
-        reap(getattr(self, "process", None), self._console, POWER_OFF_DEADLINE_S if served else 0)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        served = True  # if closing raises, the relay is closed all the same: wait for it
+        try:
+            served = self._close_agent()
+        finally:
+            reap(
+                getattr(self, "process", None),
+                self._console,
+                POWER_OFF_DEADLINE_S if served else 0,
+            )
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _warm_bytecode() -> None:

@@ -34,7 +34,7 @@ from ._inventory import (
     PhysicalFunction,
     load_inventory,
 )
-from ._lab import SriovLab, SriovLabUnavailable, agent_command, lacking
+from ._lab import SriovLab, SriovLabUnavailable, agent_command, lacking, traffic_peer
 from ._provision import (
     HostOutcome,
     ProvisionError,
@@ -82,4 +82,5 @@ __all__ = [
     "role_defaults",
     "snapshot",
     "teardown",
+    "traffic_peer",
 ]

@@ -21,11 +21,11 @@ from ..emulated_host import EmulatedHost
 from ..host import HostLab
 from ._artifacts import CACHE_DIR, Distribution
 from ._checks import check_no_trace, check_provisioned, connect, ownership_evidence, snapshot
-from ._inventory import CAPABILITIES, Inventory, LabHost, load_inventory
+from ._inventory import CAPABILITIES, Inventory, LabHost, PeerPort, load_inventory
 from ._provision import ProvisionResult, distributions, provision, teardown
 from ._role import role_defaults
 
-__all__ = ["SriovLab", "SriovLabUnavailable", "agent_command", "lacking"]
+__all__ = ["SriovLab", "SriovLabUnavailable", "agent_command", "lacking", "traffic_peer"]
 
 
 # Where provisioning puts the project's venv on a host.
@@ -68,6 +68,22 @@ def lacking(host: LabHost) -> dict[str, str]:
                     f"{capability} among its capabilities (inventory)"
                 )
     return missing
+
+
+def traffic_peer(host: LabHost) -> tuple[PeerPort | None, str]:
+    """The one port every PF of ``host`` is cabled to (the inventory's ``peer``), which
+    a bond of one VF per PF reaches whichever member is active; else None and why."""
+    peers = {pf.peer for pf in host.pfs}
+    if peers == {None}:
+        return None, f"{host.name}: no PF names a traffic peer port (inventory: peer)"
+    if len(peers) > 1:
+        named = ", ".join(sorted(f"{pf.pci} -> {pf.peer}" for pf in host.pfs))
+        return None, (
+            f"{host.name}: a bond of one VF per PF needs one peer port that every PF "
+            f"reaches; the inventory names {named}"
+        )
+    (peer,) = peers
+    return peer, ""
 
 
 class SriovLab:
@@ -115,6 +131,13 @@ class SriovLab:
                     lacking=lacking(host),
                     start_seed=start_seed,
                 )
+            for host in self.inventory:
+                peer, why = traffic_peer(host)
+                lab = self.host_labs[host.name]
+                if peer is None:
+                    lab.no_peer = why
+                else:
+                    lab.peer = (self.host_labs[peer.host], peer.netdev)
         except BaseException:
             self.close(check=False)
             raise
@@ -168,22 +191,30 @@ class SriovLab:
         is left, power the emulated hosts off; raises ``AssertionError`` listing every
         problem found (when ``check``). Idempotent."""
         problems: list[str] = []
-        for lab in self.host_labs.values():
-            lab.close()
-        self.host_labs = {}
-        if self.provisioning is not None:
-            if check:
-                for host in self.inventory:
-                    problems += ownership_evidence(host, self.remote[host.name])
-            torn = teardown(self.inventory)
-            problems += list(torn.failures)
-            self.provisioning = None
-            if check:
-                for host in self.inventory:
-                    problems += check_no_trace(host, self.remote[host.name], self.before[host.name])
-        for booted in self.emulated.values():
-            booted.close()
-        self.emulated = {}
+        try:
+            for name, lab in self.host_labs.items():
+                # One host's agent failing to hang up cleanly must not keep the others
+                # (or the teardown, or the emulated hosts' power-off) from happening.
+                try:
+                    lab.close()
+                except Exception as exc:
+                    problems.append(f"{name}: closing its kernel agent: {exc}")
+            self.host_labs = {}
+            if self.provisioning is not None:
+                if check:
+                    for host in self.inventory:
+                        problems += ownership_evidence(host, self.remote[host.name])
+                torn = teardown(self.inventory)
+                problems += list(torn.failures)
+                self.provisioning = None
+                if check:
+                    for host in self.inventory:
+                        before = self.before[host.name]
+                        problems += check_no_trace(host, self.remote[host.name], before)
+        finally:
+            for booted in self.emulated.values():
+                booted.close()
+            self.emulated = {}
         if problems:
             raise AssertionError(
                 "the SR-IOV lab was not left as it was found:\n" + "\n".join(problems)

@@ -4,15 +4,18 @@ on the SR-IOV lab's hosts; here the command starts it on this machine, as root).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from fakekernel.client import FakeKernelProtocolError
 from harness.pytest_plugin import require_lab
 from labs import AgentUnavailable, HostLab
 from labs.netns import missing
+from plugins.kernel.linux.netns import delete_namespace
 
 pytestmark = pytest.mark.netns
 
@@ -73,3 +76,35 @@ def test_an_agent_that_never_starts_names_the_host_and_shows_its_stderr(
 def test_a_command_that_does_not_exist_is_one_error_naming_it(netns_possible: None) -> None:
     with pytest.raises(AgentUnavailable, match=r"nic-a: cannot run /nonexistent/ssh"):
         HostLab("nic-a", ["/nonexistent/ssh"], pfs=())
+
+
+def _lab_pins() -> set[Path]:
+    """Every namespace pin directory the agent and its sessions make on this machine."""
+    return pins() | set(Path("/run").glob("dranp-lab-*"))
+
+
+def test_an_agent_that_dies_is_reaped_by_close_which_names_the_session_it_lost(
+    netns_possible: None,
+) -> None:
+    """A host's agent gone mid-run (SSH cut, host rebooted): close() still closes the
+    relay, reaps the command and removes its files, then raises what it could not do,
+    so the lab above it (SriovLab) goes on to tear down and power off (seen: an
+    emulated host left running for half an hour when this raised midway)."""
+    before = _lab_pins()
+    lab = HostLab("this machine", AGENT, pfs=())
+    try:
+        lab.session(7)
+        os.killpg(lab.process.pid, signal.SIGKILL)
+        lab.process.wait(timeout=30)
+        with pytest.raises(FakeKernelProtocolError):
+            lab.close()
+        assert lab.sessions == []
+        assert lab.relay is None
+        assert not lab.directory.exists()
+        lab.close()  # idempotent once closed
+    finally:
+        # A killed agent cannot remove its namespace pins; the test does.
+        for directory in _lab_pins() - before:
+            for pin in sorted(directory.iterdir()):
+                delete_namespace(pin, missing_ok=True)
+            directory.rmdir()
