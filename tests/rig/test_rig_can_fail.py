@@ -6,7 +6,7 @@ conformance check that should catch it is run and must raise ConformanceError.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,9 @@ from conformance import CHECKS, ConformanceError, project_targets
 from plugins.effects.linux import _common, _links
 from plugins.effects.linux._vf import SetVFConfig
 from plugins.kernel import Kernel, Link, NsRef
-from plugins.sdk.runner import EffectContext, UndoOutcome, UndoResult, _runner
+from plugins.sdk import EffectState
+from plugins.sdk.runner import EffectContext, UndoOutcome, UndoResult, _runner, _transitions
+from plugins.sdk.store import EffectRecord
 
 TARGETS = {t.name: t for t in project_targets()}
 
@@ -48,16 +50,16 @@ def test_skipping_the_before_image_capture_is_caught(
 def test_applying_before_applying_is_durable_is_caught(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    real_commit = _runner.Runner._commit
+    # The record written before each effect's first mutation keeps the before-image but
+    # not Applying: every mutation runs while the journal still says Planned.
+    def planned(rec: EffectRecord, before_json: str) -> EffectRecord:
+        return dataclasses.replace(rec, before_json=before_json)
 
-    def commit(self: _runner.Runner, phase: str, fn: Callable[[Any], Any]) -> Any:
-        if phase == "applying":  # the first mutation runs while the journal says Planned
-            self._crash.hit(f"{phase}.before-commit")
-            self._crash.hit(f"{phase}.after-commit")
-            return None
-        return real_commit(self, phase, fn)
+    def applied(rec: EffectRecord, outputs_json: str) -> EffectRecord:
+        return dataclasses.replace(rec, state=EffectState.APPLIED, outputs_json=outputs_json)
 
-    monkeypatch.setattr(_runner.Runner, "_commit", commit)
+    monkeypatch.setattr(_transitions, "start_applying", planned)
+    monkeypatch.setattr(_transitions, "applied", applied)
     with pytest.raises(ConformanceError, match="crash at"):
         run_check("crash-at-every-boundary", "vlan", tmp_path)
 
