@@ -31,7 +31,9 @@ from plugins.sdk.runner import CrashPoints
 
 from .node import PluginNode
 
-NIC_TIMEOUT_S = 600  # a case's setup may boot the guest (minutes under TCG, loaded)
+# A case's setup may boot the guest, or boot and provision an SR-IOV host: minutes under
+# TCG, and over 10 (600 s timed out) with three emulated hosts provisioning on 2 cores.
+NIC_TIMEOUT_S = 1200
 # VF-table fields a PF restores through its own netlink (the VF's MAC is the VF
 # netdev's to set back: through the PF it would become an administrative MAC).
 TABLE_FIELDS = ("vlan", "qos", "vlan_proto", "spoofchk", "trust", "min_tx_rate", "max_tx_rate")
