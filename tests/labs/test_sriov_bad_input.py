@@ -36,6 +36,7 @@ from labs.sriov import (
     snapshot,
 )
 from labs.sriov._checks import footprint, footprint_changes
+from labs.sriov._provision import _cause
 
 ROLE = ANSIBLE_DIR / "roles" / "dranp"
 PREFLIGHT = "Check the PFs the inventory names"
@@ -195,7 +196,9 @@ def _bad_inventory(sriov_lab: SriovLab, path: Path, total: int) -> dict[str, str
 
 
 @pytest.mark.sriov
-@pytest.mark.timeout(900)
+# The first sriov test of a session also waits for the lab: a boot and a provisioning
+# under TCG (the budget test_sriov_provisioning gives it).
+@pytest.mark.timeout(1800)
 def test_bad_pfs_fail_the_preflight_one_line_each_and_change_nothing(
     sriov_lab: SriovLab, tmp_path: Path
 ) -> None:
@@ -228,3 +231,13 @@ def test_bad_pfs_fail_the_preflight_one_line_each_and_change_nothing(
     assert changes_since(before[0], snapshot(host, remote)) == []
     assert footprint_changes(before[1], footprint(host, remote)) == []
     assert check_provisioned(host, remote) == []
+
+
+def test_a_failure_line_names_the_task_once() -> None:
+    module = {"task": PREFLIGHT, "task_action": "dranp_sriov", "res": {"msg": "PF x: absent"}}
+    assert _cause(module) == f"{PREFLIGHT}: PF x: absent"
+    # The rescue's own fail composed its message from the first failure's task.
+    rescue = {"task": "Fail", "task_action": "ansible.builtin.fail", "res": {"msg": "Install: x"}}
+    assert _cause(rescue) == "Install: x"
+    several = {"task": "Copy", "task_action": "copy", "res": {"msg": "first\nsecond"}}
+    assert _cause(several) == "Copy: first"
