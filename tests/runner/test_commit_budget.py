@@ -19,6 +19,7 @@ from plugins.sdk.runner import CrashPoints
 
 from . import node as n
 from .node import ToyNode
+from .toy import SetSetting
 
 CONNECT_EFFECTS = ("create-object", "set-mtu", "create-peer", "link", "set-state")
 
@@ -201,3 +202,37 @@ def test_a_removal_between_effects_keeps_the_applied_effect(
     monkeypatch.undo()
     assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
     assert toy.toy.observable() == {"objects": {}, "settings": {}}
+
+
+def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
+    toy: ToyNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    initial = toy.toy.observable()
+    toy.endpoint.connect_network(n.connect())
+    real = SetSetting.undo
+    failures = iter([OSError(5, "the setting is busy")])
+
+    def undo_once(self: SetSetting, ctx: Any, before: Any, outputs: Any) -> Any:
+        if ctx.effect_id == "set-mtu":
+            exc = next(failures, None)
+            if exc is not None:
+                raise exc
+        return real(self, ctx, before, outputs)
+
+    monkeypatch.setattr(SetSetting, "undo", undo_once)
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert count == len(CONNECT_EFFECTS) + 3  # the note needs no commit of its own
+    assert names[-2:] == ["RemoveNetwork/op-remove/-/target:op-connect", names[-1]]
+    seen = {e.effect_id: e for e in toy.endpoint.inspect("op-connect", "").effects}
+    assert seen["set-mtu"].state is EffectState.UNDOING
+    assert "undo failed: [Errno 5] the setting is busy" in seen["set-mtu"].detail
+    assert {e.state for k, e in seen.items() if k != "set-mtu"} == {EffectState.UNDONE}
+    # The retry undoes it again without a record before it: Undoing is durable already.
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert names == [
+        "RemoveNetwork/op-remove/-/fence",
+        "RemoveNetwork/op-remove/-/target:op-connect",  # with set-mtu's Undone
+        "RemoveNetwork/op-remove/-/cleanup",
+    ]
+    assert count == 3
+    assert toy.toy.observable() == initial
