@@ -9,12 +9,14 @@ ensurepip); it is downloaded once per lock file and Python version, then cached.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +91,18 @@ def _wheelhouse(python: str, requirements: str, cache: Path) -> Path:
             ],
         )
         # Renamed whole: a cached wheelhouse is complete or absent.
-        os.replace(wheels, target)
+        _publish(wheels, target, target.is_dir)
     return target
+
+
+def _publish(staged: Path, target: Path, complete: Callable[[], bool]) -> None:
+    """Rename ``staged`` to ``target``; a run beside this one that published the same
+    thing first (the rename finds a full directory there) is as good as our own."""
+    try:
+        os.replace(staged, target)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not complete():
+            raise
 
 
 def _archive(sources: dict[str, Path], target: Path) -> None:
@@ -125,6 +137,7 @@ def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distrib
             assembling = Path(staging) / "dist"
             assembling.mkdir()
             _archive(sources, assembling / ARCHIVE)
-            shutil.rmtree(target, ignore_errors=True)  # an older layout, or a partial one
-            os.replace(assembling, target)
+            if not (target / ARCHIVE).is_file():
+                shutil.rmtree(target, ignore_errors=True)  # an older layout, or a partial one
+            _publish(assembling, target, (target / ARCHIVE).is_file)
     return Distribution(target, wheel.name, digest)
