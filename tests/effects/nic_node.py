@@ -169,8 +169,11 @@ class NicNode(PluginNode):
             pf = self.machine.kernel.get_link(self.machine.kernel.host_namespace(), name=pf_name)
             assert pf is not None, f"{pf_name} is not back in the machine's root namespace"
             restore_table(self.machine, pf.ifindex, table)
-        assert self.machine.changes_since(self.machine_before) == [], "the machine changed"
-        assert table_changes(self.tables_before, self.machine.vf_tables()) == []
+        # Not a test module, so pytest does not rewrite these asserts: the message says it.
+        changed = self.machine.changes_since(self.machine_before)
+        assert changed == [], f"the machine changed: {changed}"
+        tables = table_changes(self.tables_before, self.machine.vf_tables())
+        assert tables == [], f"a PF's VF table changed: {tables}"
 
     def _indexes(self, names: list[str]) -> dict[str, int | None]:
         """Each root netdev of ``names`` -> its ifindex (what a VF made again got)."""
