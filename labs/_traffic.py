@@ -113,6 +113,7 @@ class TrafficSide:
         """Add ``address`` (``192.0.2.1/24``) to the link ``name`` in the namespace ``ns``."""
         import ipaddress
 
+        from pyroute2 import IPRoute
         from pyroute2.netlink.exceptions import NetlinkError
 
         from ._guest import _route_in
@@ -121,7 +122,7 @@ class TrafficSide:
             interface = ipaddress.ip_interface(address)
         except ValueError:
             raise kernel_error(errno.EINVAL, f"not an address/prefix: {address!r}") from None
-        with _route_in(ns, _ip_route()) as route:
+        with _route_in(ns, IPRoute) as route:
             found = route.link_lookup(ifname=name)
             if not found:
                 raise kernel_error(errno.ENODEV, f"no link {name!r} to address")
@@ -204,12 +205,6 @@ class TrafficSide:
         if running is None:
             raise kernel_error(errno.ENOENT, f"no ping {ping!r} running")
         return running
-
-
-def _ip_route() -> Any:
-    from pyroute2 import IPRoute
-
-    return IPRoute
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
