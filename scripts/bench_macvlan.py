@@ -75,7 +75,7 @@ CNI_DIR = Path("/usr/lib/cni")
 CNI_MACVLAN = CNI_DIR / "macvlan"
 INSTALL_HINT = (
     f"bench_macvlan: {CNI_MACVLAN} is missing or not executable; "
-    "install Debian's CNI plugins with: sudo apt-get install -y containernetworking-plugins"
+    "install it with: sudo scripts/install-bench (Debian's containernetworking-plugins)"
 )
 PARENT, POD, IFNAME, MTU = "benchparent", "bench-pod", "net1", 1500
 CLAIM, STEP = "bench-claim", "secondary"
@@ -362,8 +362,9 @@ def check(scene: Scene, contender: Contender, label: str) -> None:
 # -- setup, measurement, report -----------------------------------------------------------
 
 
-def preflight() -> str | None:
-    if not (CNI_MACVLAN.is_file() and os.access(CNI_MACVLAN, os.X_OK)):
+def preflight(cni: bool = True) -> str | None:
+    """Why the benchmark cannot run here (one line), or None."""
+    if cni and not (CNI_MACVLAN.is_file() and os.access(CNI_MACVLAN, os.X_OK)):
         return INSTALL_HINT
     if os.geteuid() != 0:
         return "bench_macvlan: needs root (namespaces, veth, macvlan): sudo uv run python ..."
@@ -437,28 +438,65 @@ def summarize(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(ms), statistics.quantiles(ms, n=10)[-1], min(ms)
 
 
-def report(
-    args: argparse.Namespace,
-    results: dict[str, list[float]],
-    rows: list[Contender],
-    load: float,
-) -> None:
+ROWS = ("ours", "CNI", "floor")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One run's samples, as data: what ``scripts/bench`` (or anyone) reads.
+
+    ``samples[row]`` holds one ADD+DEL wall time in seconds per iteration, in iteration
+    order, for each row measured (``ROWS``, or the subset asked for).
+    """
+
+    samples: dict[str, list[float]]
+    iterations: int
+    warmup: int
+    load_at_start: float
+    kernel: str
+    cni_version: str
+    service_pid: int | None  # the service's process, for a profiler to attach to
+
+    def medians_ms(self) -> dict[str, float]:
+        return {row: summarize(s)[0] for row, s in self.samples.items()}
+
+
+def report(measurement: Measurement, rows: list[Contender]) -> None:
+    m = measurement
     print(
-        f"macvlan ADD+DEL on Linux {platform.release()} ({os.cpu_count()} CPUs), "
-        f"containernetworking-plugins {cni_version()}: {args.iterations} iterations "
-        f"after {args.warmup} warm-ups, interleaved; load average {load:.2f} at start"
+        f"macvlan ADD+DEL on Linux {m.kernel} ({os.cpu_count()} CPUs), "
+        f"containernetworking-plugins {m.cni_version}: {m.iterations} iterations "
+        f"after {m.warmup} warm-ups, interleaved; load average {m.load_at_start:.2f} at start"
     )
     print(f"{'':6} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}  measures")
-    medians: dict[str, float] = {}
+    medians = m.medians_ms()
     for c in rows:
-        median, p90, low = summarize(results[c.name])
-        medians[c.name] = median
+        median, p90, low = summarize(m.samples[c.name])
         print(f"{c.name:6} {median:10.2f} {p90:8.2f} {low:8.2f}  {c.what}")
-    print(f"ours/CNI   = {medians['ours'] / medians['CNI']:.2f}  (medians)")
-    print(f"ours/floor = {medians['ours'] / medians['floor']:.2f}  (medians)")
+    for peer in ("CNI", "floor"):
+        if "ours" in medians and peer in medians:
+            ratio = medians["ours"] / medians[peer]
+            print(f"ours/{peer:<5} = {ratio:.2f}  (medians)")
+    if "ours" in medians and "floor" in medians:
+        print(f"ours-floor = {medians['ours'] - medians['floor']:.2f} ms  (medians)")
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(
+    iterations: int = 50,
+    warmup: int = 5,
+    rows: tuple[str, ...] = ROWS,
+    on_ready: Callable[[Measurement], None] | None = None,
+) -> tuple[Measurement, list[Contender]]:
+    """Set the lab up, run every row ``iterations`` times (after ``warmup``), tear down.
+
+    Needs root and ``/usr/lib/cni/macvlan`` when the CNI row is asked for (see
+    ``preflight``). ``on_ready`` is called once the service is up and checked, before
+    the warm-ups, with an empty ``Measurement`` naming the service's pid (a profiler
+    attaches there).
+    """
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown or not rows:
+        raise ValueError(f"rows must be a non-empty subset of {ROWS}, not {list(rows)}")
     base = Path(tempfile.mkdtemp(prefix="bench-mv-", dir="/tmp"))  # short socket paths
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
@@ -468,22 +506,31 @@ def run(args: argparse.Namespace) -> int:
         ours = Ours(scene, client)
         stack.callback(ours.release)  # unwound first: before the client and the service
         ours.prepare()
-        contenders: list[Contender] = [ours, CNI(scene), Floor(scene)]
+        every: list[Contender] = [ours, CNI(scene), Floor(scene)]
+        contenders = [c for c in every if c.name in rows]
         for c in contenders:
             check(scene, c, f"check-{c.name}")
-        for w in range(args.warmup):
+        pid = service.proc.pid if service.proc is not None else None
+
+        def result(samples: dict[str, list[float]], load: float) -> Measurement:
+            return Measurement(
+                samples, iterations, warmup, load, platform.release(), cni_version(), pid
+            )
+
+        if on_ready is not None:
+            on_ready(result({c.name: [] for c in contenders}, os.getloadavg()[0]))
+        for w in range(warmup):
             for c in contenders:
                 c.run(f"warm-{w}")
-        results: dict[str, list[float]] = {c.name: [] for c in contenders}
+        samples: dict[str, list[float]] = {c.name: [] for c in contenders}
         load = os.getloadavg()[0]
-        for i in range(args.iterations):
+        for i in range(iterations):
             shift = i % len(contenders)
             for c in contenders[shift:] + contenders[:shift]:
-                results[c.name].append(c.run(str(i)))
+                samples[c.name].append(c.run(str(i)))
         for c in contenders:
             check(scene, c, f"final-{c.name}")
-        report(args, results, contenders, load)
-    return 0
+        return result(samples, load), contenders
 
 
 MAIN_PID = os.getpid()
@@ -501,20 +548,40 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--rows",
+        default=",".join(ROWS),
+        help="comma-separated subset of ours,CNI,floor (default: all three)",
+    )
+    parser.add_argument(
+        "--print-service-pid",
+        action="store_true",
+        help="print the service's pid to stderr once it is ready (to attach py-spy or strace)",
+    )
     args = parser.parse_args()
+    rows = tuple(r for r in args.rows.split(",") if r)
     if args.iterations < 2 or args.warmup < 0:
         parser.error("--iterations must be at least 2 and --warmup not negative")
-    problem = preflight()
+    if not rows or set(rows) - set(ROWS):
+        parser.error(f"--rows must name some of {','.join(ROWS)}, not {args.rows!r}")
+    problem = preflight(cni="CNI" in rows)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _terminate)
+
+    def announce(ready: Measurement) -> None:
+        if args.print_service_pid:
+            print(f"bench_macvlan: service pid {ready.service_pid}", file=sys.stderr, flush=True)
+
     try:
-        return run(args)
+        measurement, contenders = measure(args.iterations, args.warmup, rows, announce)
     except NetnsLabUnavailable as exc:  # e.g. no macvlan module: one line, like preflight
         print(f"bench_macvlan: {exc}", file=sys.stderr)
         return 2
+    report(measurement, contenders)
+    return 0
 
 
 if __name__ == "__main__":
