@@ -32,7 +32,10 @@ def role_defaults() -> dict[str, Any]:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     for _ in range(5):  # references are a few levels deep at most
         values = {
-            k: env.from_string(v).render(values) if isinstance(v, str) else v
+            # role_path is Ansible's magic variable: the role's directory.
+            k: env.from_string(v).render({**values, "role_path": str(ROLE_DIR)})
+            if isinstance(v, str)
+            else v
             for k, v in values.items()
         }
     return values

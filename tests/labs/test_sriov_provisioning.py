@@ -32,6 +32,7 @@ from labs.sriov import (
     teardown,
 )
 from plugins.sdk import load_service_config
+from plugins.services.units import render_unit
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = ANSIBLE_DIR / "roles" / "dranp"
@@ -63,7 +64,13 @@ def test_every_service_config_renders_to_a_valid_config(tmp_path: Path, netns: s
 
 
 def test_the_unit_and_token_templates_render() -> None:
-    unit = _render("dra-networkplugin@.service.j2")
+    # The role renders the product's unit (plugins.services.units) with these variables.
+    defaults = role_defaults()
+    unit = render_unit(
+        bin_dir=f"{defaults['dranp_venv']}/bin",
+        config_dir=defaults["dranp_config_dir"],
+        shutdown_grace_seconds=defaults["dranp_shutdown_grace_seconds"],
+    )
     lines = set(unit.splitlines())
     assert {
         "ExecStart=/opt/dra-networkplugins/venv/bin/networkplugin-%i "
@@ -126,7 +133,7 @@ def test_the_wheel_ships_the_playbooks_templates_and_schema(tmp_path: Path) -> N
         "labs/sriov/ansible/roles/dranp/files/health.py",
         "labs/sriov/ansible/roles/dranp/templates/service.yaml.j2",
         "labs/sriov/ansible/roles/dranp/templates/token.j2",
-        "labs/sriov/ansible/roles/dranp/templates/dra-networkplugin@.service.j2",
+        "plugins/services/systemd/dra-networkplugin@.service.j2",
     }
     for tasks in ("provision", "install", "configure", "services", "teardown"):
         shipped.add(f"labs/sriov/ansible/roles/dranp/tasks/{tasks}.yml")
