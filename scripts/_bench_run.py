@@ -1,0 +1,408 @@
+"""scripts/bench's measuring half: every benchmark in one run, its outcomes into one JSON file.
+
+Each benchmark interleaves ours and its peer per iteration (see its own module) and
+returns data; this module turns that data into ``Outcome``s (table rows against the
+goals of issue 13, samples and curves for the plots) and writes them, with the machine
+and the load before and after, to ``reports/bench/results.json``. ``_bench_render.py``
+draws from that file. A benchmark that cannot run here is skipped with one line saying
+what is missing. Nothing here asserts a timing: a goal's verdict is data.
+
+    uv run --locked --group bench python scripts/_bench_run.py [--skip P4,P6] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _bench_common import (
+    REPO,
+    Curve,
+    Outcome,
+    Row,
+    git_head,
+    loadavg,
+    machine,
+    ms,
+    outcome_to_json,
+    ratio,
+    skipped,
+    stat,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from _bench_journal import JournalMeasurement
+
+GOALS = ("P1", "P2", "P3", "P4", "P5", "P6")
+GUEST_LOCK = "/tmp/dranp-guest.lock"
+RIG_TIMEOUT_S = 40 * 60
+VM_TIMEOUT_S = 30 * 60
+
+
+class Sizes:
+    """How many iterations each benchmark runs; ``--quick`` for trying the command out."""
+
+    def __init__(self, quick: bool) -> None:
+        self.macvlan = (10, 2) if quick else (40, 5)
+        self.burst = (2, 1, (8, 64)) if quick else (5, 1, (8, 16, 32, 64))
+        self.journal = (60, 1) if quick else (200, 3)
+        self.startup = (3, 1) if quick else (15, 1)
+        self.vf = (4, 1) if quick else (20, 2)
+
+
+def needs_root(goal_id: str, title: str) -> Outcome | None:
+    if os.geteuid() != 0:
+        return skipped(goal_id, title, "needs root (network namespaces on the real kernel)")
+    return None
+
+
+# -- P1 ----------------------------------------------------------------------------------
+
+
+def p1_macvlan(sizes: Sizes) -> Outcome:
+    title = "macvlan attach+detach vs CNI ADD+DEL (real kernel, netns)"
+    refused = needs_root("P1", title)
+    if refused is not None:
+        return refused
+    import bench_macvlan
+
+    measure = getattr(bench_macvlan, "measure", None)
+    if measure is None:
+        return skipped("P1", title, "bench_macvlan.measure() is not available yet")
+    problem = bench_macvlan.preflight()
+    if problem is not None:
+        return skipped("P1", title, problem)
+    iterations, warmup = sizes.macvlan
+    m, _ = measure(iterations, warmup)
+    samples = {row: ms(s) for row, s in m.samples.items()}
+    ours, cni, floor = (stat(samples[r], "ms") for r in ("ours", "CNI", "floor"))
+    over_floor = ours.median - floor.median
+    rows = [
+        Row("P1", "ConnectNetwork+RemoveNetwork", ours, "CNI ADD+DEL", cni, ratio(ours, cni),
+            "<= 0.8x CNI", ratio(ours, cni) <= 0.8),
+        Row("P1", "ConnectNetwork+RemoveNetwork", ours, "pyroute2 floor", floor,
+            ratio(ours, floor), "<= floor + 2 ms", over_floor <= 2.0,
+            f"floor + {over_floor:.1f} ms"),
+    ]  # fmt: skip
+    facts = {"iterations": iterations, "warmup": warmup, "cni": m.cni_version}
+    return Outcome("P1", title, rows, samples, facts=facts)
+
+
+# -- P2 ----------------------------------------------------------------------------------
+
+
+def p2_burst(sizes: Sizes) -> Outcome:
+    title = "burst: 64 sandboxes attached then detached concurrently vs 64 CNI ADD/DEL execs"
+    refused = needs_root("P2", title)
+    if refused is not None:
+        return refused
+    import bench_burst
+
+    problem = bench_burst.preflight()
+    if problem is not None:
+        return skipped("P2", title, problem)
+    rounds, warmup, curve_sizes = sizes.burst
+    m = bench_burst.measure(64, rounds, warmup, curve_sizes)
+    walls = {c: ms(m.walls(c, m.size)) for c in bench_burst.CONTENDERS}
+    ours, cni = stat(walls["ours"], "ms"), stat(walls["CNI"], "ms")
+    rows = [
+        Row("P2", f"wall time, {m.size} attach + {m.size} detach", ours, "CNI", cni,
+            ratio(ours, cni), "<= 0.5x CNI", ratio(ours, cni) <= 0.5),
+    ]  # fmt: skip
+    for f in m.fsyncs:
+        rows.append(
+            Row("P2", f"fsyncs, {f.hooks} {f.phase}es at once",
+                stat([float(f.fsyncs)], "fsyncs"), "commit batches",
+                stat([float(f.commit_batches)], "batches"),
+                f.fsyncs / f.commit_batches if f.commit_batches else None,
+                "fsyncs <= commit batches", f.fsyncs <= f.commit_batches,
+                f"{f.fsyncs / f.hooks:.2f} fsyncs per hook")
+        )  # fmt: skip
+    samples = {
+        "ours ConnectNetwork": ms(m.calls("ours", "attach", m.size)),
+        "ours RemoveNetwork": ms(m.calls("ours", "detach", m.size)),
+        "CNI ADD": ms(m.calls("CNI", "attach", m.size)),
+        "CNI DEL": ms(m.calls("CNI", "detach", m.size)),
+    }
+    curve = Curve(
+        "Burst wall time (attach + detach) vs burst size",
+        "sandboxes attached, then detached, at once",
+        "wall time, ms (median; p90 dashed)",
+        [float(n) for n in m.sizes],
+        {
+            f"{c} {q}": [getattr(stat(ms(m.walls(c, n)), "ms"), q) for n in m.sizes]
+            for c in bench_burst.CONTENDERS
+            for q in ("median", "p90")
+        },
+    )
+    facts = {"rounds": rounds, "warmup": warmup, "note": m.fsync_note}
+    return Outcome("P2", title, rows, samples, curves=[curve], facts=facts)
+
+
+# -- P3 ----------------------------------------------------------------------------------
+
+
+def p3_journal(sizes: Sizes) -> Outcome:
+    import _bench_journal as journal
+
+    title = "fsyncs per hook, 1 and 16 clients, 5-effect plan (toy plugin, real gRPC host)"
+    hooks, repeat = sizes.journal
+    m = journal.measure(hooks, repeat)
+    budget = float(journal.TOY_EFFECTS + 1)
+    one, sixteen = journal.fsyncs_per_hook(m, 1), journal.fsyncs_per_hook(m, 16)
+    connect = statistics.median(r.connect_fsyncs or 0.0 for r in m.at(1))
+    remove = statistics.median(r.remove_fsyncs or 0.0 for r in m.at(1))
+    lat1, lat16 = stat(hook_latencies(m, 1), "ms"), stat(hook_latencies(m, 16), "ms")
+    floor = stat(ms(m.floor_latencies), "ms")
+    rows = [
+        Row("P3", "fsyncs per ConnectNetwork, 1 client", stat([connect], "fsyncs"),
+            "effects + 1", stat([budget], "fsyncs"), connect / budget,
+            "<= effects + 1 = 6", connect <= budget,
+            f"RemoveNetwork {remove:.2f}; per hook {one:.2f}"),
+        Row("P3", "fsyncs per hook, 16 clients", stat([sixteen], "fsyncs"),
+            "1 client", stat([one], "fsyncs"), sixteen / one,
+            "group commit: < 1-client figure", sixteen < one),
+        Row("P3", "hook latency, 1 client", lat1, "one 4 KiB fdatasync", floor,
+            ratio(lat1, floor), "", None),
+        Row("P3", "hook latency, 16 clients", lat16, "hook latency, 1 client", lat1,
+            ratio(lat16, lat1), "", None),
+    ]  # fmt: skip
+    clients = sorted({r.clients for r in m.runs})
+    fsync_curve = Curve(
+        "Journal fsyncs per hook vs concurrent clients",
+        "concurrent clients",
+        "fsyncs per hook (median of repetitions)",
+        [float(c) for c in clients],
+        {"ours": [journal.fsyncs_per_hook(m, c) for c in clients]},
+        {"1-client figure": [one] * len(clients)},
+    )
+    latency_curve = Curve(
+        "Hook latency vs concurrent clients",
+        "concurrent clients",
+        "latency per hook, ms (median; p90 dashed)",
+        [float(c) for c in clients],
+        {
+            f"ours {q}": [getattr(stat(hook_latencies(m, c), "ms"), q) for c in clients]
+            for q in ("median", "p90")
+        },
+        {"one fdatasync (median)": [floor.median] * len(clients)},
+    )
+    samples = {
+        "hook, 1 client": hook_latencies(m, 1),
+        "hook, 16 clients": hook_latencies(m, 16),
+        "4 KiB fdatasync": ms(m.floor_latencies),
+    }
+    facts = {"hooks": hooks, "repeat": repeat}
+    return Outcome("P3", title, rows, samples, curves=[fsync_curve, latency_curve], facts=facts)
+
+
+def hook_latencies(m: JournalMeasurement, clients: int) -> list[float]:
+    return ms([x for r in m.at(clients) for x in r.latencies])
+
+
+# -- P4 ----------------------------------------------------------------------------------
+
+
+def p4_rig(summary: Path | None, log: Path) -> Outcome:
+    title = "fake tier (the rig on fake://), same crash coverage"
+    from harness.labs import summary_path
+
+    if summary is None:
+        with tempfile.TemporaryDirectory(prefix="bench-rig-") as tmp:
+            print(f"P4: running the rig on fake:// (minutes; its output in {log})", flush=True)
+            with log.open("wb") as out:
+                done = subprocess.run(
+                    [sys.executable, "-m", "harness.rig", "--lab", "fake://",
+                     "--alluredir", f"{tmp}/allure", "--reports", tmp],
+                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                    timeout=RIG_TIMEOUT_S, check=False,
+                )  # fmt: skip
+            path = summary_path(Path(tmp), "fake://")
+            if not path.is_file():
+                return skipped("P4", title, f"the rig wrote no summary (exit {done.returncode})")
+            data = json.loads(path.read_text())
+    else:
+        data = json.loads(summary.read_text())
+    seconds = float(data["seconds"])
+    runs = sum(
+        int(data.get(k, 0))
+        for k in (
+            "crash_runs_inprocess",
+            "crash_runs_sigkill",
+            "compound_crash_runs",
+            "coordinator_crash_runs",
+        )
+    )
+    violations = int(data.get("invariant_violations", 0))
+    rows = [
+        Row("P4", "fake tier wall time", stat([seconds], "s"), "", None, None, "<= 180 s",
+            seconds <= 180,
+            f"{runs} crash runs, {runs / seconds:.2f} crash runs/s, {violations} violations, "
+            f"{data.get('tests_failed', 0)} failed"),
+    ]  # fmt: skip
+    facts = {
+        "source": str(summary) if summary else "this run",
+        "crash_runs": runs,
+        "crash_runs_per_second": round(runs / seconds, 2),
+        **{k: data[k] for k in ("crash_points_enumerated", "tests_passed") if k in data},
+    }
+    return Outcome("P4", title, rows, facts=facts)
+
+
+# -- P5 ----------------------------------------------------------------------------------
+
+
+def p5_startup(sizes: Sizes) -> Outcome:
+    title = "start to ready (fake kernel); recovery of 1,000 in-flight operations"
+    try:
+        import bench_startup
+    except ImportError as exc:
+        return skipped("P5", title, f"scripts/bench_startup.py is not available yet ({exc})")
+    measure = getattr(bench_startup, "measure", None)
+    if measure is None:
+        return skipped("P5", title, "bench_startup.measure() is not available yet")
+    runs, warmup = sizes.startup
+    m = measure(runs=runs, in_flight=1000, warmup=warmup)
+    samples = {row: ms(s) for row, s in m.samples.items()}
+    floor = stat(samples["floor"], "ms")
+    rows = []
+    for service in bench_startup.SERVICES:
+        s = stat(samples[service], "ms")
+        rows.append(
+            Row("P5", f"{service} start to ready", s, "bare gRPC server", floor,
+                ratio(s, floor), "<= 0.5 s", s.median <= 500)
+        )  # fmt: skip
+    rec = stat(samples["recovery"], "ms")
+    empty = stat(samples[bench_startup.RECOVERING_SERVICE], "ms")
+    rows.append(
+        Row("P5", f"recovery of {m.in_flight} in flight, start to ready", rec,
+            "empty journal", empty, ratio(rec, empty), "<= 2 s", rec.median <= 2000)
+    )  # fmt: skip
+    return Outcome("P5", title, rows, samples, facts={"runs": runs, "in_flight": m.in_flight})
+
+
+# -- P6 ----------------------------------------------------------------------------------
+
+
+def p6_vf(sizes: Sizes, log: Path) -> Outcome:
+    title = "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor"
+    refused = needs_root("P6", title)
+    if refused is not None:
+        return refused
+    if shutil.which("flock") is None:
+        return skipped("P6", title, "flock(1) is missing (util-linux)")
+    iterations, warmup = sizes.vf
+    with tempfile.TemporaryDirectory(prefix="bench-vf-") as tmp:
+        out = Path(tmp) / "vf.json"
+        print(f"P6: waiting for {GUEST_LOCK}, then booting the VM lab (log: {log})", flush=True)
+        with log.open("wb") as sink:
+            done = subprocess.run(
+                ["flock", GUEST_LOCK, sys.executable, str(REPO / "scripts/_bench_vf.py"),
+                 str(out), "--iterations", str(iterations), "--warmup", str(warmup)],
+                cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, timeout=VM_TIMEOUT_S,
+                check=False,
+            )  # fmt: skip
+        if done.returncode != 0 or not out.is_file():
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            return skipped(
+                "P6", title, f"the VM lab run failed (exit {done.returncode}): {tail[0]}"
+            )
+        data = json.loads(out.read_text())
+    samples = {row: ms(s) for row, s in data["samples"].items()}
+    ours, floor = stat(samples["ours"], "ms"), stat(samples["floor"], "ms")
+    rows = [
+        Row("P6", "ConnectNetwork+RemoveNetwork of a VF", ours, "floor through the agent",
+            floor, ratio(ours, floor), "<= 1.2x floor", ratio(ours, floor) <= 1.2,
+            f"guest {data['guest_kernel']}, boot {data['boot_seconds']} s"),
+    ]  # fmt: skip
+    facts = {k: v for k, v in data.items() if k != "samples"}
+    return Outcome("P6", title, rows, samples, facts=facts)
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "reports/bench/results.json")
+    parser.add_argument("--only", default="", help="comma-separated goals to run (P1,...)")
+    parser.add_argument("--skip", default="", help="comma-separated goals to leave out")
+    parser.add_argument("--skip-rig", action="store_true", help="leave out P4 (minutes)")
+    parser.add_argument("--skip-vm", action="store_true", help="leave out P6 (boots a guest)")
+    parser.add_argument(
+        "--rig-summary", type=Path, help="P4 from this summary.json instead of running the rig"
+    )
+    parser.add_argument("--quick", action="store_true", help="few iterations: a trial run")
+    args = parser.parse_args()
+    only = {g for g in args.only.upper().split(",") if g}
+    skip = {g for g in args.skip.upper().split(",") if g}
+    unknown = sorted((only | skip) - set(GOALS))
+    if unknown:
+        parser.error(f"unknown goal(s) {', '.join(unknown)}: choose from {', '.join(GOALS)}")
+    if args.rig_summary is not None and not args.rig_summary.is_file():
+        parser.error(f"--rig-summary {args.rig_summary}: no such file")
+    if args.skip_rig:
+        skip.add("P4")
+    if args.skip_vm:
+        skip.add("P6")
+    wanted = [g for g in GOALS if (not only or g in only) and g not in skip]
+    sizes = Sizes(args.quick)
+    logs = args.out.parent
+    logs.mkdir(parents=True, exist_ok=True)
+    benchmarks: dict[str, Callable[[], Outcome]] = {
+        "P1": lambda: p1_macvlan(sizes),
+        "P2": lambda: p2_burst(sizes),
+        "P3": lambda: p3_journal(sizes),
+        "P4": lambda: p4_rig(args.rig_summary, logs / "rig.log"),
+        "P5": lambda: p5_startup(sizes),
+        "P6": lambda: p6_vf(sizes, logs / "vf.log"),
+    }
+    started = time.time()
+    load_before = loadavg()
+    print(f"bench: {', '.join(wanted) or 'nothing'}; load before: {load_before}", flush=True)
+    outcomes: list[Outcome] = []
+    for goal in wanted:
+        t0 = time.monotonic()
+        print(f"{goal}: running", flush=True)
+        outcome = benchmarks[goal]()
+        outcome.facts.setdefault("seconds", round(time.monotonic() - t0, 1))
+        outcomes.append(outcome)
+        for row in outcome.rows:
+            verdict = {True: "met", False: "NOT met", None: "-"}[row.met]
+            ours = f"{row.ours.median:.2f} {row.ours.unit}" if row.ours else "-"
+            print(f"  {row.what}: {ours}; goal {row.goal or '-'}: {verdict}", flush=True)
+    load_after = loadavg()
+    print(f"bench: load after: {load_after}", flush=True)
+    write_json(
+        args.out,
+        {
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+            "minutes": round((time.time() - started) / 60, 1),
+            "commit": git_head(),
+            "machine": machine(),
+            "load_before": load_before,
+            "load_after": load_after,
+            "skipped_by_request": sorted(set(GOALS) - set(wanted)),
+            "outcomes": [outcome_to_json(o) for o in outcomes],
+        },
+    )
+    print(f"bench: results in {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,551 @@
+"""Benchmark P2: a burst of sandboxes attached, then detached, all at once: ours against CNI.
+
+In the namespaces of a ``labs.NetnsLab`` (never on the machine's own links), as root:
+a parent ``benchparent`` (a veth end, up) in the lab's node namespace, and one bare
+sandbox namespace per pod (64 by default). Each pod has its own macvlan claim, prepared
+once before anything is timed (NodePrepare), as a node would hold 64 pods' claims.
+
+One round of a contender at burst size N, every one of the N calls started together
+(a barrier) on N threads that sit in the node namespace:
+
+* ours: N ``ConnectNetwork`` (one per pod, ``net1``) over the real Unix socket of a real
+  ``networkplugin-links`` service process, then N ``RemoveNetwork``;
+* CNI: N execs of ``/usr/lib/cni/macvlan`` with ``CNI_COMMAND=ADD`` (no IPAM), then N
+  with ``DEL``, each from its thread in the node namespace (where ``master`` resolves).
+
+The wall time of a phase runs from the barrier's release to the last call's return.
+Contenders alternate first place every round (ABAB), after warm-up rounds; every
+round is checked untimed (after the attach every pod holds an up macvlan ``net1``,
+after the detach only ``lo``). Then one more round of ours, untimed, under
+``strace -f -e trace=fsync,fdatasync`` attached to the service, counts its fsyncs per
+phase against the journal's own commit counter (``meta.commits``: one per group-commit
+batch). Not a test: nothing here asserts a timing.
+
+    sudo uv run python scripts/bench_burst.py [--size 64] [--rounds 5] [--warmup 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from labs import NetnsLab, Node, ServiceProcess, service_of
+from labs.netns import NetnsLabUnavailable
+from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
+from plugins.kernel import NsRef
+from plugins.kernel.linux.netns import CLONE_NEWNET, THREAD_NETNS, check_call, libc
+from plugins.sdk import (
+    AllocationBinding,
+    CleanupRequest,
+    CleanupStatus,
+    ConnectRequest,
+    Hook,
+    NamespaceHandle,
+    OperationEnvelope,
+    PreparedState,
+    PrepareRequest,
+    SandboxHandle,
+    Sharing,
+)
+from plugins.sdk.host import PluginCallError
+
+CNI_DIR = Path("/usr/lib/cni")
+CNI_MACVLAN = CNI_DIR / "macvlan"
+PARENT, IFNAME, MTU, STEP = "benchparent", "net1", 1500, "secondary"
+CAPACITY = "dra.networking/macvlans"
+PLUGIN_CONFIG = json.dumps({"mode": "bridge", "mtu": MTU})
+CNI_CONFIG = json.dumps(
+    {
+        "cniVersion": "1.0.0",
+        "name": "burst",
+        "type": "macvlan",
+        "master": PARENT,
+        "mode": "bridge",
+        "mtu": MTU,
+    }
+).encode()
+BARRIER_TIMEOUT_S = 120.0
+STRACE_ATTACH_DEADLINE_S = 30.0
+FSYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\(")
+CONTENDERS = ("ours", "CNI")
+PHASES = ("attach", "detach")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of one round: its wall time and each call's own latency, in seconds."""
+
+    contender: str
+    phase: str  # attach | detach
+    size: int
+    wall: float
+    calls: list[float]
+
+
+@dataclass(frozen=True)
+class FsyncCount:
+    """ours, one phase of one untimed round under strace."""
+
+    phase: str
+    fsyncs: int
+    commit_batches: int
+    hooks: int
+
+
+@dataclass(frozen=True)
+class BurstMeasurement:
+    """Every timed phase of the run, in order, and the fsync counts, as data."""
+
+    size: int
+    sizes: list[int]
+    rounds: int
+    warmup: int
+    phases: list[Phase] = field(default_factory=list)
+    fsyncs: list[FsyncCount] = field(default_factory=list)
+    fsync_note: str = ""
+
+    def walls(self, contender: str, size: int) -> list[float]:
+        """Attach+detach wall time of each round of ``contender`` at ``size``."""
+        pairs: dict[int, float] = {}
+        rows = [p for p in self.phases if p.contender == contender and p.size == size]
+        for i, p in enumerate(rows):
+            pairs[i // 2] = pairs.get(i // 2, 0.0) + p.wall
+        return list(pairs.values())
+
+    def calls(self, contender: str, phase: str, size: int) -> list[float]:
+        return [
+            c
+            for p in self.phases
+            if (p.contender, p.phase, p.size) == (contender, phase, size)
+            for c in p.calls
+        ]
+
+
+# -- the lab -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    handle: NamespaceHandle
+    ref: NsRef
+    binding: AllocationBinding
+    prepare_scope: str
+
+
+def enter_namespace(path: str) -> Callable[[], None]:
+    def enter() -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            check_call(libc().setns(fd, CLONE_NEWNET), f"setns {path}")
+        finally:
+            os.close(fd)
+
+    return enter
+
+
+def node_threads(path: str, count: int) -> ThreadPoolExecutor:
+    """``count`` worker threads that enter ``path``'s namespace once and never leave it,
+    all started now (a barrier of ``count`` holds them), so no round pays a thread's
+    start and a child forked by any of them starts in the node namespace."""
+    pool = ThreadPoolExecutor(count, thread_name_prefix="burst", initializer=enter_namespace(path))
+    want = os.stat(path)
+    gate = threading.Barrier(count, timeout=BARRIER_TIMEOUT_S)
+
+    def where() -> tuple[int, int]:
+        gate.wait()
+        got = os.stat(THREAD_NETNS)
+        return got.st_dev, got.st_ino
+
+    seen = [f.result() for f in [pool.submit(where) for _ in range(count)]]
+    if any(s != (want.st_dev, want.st_ino) for s in seen):
+        pool.shutdown()
+        raise RuntimeError(f"a worker thread did not enter {path}")
+    return pool
+
+
+def burst(
+    pool: ThreadPoolExecutor, calls: Sequence[Callable[[], None]]
+) -> tuple[float, list[float]]:
+    """Run every call at once (each on its own thread, released by one barrier); return
+    the wall time from the release to the last return, and each call's own time."""
+    released: list[float] = []
+    gate = threading.Barrier(
+        len(calls), timeout=BARRIER_TIMEOUT_S, action=lambda: released.append(time.perf_counter())
+    )
+
+    def timed(call: Callable[[], None]) -> tuple[float, float]:
+        gate.wait()
+        start = time.perf_counter()
+        call()
+        end = time.perf_counter()
+        return end - start, end
+
+    results = [f.result() for f in [pool.submit(timed, c) for c in calls]]
+    return max(end for _, end in results) - released[0], [took for took, _ in results]
+
+
+class Scene:
+    """The lab, the pods, the service and its client, set up once; closed by ``stack``."""
+
+    def __init__(self, stack: contextlib.ExitStack, base: Path, size: int) -> None:
+        self.lab = NetnsLab(parents=(PARENT,))
+        stack.callback(self.lab.close)
+        k = self.lab.kernel
+        self.pods: list[Pod] = []
+        for i in range(size):
+            name = f"burst-{i:02d}"
+            ref = k.add_namespace(name)
+            claim = f"burst-claim-{i:02d}"
+            binding = AllocationBinding(
+                root_id(claim, STEP),
+                DRIVER_DOMAIN,
+                "bench-node",
+                f"{PARENT}-macvlan",
+                "pf",
+                Sharing.SHARED,
+                {"ifName": PARENT},
+                {CAPACITY: "1"},
+            )
+            handle = NamespaceHandle(ref.path, ref.device, ref.inode, ref.boot_id)
+            self.pods.append(Pod(name, handle, ref, binding, f"{claim}.{STEP}"))
+        self.pool = node_threads(k.host_namespace().path, size)
+        stack.callback(self.pool.shutdown)
+        self.service = start_service(stack, self.lab, base)
+        self.client = stack.enter_context(self.service.client("macvlan.sock"))
+        self.prepared: dict[str, PreparedState] = {}
+        stack.callback(self.release)  # unwound before the client and the service
+        for pod in self.pods:
+            self.prepared[pod.name] = self.client.node_prepare(
+                PrepareRequest(
+                    envelope(Hook.NODE_PREPARE, pod.prepare_scope), pod.binding, PLUGIN_CONFIG
+                )
+            ).prepared_state
+        self.cni_env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_IFNAME": IFNAME,
+            "CNI_PATH": str(CNI_DIR),
+        }
+        self.live: set[str] = set()  # attachments that may exist, for cleanup
+
+    # -- ours ------------------------------------------------------------------------
+
+    def connect(self, pod: Pod, label: str) -> None:
+        self.live.add(label)
+        self.client.connect_network(
+            ConnectRequest(
+                envelope(Hook.CONNECT_NETWORK, label),
+                SandboxHandle(pod.name, pod.handle),
+                PLUGIN_CONFIG,
+                interface_names={"interface": IFNAME},
+                prepared=self.prepared[pod.name],
+                allocation=pod.binding,
+            )
+        )
+
+    def remove(self, label: str) -> None:
+        receipt = self.client.remove_network(CleanupRequest(envelope(Hook.REMOVE_NETWORK, label)))
+        if receipt.status is not CleanupStatus.CLEANED:
+            raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
+        self.live.discard(label)
+
+    def ours(self, pods: Sequence[Pod], round_label: str) -> tuple[Phase, Phase]:
+        labels = [f"burst-att-{round_label}-{p.name}" for p in pods]
+        wall, calls = burst(
+            self.pool,
+            [partial(self.connect, p, a) for p, a in zip(pods, labels, strict=True)],
+        )
+        attach = Phase("ours", "attach", len(pods), wall, calls)
+        self.check_attached(pods, "ours")
+        wall, calls = burst(self.pool, [partial(self.remove, a) for a in labels])
+        detach = Phase("ours", "detach", len(pods), wall, calls)
+        self.check_detached(pods, "ours")
+        return attach, detach
+
+    # -- CNI -------------------------------------------------------------------------
+
+    def cni(self, command: str, pod: Pod, label: str) -> None:
+        env = dict(
+            self.cni_env, CNI_COMMAND=command, CNI_NETNS=pod.handle.path, CNI_CONTAINERID=label
+        )
+        done = subprocess.run(
+            [str(CNI_MACVLAN)], input=CNI_CONFIG, env=env, capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"CNI {command} {pod.name} exited {done.returncode}: "
+                f"{done.stdout.decode(errors='replace').strip()} "
+                f"{done.stderr.decode(errors='replace').strip()}"
+            )
+
+    def cni_round(self, pods: Sequence[Pod], round_label: str) -> tuple[Phase, Phase]:
+        phases = []
+        for command, phase in (("ADD", "attach"), ("DEL", "detach")):
+            wall, calls = burst(
+                self.pool,
+                [partial(self.cni, command, p, f"burst-{round_label}-{p.name}") for p in pods],
+            )
+            phases.append(Phase("CNI", phase, len(pods), wall, calls))
+            if phase == "attach":
+                self.check_attached(pods, "CNI")
+            else:
+                self.check_detached(pods, "CNI")
+        return phases[0], phases[1]
+
+    # -- checks and cleanup ----------------------------------------------------------
+
+    def check_attached(self, pods: Sequence[Pod], who: str) -> None:
+        k = self.lab.kernel
+        for pod in pods:
+            child = k.get_link(pod.ref, name=IFNAME)
+            if child is None or child.kind != "macvlan" or not child.up or child.mtu != MTU:
+                raise RuntimeError(f"{who}: {pod.name} after attach: {IFNAME} is {child}")
+
+    def check_detached(self, pods: Sequence[Pod], who: str) -> None:
+        k = self.lab.kernel
+        for pod in pods:
+            left = sorted(link.name for link in k.list_links(pod.ref))
+            if left != ["lo"]:
+                raise RuntimeError(f"{who}: {pod.name} holds {left} after detach")
+
+    def release(self) -> None:
+        """After any exit: remove half-done attachments, then every pod's share."""
+        try:
+            for label in sorted(self.live):
+                self.remove(label)
+            for pod in self.pods:
+                if pod.name in self.prepared:
+                    receipt = self.client.node_unprepare(
+                        CleanupRequest(envelope(Hook.NODE_UNPREPARE, pod.prepare_scope))
+                    )
+                    if receipt.status is not CleanupStatus.CLEANED:
+                        raise RuntimeError(f"{pod.name}: {receipt.status} {receipt.detail}")
+        except (PluginCallError, RuntimeError) as exc:
+            # The namespaces and the service's state are deleted next anyway.
+            print(f"note: releasing the macvlan shares failed: {exc}", file=sys.stderr)
+
+
+def envelope(hook: Hook, scope: str) -> OperationEnvelope:
+    return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
+
+
+def start_service(stack: contextlib.ExitStack, lab: NetnsLab, base: Path) -> ServiceProcess:
+    node = Node(
+        lab,
+        base / "node",
+        services=[service_of("macvlan")],
+        processes=True,
+        coordinator=False,
+        pod=None,
+    )
+    stack.callback(node.close)
+    service = node.processes.of("macvlan")
+
+    def stop() -> None:  # a clean stop first, so a failing exit shows in its log
+        if service.proc is None:
+            return
+        try:
+            code = service.stop(timeout=10)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            code = -signal.SIGKILL
+        if code != 0:
+            tail = service.log.read_text(errors="replace").splitlines()[-5:]
+            print(f"note: the service exited with {code}; its log ends:", file=sys.stderr)
+            for line in tail:
+                print(f"  {line}", file=sys.stderr)
+
+    stack.callback(stop)  # unwound before node.close, which would SIGKILL it
+    return service
+
+
+# -- fsyncs and commit batches -------------------------------------------------------------
+
+
+def commit_batches(service: ServiceProcess) -> int:
+    """The sum of every journal's ``meta.commits`` under the service's state: each
+    COMMIT of the store (one group-commit batch) increments it in the same transaction."""
+    total = 0
+    for db in sorted(service.root.glob("state/**/journal.db")):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            (value,) = conn.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()
+        finally:
+            conn.close()
+        total += int(value)
+    return total
+
+
+def traced(pid: int) -> bool:
+    """Every thread of ``pid`` has a tracer (strace attached to all of them)."""
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread that just ended
+            continue
+        match = re.search(r"^TracerPid:\s+(\d+)$", text, re.MULTILINE)
+        if match is None or match.group(1) == "0":
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def strace_fsyncs(pid: int, out: Path) -> Iterator[None]:
+    proc = subprocess.Popen(
+        ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(out), "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + STRACE_ATTACH_DEADLINE_S
+        while not traced(pid):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"strace did not attach to the service (pid {pid})")
+            time.sleep(0.01)  # polling /proc for a condition with a deadline, not a wait
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # detaches, leaving the service running
+        proc.wait(30)
+
+
+def count_fsyncs(scene: Scene, pods: Sequence[Pod], base: Path) -> list[FsyncCount]:
+    pid = scene.service.proc.pid if scene.service.proc is not None else 0
+    labels = [f"burst-att-strace-{p.name}" for p in pods]
+    counts = []
+    for phase in PHASES:
+        out = base / f"strace-{phase}.txt"
+        before = commit_batches(scene.service)
+        with strace_fsyncs(pid, out):
+            if phase == "attach":
+                burst(
+                    scene.pool,
+                    [partial(scene.connect, p, a) for p, a in zip(pods, labels, strict=True)],
+                )
+            else:
+                burst(scene.pool, [partial(scene.remove, a) for a in labels])
+        fsyncs = sum(1 for line in out.read_text().splitlines() if FSYNC_CALL.search(line))
+        counts.append(FsyncCount(phase, fsyncs, commit_batches(scene.service) - before, len(pods)))
+    return counts
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def preflight() -> str | None:
+    if os.geteuid() != 0:
+        return "bench_burst: needs root (namespaces, veth, macvlan)"
+    if not (CNI_MACVLAN.is_file() and os.access(CNI_MACVLAN, os.X_OK)):
+        return f"bench_burst: {CNI_MACVLAN} is missing: run scripts/install-bench"
+    return None
+
+
+def measure(
+    size: int = 64, rounds: int = 5, warmup: int = 1, sizes: Sequence[int] = (8, 16, 32, 64)
+) -> BurstMeasurement:
+    """Set the lab up, run ``rounds`` ABAB rounds at every burst size, count fsyncs, tear down."""
+    every = sorted({*sizes, size})
+    if size < 1 or rounds < 1 or warmup < 0 or every[0] < 1:
+        raise ValueError("size, rounds and every burst size must be positive, warmup not negative")
+    result = BurstMeasurement(size, every, rounds, warmup)
+    base = Path(tempfile.mkdtemp(prefix="bench-burst-", dir="/tmp"))  # short socket paths
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, base, ignore_errors=True)
+        scene = Scene(stack, base, every[-1])
+        runs = {"ours": scene.ours, "CNI": scene.cni_round}
+        for w in range(warmup):
+            for name in CONTENDERS:
+                runs[name](scene.pods[:size], f"warm{w}")
+        for n in every:
+            pods = scene.pods[:n]
+            for r in range(rounds):
+                order = CONTENDERS if r % 2 == 0 else CONTENDERS[::-1]
+                for name in order:
+                    result.phases.extend(runs[name](pods, f"{n}-{r}"))
+        if shutil.which("strace") is None:
+            note = "strace is missing (scripts/install-bench): fsyncs not counted"
+            return BurstMeasurement(size, every, rounds, warmup, result.phases, [], note)
+        fsyncs = count_fsyncs(scene, scene.pods[:size], base)
+    return BurstMeasurement(size, every, rounds, warmup, result.phases, fsyncs)
+
+
+def report(m: BurstMeasurement) -> None:
+    import statistics
+
+    print(
+        f"burst of {m.size} sandboxes, {m.rounds} interleaved rounds after {m.warmup} "
+        f"warm-up(s); wall ms, medians"
+    )
+    print(f"{'size':>5} {'ours':>9} {'CNI':>9} {'ours/CNI':>9}")
+    for n in m.sizes:
+        ours = statistics.median(m.walls("ours", n)) * 1000
+        cni = statistics.median(m.walls("CNI", n)) * 1000
+        print(f"{n:>5} {ours:9.1f} {cni:9.1f} {ours / cni:9.2f}")
+    for f in m.fsyncs:
+        print(
+            f"ours {f.phase} of {f.hooks}: {f.fsyncs} fsyncs, {f.commit_batches} commit "
+            f"batches ({f.fsyncs / f.hooks:.2f} fsyncs/hook)"
+        )
+    if m.fsync_note:
+        print(m.fsync_note)
+
+
+MAIN_PID = os.getpid()
+
+
+def _terminate(signum: int, frame: object) -> None:
+    if os.getpid() != MAIN_PID:  # a forked child must never run this process's cleanup
+        os._exit(128 + signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)  # unwinds through the cleanup
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--sizes", default="8,16,32,64", help="burst sizes of the scaling curve (comma-separated)"
+    )
+    args = parser.parse_args()
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
+    problem = preflight()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _terminate)
+    try:
+        report(measure(args.size, args.rounds, args.warmup, sizes))
+    except NetnsLabUnavailable as exc:
+        print(f"bench_burst: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
