@@ -37,11 +37,17 @@ true:
 from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked
 from ._faults import NO_FAULTS, SITES, StorageFaults, storage_failure
 from ._integrity import DamagedRecord
+from ._journal import DB_NAME, ID_NAME
+from ._lease import lease_path
+from ._lock import LOCK_NAME
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
 from ._schema import PLUGIN_JOURNAL, SCHEMA_VERSION, JournalFormat, Migration
 from ._sqlite import Reader, Store, Txn
 
 __all__ = [
+    "DB_NAME",
+    "ID_NAME",
+    "LOCK_NAME",
     "NONTERMINAL_STATES",
     "NO_FAULTS",
     "PLUGIN_JOURNAL",
@@ -62,5 +68,6 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "Txn",
+    "lease_path",
     "storage_failure",
 ]

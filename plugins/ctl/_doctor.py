@@ -1,0 +1,201 @@
+"""``doctor``: what a service needs from the node, checked without changing anything.
+
+Sockets (there, a socket, mode, answering GetInfo with the token and ready), the socket
+directory's mode and owner, the token file (the service's own rules, ``read_token``),
+the journal (the service's own checks on a private copy), the kernel (reachable), its
+modules (``linux://`` only: the link kinds each service creates) and the SR-IOV PFs'
+VF counts and drivers (the VF service).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+from plugins.kernel import Kernel
+from plugins.sdk import NetworkPluginError
+from plugins.sdk.host import PluginCallError, PluginClient, read_token
+
+from ._contents import read_contents
+from ._errors import CtlError
+from ._journal import snapshot
+from ._node import Service
+from ._reconcile import with_kernel
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+MODULES: Final = {
+    "networkplugin-links": ("8021q", "macvlan", "ipvlan"),
+    "networkplugin-bond": ("bonding",),
+    "networkplugin-vf": (),
+}
+"""The kernel modules of the link kinds each service creates."""
+SYS_MODULE: Final = Path("/sys/module")
+SYS_PCI: Final = Path("/sys/bus/pci/devices")
+GETINFO_TIMEOUT_S: Final = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str
+    subject: str
+    status: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _mode_problems(st: os.stat_result, wanted: int) -> list[str]:
+    problems = []
+    if st.st_uid != os.geteuid():
+        problems.append(f"owned by uid {st.st_uid}, not {os.geteuid()}")
+    if stat.S_IMODE(st.st_mode) & ~wanted:
+        problems.append(f"mode {stat.S_IMODE(st.st_mode):04o}, wider than {wanted:04o}")
+    return problems
+
+
+def _socket_dir(service: Service) -> Check:
+    path = service.config.socket_dir
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        return Check("socket-dir", str(path), FAIL, exc.strerror or str(exc))
+    if not stat.S_ISDIR(st.st_mode):
+        return Check("socket-dir", str(path), FAIL, "not a directory")
+    problems = _mode_problems(st, 0o700)
+    detail = "; ".join(problems) or f"mode {stat.S_IMODE(st.st_mode):04o}"
+    return Check("socket-dir", str(path), FAIL if problems else OK, detail)
+
+
+def _sockets(service: Service, token: str | None) -> list[Check]:
+    checks = []
+    for reg in service.registrations:
+        path = service.socket(reg)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError as exc:
+            checks.append(Check("socket", str(path), FAIL, f"{exc.strerror} (service down?)"))
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            checks.append(Check("socket", str(path), FAIL, "not a Unix socket"))
+            continue
+        problems = _mode_problems(st, 0o600)
+        if token is None:
+            problems.append("not asked: no usable token")
+        else:
+            problems += _answers(path, token, reg.name)
+        mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+        checks.append(
+            Check("socket", str(path), FAIL if problems else OK, "; ".join(problems) or mode)
+        )
+    return checks
+
+
+def _answers(path: Path, token: str, plugin: str) -> list[str]:
+    try:
+        with PluginClient(path, token, timeout=GETINFO_TIMEOUT_S) as client:
+            info = client.get_info()
+    except PluginCallError as exc:
+        return [f"GetInfo: {exc.code} {exc.message}".strip()]
+    problems = []
+    if info.plugin_name != plugin:
+        problems.append(f"answers as plugin {info.plugin_name!r}, not {plugin!r}")
+    if not info.ready:
+        problems.append(f"not ready{': ' + info.fault if info.fault else ''}")
+    return problems
+
+
+def _token(service: Service) -> tuple[Check, str | None]:
+    path = service.config.token_file
+    try:
+        token = read_token(path)
+    except NetworkPluginError as exc:
+        return Check("token", str(path), FAIL, exc.message), None
+    return Check("token", str(path), OK, "regular file, owner only"), token
+
+
+def _journal(service: Service) -> Check:
+    subject = str(service.config.state_dir)
+    try:
+        with snapshot(service) as snap:
+            contents = read_contents(snap)
+    except CtlError as exc:
+        return Check("journal", subject, FAIL, exc.message)
+    how = "service running" if contents.live else "service down"
+    return Check("journal", subject, OK, f"intact, {len(contents.operations)} operations ({how})")
+
+
+def _modules(service: Service) -> list[Check]:
+    if urlsplit(service.config.kernel).scheme != "linux":
+        return []
+    checks = []
+    for module in MODULES.get(service.name, ()):
+        there = (SYS_MODULE / module).is_dir()
+        detail = "loaded or built in" if there else f"not loaded ({SYS_MODULE / module} missing)"
+        checks.append(Check("module", module, OK if there else FAIL, detail))
+    return checks
+
+
+def _driver(pci: str | None) -> str:
+    if not pci:
+        return "-"
+    link = SYS_PCI / pci / "driver"
+    try:
+        return os.path.basename(os.readlink(link))
+    except OSError:
+        return "-"
+
+
+def _vfs(kernel: Kernel) -> list[Check]:
+    host = kernel.host_namespace()
+    checks = []
+    links = kernel.list_links(host)
+    for pf in links:
+        if pf.kind != "device" or pf.vf_of is not None or not pf.pci_address:
+            continue
+        vfs = kernel.get_vfs(host, pf.ifindex)
+        if not vfs:
+            continue
+        drivers = sorted(
+            {_driver(vf.pci_address) for vf in links if vf.vf_of and vf.vf_of[0] == pf.pci_address}
+        )
+        detail = f"{len(vfs)} VFs, PF driver {_driver(pf.pci_address)}, VF drivers {','.join(drivers) or '-'}"
+        checks.append(Check("vfs", f"{pf.name} ({pf.pci_address})", OK, detail))
+    return checks or [Check("vfs", "host namespace", WARN, "no PF with VFs")]
+
+
+def _kernel(service: Service) -> list[Check]:
+    url = service.config.kernel
+
+    def look(kernel: Kernel) -> list[Check]:
+        found = [Check("kernel", url, OK, f"{len(kernel.list_namespaces())} namespaces")]
+        if service.name == "networkplugin-vf":
+            found += _vfs(kernel)
+        return found
+
+    try:
+        checks: list[Check] = with_kernel(url, look)
+    except CtlError as exc:
+        return [Check("kernel", url, FAIL, exc.message)]
+    return checks
+
+
+def doctor(services: tuple[Service, ...]) -> list[dict[str, str]]:
+    """Every check of every service, in a fixed order; nothing is created or changed."""
+    rows = []
+    for service in services:
+        token_check, token = _token(service)
+        checks = [
+            _socket_dir(service),
+            *_sockets(service, token),
+            token_check,
+            _journal(service),
+            *_kernel(service),
+            *_modules(service),
+        ]
+        rows += [{"service": service.name, **c.to_json()} for c in checks]
+    return rows
