@@ -19,6 +19,7 @@ from ._process import ServiceProcess
 from ._seed import DEFAULT_SEED, SEED_ENV, start_state_seed
 from ._services import (
     PROJECT_SERVICES,
+    CoordinatorProcess,
     InProcessServices,
     LocalClient,
     ProcessServices,
@@ -43,6 +44,7 @@ __all__ = [
     "AgentRootKernel",
     "AgentSession",
     "AgentUnavailable",
+    "CoordinatorProcess",
     "EmulatedHost",
     "FakeModelLab",
     "FakeServerLab",

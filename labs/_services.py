@@ -4,6 +4,7 @@
 abandons every in-memory object without a clean shutdown (the kernel keeps what
 happened), which the rig does thousands of times a run. ``ProcessServices`` runs the
 real service programs against the lab's ``kernel_url``: ``crash()`` is a SIGKILL.
+``CoordinatorProcess`` runs the coordinator program over a ``ProcessServices``' sockets.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import yaml
+
+from plugins.coordinator import CoordinatorCallError, CoordinatorClient
 from plugins.effects.linux import linux_effects
 from plugins.kernel import CrashingKernel, Kernel
 from plugins.sdk import (
@@ -192,6 +196,7 @@ class ProcessServices:
         if url is None:
             raise ValueError(f"a {type(lab).__name__} has no kernel URL for service processes")
         self.specs = tuple(specs)
+        self.socket_dir = socket_dir
         self.processes: dict[str, ServiceProcess] = {
             spec.name: ServiceProcess(
                 spec.name,
@@ -230,3 +235,79 @@ class ProcessServices:
     def close(self) -> None:
         for process in self.processes.values():
             process.kill()
+
+
+class CoordinatorProcess(ServiceProcess):
+    """``networkplugin-coordinator`` over the sockets of ``services``, with a journal and a
+    token of its own under ``root``; started, SIGKILLed (``kill``, or ``start(crash_at=``
+    a ``Coordinator/...`` point``)``) and restarted like a plugin service.
+
+    ``topologies``, ``inventory`` and ``policies`` are the files its config lists. Ready
+    means its status says so (recovery finished), asked over its own socket.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        services: ProcessServices,
+        *,
+        topologies: Sequence[Path],
+        inventory: Path,
+        policies: Path | None = None,
+    ) -> None:
+        socket_dir = services.socket_dir / "coordinator.sock.d"
+        super().__init__(
+            "networkplugin-coordinator", ("plugins.coordinator",), root, socket_dir, "", ()
+        )
+        (root / "service.yaml").unlink()  # the plugin services' config; this one has its own
+        self.socket = socket_dir / "coordinator.sock"
+        plugins = {
+            sock.removesuffix(".sock"): {
+                "socket": str(process.socket_dir / sock),
+                "tokenFile": str(process.root / "token"),
+            }
+            for process in services.processes.values()
+            for sock in process.sockets
+        }
+        self.config = root / "coordinator.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "stateDir": str(root / "state"),
+                    "socket": str(self.socket),
+                    "tokenFile": str(root / "token"),
+                    "topologies": [str(t) for t in topologies],
+                    "inventory": str(inventory),
+                    "policies": None if policies is None else str(policies),
+                    "plugins": plugins,
+                    "shutdownGraceSeconds": 5,
+                }
+            )
+        )
+
+    @property
+    def state_dir(self) -> Path:
+        """The coordinator journal's directory (open it only while the process is stopped)."""
+        return self.root / "state"
+
+    def coordinator_client(self, timeout: float = 120) -> CoordinatorClient:
+        return CoordinatorClient(self.socket, self.token, timeout=timeout)
+
+    def start(
+        self,
+        crash_at: str | None = None,
+        trace: Path | None = None,
+        timeout: float = 30,
+        *,
+        wait_ready: bool = True,
+    ) -> None:
+        """Start the program; wait until its status reports ready (or until it answers)."""
+        super().start(crash_at, trace, timeout, wait_ready=wait_ready)  # no plugin sockets
+        with self.coordinator_client() as client:
+            try:
+                if wait_ready:
+                    client.wait_ready(timeout)
+                else:
+                    client.wait_answering(timeout)
+            except CoordinatorCallError as exc:
+                raise RuntimeError(f"{self.name} did not become ready: see {self.log}") from exc

@@ -1,12 +1,13 @@
-"""Generate the NetworkPlugin wire-contract Python modules from the .proto file.
+"""Generate the wire contracts' Python modules from their .proto files.
 
 Usage::
 
     uv run python scripts/gen_proto.py          # regenerate the committed modules
     uv run python scripts/gen_proto.py --check  # fail if the committed modules are stale
 
-The proto is compiled with ``-I <repo root>`` so the generated modules live next to the
-.proto and import each other package-absolutely
+Two contracts (``PROTOS``): the plugins' (``networkplugin.proto``) and the coordinator
+program's (``coordinator.proto``). Each proto is compiled with ``-I <repo root>`` so the
+generated modules live next to the .proto and import each other package-absolutely
 (``plugins.api.networkplugin.v1alpha1.networkplugin_pb2``).
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_REL = Path("plugins/api/networkplugin/v1alpha1/networkplugin.proto")
+COORDINATOR_PROTO_REL = Path("plugins/api/coordinator/v1alpha1/coordinator.proto")
+PROTOS = (PROTO_REL, COORDINATOR_PROTO_REL)
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
@@ -98,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     try:
         if opts.check:
-            stale = stale_files()
+            stale = [rel for proto in PROTOS for rel in stale_files(proto_rel=proto)]
             if stale:
                 for rel in stale:
                     print(f"stale: {rel.as_posix()}", file=sys.stderr)
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print("generated code is up to date")
             return 0
-        for path in generate(REPO_ROOT):
+        for path in (p for proto in PROTOS for p in generate(REPO_ROOT, proto_rel=proto)):
             print(f"wrote {path.relative_to(REPO_ROOT).as_posix()}")
     except GenerationError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,9 +1,13 @@
 """The node coordinator: topology, exposure-policy and inventory manifests, validation, CEL
-allocation, and its journal (the call states are public: the rig checks that none is left open)."""
+allocation, and its journal (the call states are public: the rig checks that none is left open);
+and the coordinator as a program (``networkplugin-coordinator``: ``run``, ``serve``), with its
+config (``CoordinatorConfig``), its requests (``CoordinatorService``) and its client
+(``CoordinatorClient``)."""
 
 from ._allocate import AllocatedDevice, AllocationError, Allocator, allocate
 from ._authority import NodeAuthority
 from ._cel import CompiledSelector, SelectorError, compile_selector
+from ._client import CoordinatorCallError, CoordinatorClient
 from ._compile import (
     RESERVED_INTERFACE_NAMES,
     CompiledStep,
@@ -13,7 +17,16 @@ from ._compile import (
     validate_topology,
 )
 from ._inventory import AttributeValue, Device, Inventory, load_inventory, parse_inventory
-from ._journal import CLOSED_CALL_STATES, OPEN_CALL_STATES, Call, CoordinatorJournal
+from ._journal import (
+    APPLICATION_STATES,
+    CLOSED_CALL_STATES,
+    OPEN_CALL_STATES,
+    Application,
+    Call,
+    Claim,
+    CoordinatorJournal,
+)
+from ._main import load_manifests, main, pinned_descriptors, run, serve
 from ._policy import (
     DRIVER_DOMAIN,
     CapacitySpec,
@@ -26,8 +39,21 @@ from ._policy import (
     parse_policy,
     qualify,
 )
+from ._program import (
+    ApplicationStatus,
+    ApplyRequest,
+    ApplyResult,
+    CoordinatorService,
+    CoordinatorStatus,
+    OpenCall,
+    OutputHandle,
+    RemoveResult,
+    StepReceipt,
+)
+from ._program_config import CoordinatorConfig, PluginEndpoint
 from ._publish import PublishedDevice, publish
 from ._runtime import Coordinator, StepFailed, operation_id, root_id
+from ._server import CoordinatorServer
 from ._topology import (
     API_VERSION,
     Allocation,
@@ -50,6 +76,7 @@ from ._yaml import (
 
 __all__ = [
     "API_VERSION",
+    "APPLICATION_STATES",
     "CLOSED_CALL_STATES",
     "DRIVER_DOMAIN",
     "OPEN_CALL_STATES",
@@ -58,15 +85,26 @@ __all__ = [
     "Allocation",
     "AllocationError",
     "Allocator",
+    "Application",
+    "ApplicationStatus",
+    "ApplyRequest",
+    "ApplyResult",
     "AttributeValue",
     "Call",
     "CapacitySpec",
+    "Claim",
     "CompatibilityRule",
     "CompiledSelector",
     "CompiledStep",
     "CompiledTopology",
     "Coordinator",
+    "CoordinatorCallError",
+    "CoordinatorClient",
+    "CoordinatorConfig",
     "CoordinatorJournal",
+    "CoordinatorServer",
+    "CoordinatorService",
+    "CoordinatorStatus",
     "Device",
     "DeviceExposurePolicy",
     "Execution",
@@ -76,14 +114,19 @@ __all__ = [
     "ManifestError",
     "NetworkTopology",
     "NodeAuthority",
+    "OpenCall",
+    "OutputHandle",
+    "PluginEndpoint",
     "PluginRef",
     "PortSource",
     "PublishedDevice",
+    "RemoveResult",
     "RequestPolicy",
     "Selector",
     "SelectorError",
     "Step",
     "StepFailed",
+    "StepReceipt",
     "SupportedPlugin",
     "TopologyError",
     "TopologyErrors",
@@ -91,16 +134,21 @@ __all__ = [
     "allocate",
     "compile_selector",
     "load_inventory",
+    "load_manifests",
     "load_policies",
     "load_topology",
     "load_yaml_documents",
     "load_yaml_file",
+    "main",
     "operation_id",
     "parse_inventory",
     "parse_policy",
     "parse_topology",
+    "pinned_descriptors",
     "publish",
     "qualify",
     "root_id",
+    "run",
+    "serve",
     "validate_topology",
 ]

@@ -165,6 +165,31 @@ class Allocator:
                 state.groups[key].remove(groups)
         self._state = state
 
+    def reserve(self, allocations: Iterable[AllocatedDevice]) -> None:
+        """Mark allocations made earlier as in use again (a restarted coordinator reads them
+        from its journal); all or nothing, refused if one no longer fits."""
+        by_name = {d.name: d for d in self.devices}
+        state = self._state.copy()
+        for alloc in allocations:
+            device = by_name.get(alloc.device)
+            if device is None:
+                raise ValueError(f"{alloc.device!r} is not a device of this allocator")
+            source = device.source.name
+            if source in state.exclusive or (
+                alloc.sharing is Sharing.EXCLUSIVE and state.shared_count.get(source)
+            ):
+                raise ValueError(f"{alloc.device!r} is already in use")
+            if alloc.sharing is Sharing.EXCLUSIVE:
+                state.exclusive[source] = device.name
+                continue
+            used = state.used.setdefault(device.name, {})
+            for cap, count in alloc.consumed.items():
+                used[cap] = used.get(cap, 0) + count
+            state.shared_count[source] = state.shared_count.get(source, 0) + 1
+            for key, groups in _group_keys(device):
+                state.groups.setdefault(key, []).append(groups)
+        self._state = state
+
     def _allocate_step(self, state: _State, step: CompiledStep) -> AllocatedDevice:
         alloc = step.step.allocation
         assert alloc is not None  # validated: every root has an allocation

@@ -71,6 +71,18 @@ CREATE TABLE claims (
 INSERT INTO meta (key, value) VALUES ('commits', '0')
 """
 
+_V2: Final = """
+CREATE TABLE applications (
+    attachment TEXT PRIMARY KEY, -- what the coordinator program was asked to apply
+    claim TEXT NOT NULL,
+    topology TEXT NOT NULL,      -- the topology's metadata.name
+    request_json TEXT NOT NULL,  -- the sandbox and the allocated devices, fixed at the first apply
+    state TEXT NOT NULL,         -- APPLICATION_STATES
+    error TEXT NOT NULL,
+    checksum TEXT NOT NULL
+)
+"""
+
 CALL_COLUMNS: Final = (
     "operation_id",
     "unit",
@@ -87,11 +99,12 @@ CALL_COLUMNS: Final = (
 
 COORDINATOR_JOURNAL: Final = JournalFormat(
     "dra-networkplugins/coordinator-journal",
-    (Migration(1, _V1),),
+    (Migration(1, _V1), Migration(2, _V2)),
     {
         "calls": CALL_COLUMNS,
         "units": ("unit", "kind", "topology", "state", "detail_json"),
         "claims": ("resource", "holder", "mode", "grp"),
+        "applications": ("attachment", "claim", "topology", "request_json", "state", "error"),
     },
 )
 """The coordinator journal's format (the plugin journal's is ``PLUGIN_JOURNAL``)."""
@@ -110,6 +123,12 @@ CLOSED_CALL_STATES = ("succeeded", "cleaned", "abandoned")
 cleanup (the evidence is stored as its response)."""
 
 
+APPLICATION_STATES = ("applying", "applied", "failed", "removing", "removed")
+"""What the coordinator program was asked to do with an attachment (docs/coordinator.md):
+``applying`` / ``removing`` until the request finished (a restart resumes it), ``failed``
+when an apply stopped at a step (a retry or a removal decides), ``applied``, ``removed``."""
+
+
 class JournalError(NetworkPluginError):
     pass
 
@@ -126,6 +145,18 @@ class Call:
     state: str
     response: dict[str, Any] | None
     error: str | None
+
+
+@dataclass(frozen=True)
+class Application:
+    """One attachment the coordinator program was asked to apply, as its journal has it."""
+
+    attachment: str
+    claim: str
+    topology: str
+    request: dict[str, Any]
+    state: str
+    error: str
 
 
 @dataclass(frozen=True)
@@ -331,3 +362,35 @@ class CoordinatorJournal:
             (Claim(r["resource"], r["holder"], r["mode"], r["grp"]) for r in rows),
             key=lambda c: (c.resource, c.holder),
         )
+
+    # -- applications (the coordinator program's requests) ----------------------------------
+
+    def put_application(self, application: Application) -> None:
+        if application.state not in APPLICATION_STATES:
+            raise JournalError(
+                f"application state {application.state!r} is not one of {APPLICATION_STATES}"
+            )
+        row = {
+            "attachment": application.attachment,
+            "claim": application.claim,
+            "topology": application.topology,
+            "request_json": json.dumps(application.request, sort_keys=True),
+            "state": application.state,
+            "error": application.error,
+        }
+        self.write(lambda t: t.put("applications", row, key=["attachment"]))
+
+    def applications(self, attachment: str | None = None) -> list[Application]:
+        where = None if attachment is None else {"attachment": attachment}
+        rows = self.read(lambda r: r.select("applications", where, order_by="attachment"))
+        return [
+            Application(
+                r["attachment"],
+                r["claim"],
+                r["topology"],
+                json.loads(r["request_json"]),
+                r["state"],
+                r["error"],
+            )
+            for r in rows
+        ]

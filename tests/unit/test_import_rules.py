@@ -40,7 +40,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "plugins.vf": frozenset({"plugins.sdk"}),
     "plugins.bond": frozenset({"plugins.sdk"}),
     "plugins.links": frozenset({"plugins.sdk"}),
-    "plugins.coordinator": frozenset({"plugins.sdk"}),
+    # the coordinator program serves its own wire contract (plugins/api/coordinator)
+    "plugins.coordinator": frozenset({"plugins.sdk", "plugins.api"}),
     "plugins.services": frozenset(
         {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.vf", "plugins.bond"}
         | {"plugins.links"}

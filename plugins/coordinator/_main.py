@@ -1,0 +1,234 @@
+"""``networkplugin-coordinator --config FILE``: the node coordinator as a service program.
+
+Startup, in order, each refusal one line on stderr naming the path and the cause and exit
+status 2, with nothing created before the checks that can refuse: read the config; read
+its token and every plugin's; load the inventory, the policies and the topologies and
+validate each topology against the pinned contract bundles (every plugin a topology
+names must be configured); check the state, socket and runtime directories; open the
+journal (a damaged one is served, never recreated: status says why, every request is
+``DATA_LOSS``); bind the socket (status answers ``ready=false``); finish what a crash
+interrupted; serve. SIGTERM stops admitting requests, lets a running one finish within
+``shutdownGraceSeconds``, then the process exits whatever it is doing: the request stays
+journaled and the next start finishes it.
+
+Crash points: production passes none (``NO_CRASH``); the test kit's launcher
+(``python -m labs.crashing_service plugins.coordinator --config FILE``) calls ``run`` with
+its own, so a SIGKILL can be armed at any ``Coordinator/...`` boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from plugins.sdk import BundleStore, Descriptor, NetworkPluginError
+from plugins.sdk.host import PluginClient, read_token
+from plugins.sdk.runner import NO_CRASH, CrashPoints
+from plugins.sdk.service import (
+    EXIT_MARGIN_S,
+    EXIT_REFUSED,
+    EXIT_UNFINISHED,
+    StartupRefused,
+    check_private_dir,
+)
+from plugins.sdk.store import JournalFault, JournalUnavailable
+
+from ._allocate import Allocator
+from ._compile import CompiledTopology, validate_topology
+from ._inventory import load_inventory
+from ._journal import CoordinatorJournal
+from ._policy import DeviceExposurePolicy, load_policies
+from ._program import CoordinatorService
+from ._program_config import CoordinatorConfig
+from ._server import CoordinatorServer
+from ._topology import load_topology
+
+PROG = "networkplugin-coordinator"
+log = logging.getLogger("plugins.coordinator")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def pinned_descriptors(store: BundleStore | None = None) -> dict[str, Descriptor]:
+    """Every logical plugin's descriptor from the contract bundles this artifact pins."""
+    store = store or BundleStore()
+    bundles = [store.load(schema_id) for schema_id in store.schema_ids]
+    return {b.descriptor.name: b.descriptor for b in bundles}
+
+
+def load_manifests(
+    config: CoordinatorConfig,
+) -> tuple[Allocator, dict[str, CompiledTopology]]:
+    """The allocator over the node's inventory and policies, and the compiled topologies."""
+
+    def refuse(what: str, path: Path, exc: BaseException) -> NoReturn:
+        message = exc.message if isinstance(exc, NetworkPluginError) else str(exc)
+        # The loaders' messages already start with the file they name.
+        text = message if message.startswith(str(path)) else f"{path}: {message}"
+        raise StartupRefused(f"{what} {_one_line(text)}") from None
+
+    try:
+        inventory = load_inventory(config.inventory)
+    except (NetworkPluginError, OSError) as exc:
+        refuse("inventory", config.inventory, exc)
+    policies: tuple[DeviceExposurePolicy, ...] = ()
+    if config.policies is not None:
+        try:
+            policies = load_policies(config.policies)
+        except (NetworkPluginError, OSError) as exc:
+            refuse("policies", config.policies, exc)
+    descriptors = pinned_descriptors()
+    configured = {p.name for p in config.plugins}
+    compiled: dict[str, CompiledTopology] = {}
+    for path in config.topologies:
+        try:
+            topology = validate_topology(load_topology(path), descriptors, policies)
+        except (NetworkPluginError, OSError) as exc:
+            refuse("topology", path, exc)
+        name = topology.topology.name
+        if name in compiled:
+            raise StartupRefused(f"topology {path}: a second topology named {name!r}")
+        missing = sorted({s.plugin for s in topology.steps.values()} - configured)
+        if missing:
+            raise StartupRefused(
+                f"topology {path}: names plugins the config does not list: {', '.join(missing)}"
+            )
+        compiled[name] = topology
+    return Allocator(inventory, policies), compiled
+
+
+def _open_journal(config: CoordinatorConfig) -> tuple[CoordinatorJournal | None, str]:
+    try:
+        return CoordinatorJournal(config.state_dir, runtime_dir=config.lease_dir), ""
+    except JournalUnavailable as exc:  # served damaged: status says why
+        log.error("%s", _one_line(str(exc)))
+        return None, _one_line(str(exc))
+    except (OSError, sqlite3.Error, JournalFault) as exc:
+        cause = exc.reason if isinstance(exc, JournalFault) else str(exc)
+        raise StartupRefused(
+            f"state directory {config.state_dir}: cannot open the journal: {_one_line(cause)}"
+        ) from None
+
+
+def serve(
+    config: CoordinatorConfig,
+    *,
+    crash: CrashPoints = NO_CRASH,
+    stop: threading.Event | None = None,
+    exit_process: bool = False,
+) -> int:
+    """Run the coordinator until ``stop`` is set (or SIGTERM/SIGINT); the exit status."""
+    stop = stop or threading.Event()
+    token = read_token(config.token_file)
+    plugin_tokens = {p.name: read_token(p.token_file) for p in config.plugins}
+    allocator, topologies = load_manifests(config)
+    check_private_dir("state directory", config.state_dir)
+    check_private_dir("socket directory", config.socket.parent, follow_symlinks=False)
+    if config.runtime_dir is not None:
+        check_private_dir("runtime directory", config.runtime_dir)
+    journal, fault = _open_journal(config)
+    clients: Mapping[str, PluginClient] = {
+        p.name: PluginClient(p.socket, plugin_tokens[p.name], timeout=config.call_timeout_seconds)
+        for p in config.plugins
+    }
+    service = CoordinatorService(
+        journal,
+        clients,
+        topologies,
+        allocator,
+        epoch=config.epoch,
+        crash=None if crash is NO_CRASH else crash,
+        fault=fault,
+        plugin_wait_seconds=config.plugin_wait_seconds,
+    )
+    server = CoordinatorServer(config.socket, token, service)
+    try:
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if exit_process:
+            threading.Thread(
+                target=_watchdog,
+                args=(stop, config.shutdown_grace_seconds),
+                name="shutdown-watchdog",
+                daemon=True,
+            ).start()
+        server.start()  # status answers ready=false until recovery is done
+        for note in service.recover():
+            log.warning("recovery: %s", note)
+        log.info("serving %s", config.socket)
+        stop.wait()
+        finished = server.stop(config.shutdown_grace_seconds)
+        if not finished or service.busy():
+            log.error(
+                "shutdown: a request is still running after %gs; exiting without it (it "
+                "stays journaled and is finished at the next start)",
+                config.shutdown_grace_seconds,
+            )
+            if exit_process:
+                _exit_now(EXIT_UNFINISHED)
+            return EXIT_UNFINISHED
+        return 0
+    finally:
+        server.stop(None)
+        for client in clients.values():
+            client.close()
+        if journal is not None and not service.busy():
+            journal.close()
+
+
+def _watchdog(stop: threading.Event, grace: float) -> None:
+    """Once stopping began, end the process ``grace + EXIT_MARGIN_S`` later, whatever runs."""
+    stop.wait()
+    threading.Event().wait(grace + EXIT_MARGIN_S)
+    log.error("shutdown: still not stopped %gs after it began; exiting", grace + EXIT_MARGIN_S)
+    _exit_now(EXIT_UNFINISHED)
+
+
+def _exit_now(status: int) -> NoReturn:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
+    """``--config FILE [--log-level L]``; ``crash``: only the test kit's launcher passes one."""
+    parser = argparse.ArgumentParser(prog=PROG, description=f"{PROG}: the node coordinator")
+    parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=f"{PROG} %(levelname)s %(name)s: %(message)s")
+    try:
+        return serve(CoordinatorConfig.load(args.config), crash=crash, exit_process=True)
+    except NetworkPluginError as exc:
+        print(f"{PROG}: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_REFUSED
+    except OSError as exc:
+        path = f"{exc.filename}: " if exc.filename else ""
+        print(f"{PROG}: {path}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def main() -> int:
+    """The console script ``networkplugin-coordinator``."""
+    return run(sys.argv[1:])

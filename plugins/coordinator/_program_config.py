@@ -1,0 +1,103 @@
+"""The coordinator program's config: one strict YAML file, checked before anything is created.
+
+The same pattern as the plugin services' config (``plugins.sdk.service.ServiceConfig``):
+the strict loader (a repeated key, an alias or a non-JSON tag is refused with its line and
+column), then the format's JSON Schema
+(``plugins/coordinator/schemas/coordinator-config.schema.json``, every problem named with
+its path and rule), then the checks a schema cannot make, into a frozen value. Relative
+paths are relative to the config file's directory. Every refusal is one
+:class:`~plugins.sdk.service.StartupRefused` naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from plugins.sdk import DocumentError, DocumentSchema, YAMLLoadError, load_yaml_mapping
+from plugins.sdk.host import SOCKET_NAME
+from plugins.sdk.service import StartupRefused
+
+CONFIG_SCHEMA: Final = "coordinator-config.schema.json"
+# AF_UNIX sun_path is 108 bytes with its NUL; the socket is bound at a staging name
+# ".<8 hex>.<name>" first (10 bytes longer), as the plugin services' are.
+_MAX_SOCKET_PATH: Final = 107 - 10
+
+
+@dataclass(frozen=True)
+class PluginEndpoint:
+    """One logical plugin the coordinator calls: its socket and its registration's token."""
+
+    name: str
+    socket: Path
+    token_file: Path
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """The administrator-owned coordinator config (docs/coordinator.md, "The program")."""
+
+    state_dir: Path
+    socket: Path
+    token_file: Path
+    topologies: tuple[Path, ...]
+    inventory: Path
+    plugins: tuple[PluginEndpoint, ...]
+    policies: Path | None = None
+    runtime_dir: Path | None = None  # None: the socket's directory
+    epoch: int = 1
+    call_timeout_seconds: float = 60.0
+    plugin_wait_seconds: float = 30.0
+    shutdown_grace_seconds: float = 10.0
+
+    @property
+    def lease_dir(self) -> Path:
+        """Where the journal keeps the lease of this boot."""
+        return self.runtime_dir if self.runtime_dir is not None else self.socket.parent
+
+    @classmethod
+    def load(cls, path: Path) -> CoordinatorConfig:
+        def refuse(problem: str) -> NoReturn:
+            raise StartupRefused(f"coordinator config {path}: {' '.join(problem.split())}")
+
+        try:
+            data = load_yaml_mapping(path)
+        except YAMLLoadError as exc:
+            where = f" (line {exc.line}, column {exc.column})" if exc.line else ""
+            refuse(f"not valid YAML: {exc.problem}{where}")
+        except OSError as exc:
+            refuse(exc.strerror or str(exc))
+        try:
+            DocumentSchema.packaged("plugins.coordinator", CONFIG_SCHEMA).check(data, str(path))
+        except DocumentError as exc:
+            refuse("; ".join(exc.lines))
+        data = {k: v for k, v in data.items() if v is not None}  # null takes the default
+        base = path.parent
+        socket = base / data["socket"]
+        if SOCKET_NAME.fullmatch(socket.name) is None:
+            refuse(f"$.socket: {socket.name!r} must be a plain socket name like 'coordinator.sock'")
+        if len(os.fsencode(socket)) > _MAX_SOCKET_PATH:
+            refuse(f"$.socket: {socket} is longer than {_MAX_SOCKET_PATH} bytes")
+        plugins = tuple(
+            _plugin(base, name, entry) for name, entry in sorted(data["plugins"].items())
+        )
+        return cls(
+            state_dir=base / data["stateDir"],
+            socket=socket,
+            token_file=base / data["tokenFile"],
+            topologies=tuple(base / t for t in data["topologies"]),
+            inventory=base / data["inventory"],
+            plugins=plugins,
+            policies=base / data["policies"] if "policies" in data else None,
+            runtime_dir=base / data["runtimeDir"] if "runtimeDir" in data else None,
+            epoch=int(data.get("epoch", 1)),
+            call_timeout_seconds=float(data.get("callTimeoutSeconds", 60.0)),
+            plugin_wait_seconds=float(data.get("pluginWaitSeconds", 30.0)),
+            shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
+        )
+
+
+def _plugin(base: Path, name: str, entry: dict[str, Any]) -> PluginEndpoint:
+    return PluginEndpoint(name, base / entry["socket"], base / entry["tokenFile"])
