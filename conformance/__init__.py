@@ -3,23 +3,45 @@
     from conformance import CHECKS, Target, run_all
     run_all(my_target, tmp_path)            # every check; failures raise ConformanceError
 
-See docs/conformance.md for what each check proves and how to describe a ``Target``.
+Or over the wire, against any plugin program a target file describes (no Python needed):
+
+    from conformance import load_wire_target, run_wire
+    verdicts = run_wire(load_wire_target("target.yaml"))   # one Verdict per wire check
+
+    python -m conformance --target target.yaml              # the same, from a shell
+
+See docs/conformance.md for what each check proves, which run in which mode, and how
+to describe a ``Target`` or a wire target file.
 """
 
 from .checks import CHECKS, ConformanceError, NotApplicable, run_all
 from .node import TargetNode
 from .target import Host, LabFactory, Target, fake_lab, plant_foreign, project_targets
+from .wire_checks import MODES, WIRE_CHECKS, Verdict, run_check, run_wire
+from .wire_driver import WireDriverError, WireLabs, WireSession
+from .wire_target import WireTarget, WireTargetError, load_wire_target
 
 __all__ = [
     "CHECKS",
+    "MODES",
+    "WIRE_CHECKS",
     "ConformanceError",
     "Host",
     "LabFactory",
     "NotApplicable",
     "Target",
     "TargetNode",
+    "Verdict",
+    "WireDriverError",
+    "WireLabs",
+    "WireSession",
+    "WireTarget",
+    "WireTargetError",
     "fake_lab",
+    "load_wire_target",
     "plant_foreign",
     "project_targets",
     "run_all",
+    "run_check",
+    "run_wire",
 ]

@@ -1,0 +1,110 @@
+"""The wire suite against a plugin that shares no code with the SDK, and its broken copies.
+
+``examples/independent-plugin`` is a separate program speaking the proto (its own stubs,
+journal and fake kernel client). Its target passes every wire check; each broken copy
+(one ``--broken`` fault) fails exactly the checks named here, and passes the rest, so a
+check that cannot fail, or one that fails for the wrong reason, shows. Every (variant,
+check) pair is its own test, so each verdict is its own entry in the rig's report.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conformance import WIRE_CHECKS, WireLabs, WireTarget, load_wire_target, run_check
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "independent-plugin"
+VARIANTS: dict[str, tuple[str, frozenset[str]]] = {
+    "independent": ("target.yaml", frozenset()),
+    # RemoveNetwork answers CLEANED and leaves the macvlan: the checks that look at the
+    # host after a removal fail.
+    "skip-release": ("broken-release.yaml", frozenset({"repeated-cleanup", "kill-and-restart"})),
+    "ignore-token": ("broken-token.yaml", frozenset({"authentication"})),
+}
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[dict[str, tuple[WireTarget, WireLabs]]]:
+    """One target and one set of labs (one fake kernel server) per variant, for the module."""
+    opened: dict[str, tuple[WireTarget, WireLabs]] = {}
+    try:
+        for name, (filename, _) in VARIANTS.items():
+            target = load_wire_target(EXAMPLE / filename)
+            opened[name] = (target, WireLabs(target))
+        yield opened
+    finally:
+        for _, labs in opened.values():
+            labs.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("check", list(WIRE_CHECKS))
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_wire_check(variant: str, check: str, runs: dict[str, tuple[WireTarget, WireLabs]]) -> None:
+    target, labs = runs[variant]
+    verdict = run_check(target, check, labs)
+    print(verdict.line())
+    if check in VARIANTS[variant][1]:
+        assert verdict.failed, f"the broken copy ({variant}) passed {check}: {verdict.line()}"
+    elif verdict.outcome == "not applicable":
+        pytest.skip(f"{check} does not apply to {target.name}: {verdict.detail}")
+    else:
+        assert verdict.outcome == "passed", verdict.line()
+
+
+def _conformance(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "conformance", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_command_line_names_the_failed_check_and_exits_non_zero() -> None:
+    good = _conformance("--target", str(EXAMPLE / "target.yaml"), "--check", "authentication")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "PASS  authentication" in good.stdout
+    bad = _conformance("--target", str(EXAMPLE / "broken-token.yaml"), "--check", "authentication")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "FAIL  authentication: a wrong token: it was served" in bad.stdout
+    assert "FAILED: authentication" in bad.stdout
+
+
+def test_the_independent_plugin_imports_nothing_of_the_project() -> None:
+    """Only the standard library, grpc and its own stubs: it proves the wire, not the SDK."""
+    tree = ast.parse((EXAMPLE / "plugin.py").read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0
+            assert node.module is not None
+            roots.add(node.module.split(".")[0])
+    outside = (
+        roots
+        - set(sys.stdlib_module_names)
+        - {"grpc", "networkplugin_pb2", "networkplugin_pb2_grpc"}
+    )
+    assert outside == set(), f"plugin.py imports {sorted(outside)}"
+    assert "__future__" in roots  # the walk saw the imports at all
+
+
+def test_the_independent_plugins_stubs_are_current() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
