@@ -21,6 +21,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from plugins.effects.linux import linux_effects
+from plugins.kernel import Kernel
 from plugins.sdk import (
     CleanupRequest,
     CleanupResponse,
@@ -30,16 +32,15 @@ from plugins.sdk import (
     Registration,
 )
 from plugins.sdk.host import PluginCallError, PluginClient, read_token
-from plugins.sdk.runner import NO_CRASH, Runner
+from plugins.sdk.runner import Runner
 from plugins.sdk.service import artifact_digest
 from plugins.sdk.store import StoreLocked
-from plugins.services import make_effects
 
 from ._contents import Contents
 from ._errors import CtlError, Exit
 from ._journal import service_holds_lock
 from ._node import Service
-from ._reconcile import LEAK, Finding
+from ._reconcile import LEAK, Finding, with_kernel
 
 _CLEANUP_OF = {
     Hook.CONNECT_NETWORK.value: Hook.REMOVE_NETWORK,
@@ -159,43 +160,46 @@ def _over_socket(t: _Target) -> Cleanup:
 
 
 def _in_process(service: Service, targets: Sequence[_Target]) -> list[Cleanup]:
+    """The service's own runner over its journal and the approved executors (it is down)."""
     config = service.config
+
+    def clean(kernel: Kernel) -> list[Cleanup]:
+        try:
+            runner = Runner.open(
+                config.state_dir,
+                service.registrations,
+                linux_effects(kernel),
+                artifact_digest=artifact_digest(),
+                boot_id=config.boot_id or kernel.boot_id(),
+                runtime_dir=config.runtime_dir,
+            )
+        except StoreLocked:
+            raise CtlError(
+                Exit.REFUSED,
+                f"{service.name} started while reconcile was about to clean for it; "
+                "run reconcile --dry-run again",
+            ) from None
+        try:
+            if runner.store is None:
+                raise CtlError(Exit.JOURNAL, f"{service.name}: {runner.unavailable_reason}")
+            runner.recover()  # what the service runs before it serves: read-only probes
+            return [_in_runner(runner, t) for t in targets]
+        finally:
+            runner.close()
+
+    found: list[Cleanup] = with_kernel(config.kernel, clean)
+    return found
+
+
+def _in_runner(runner: Runner, t: _Target) -> Cleanup:
+    endpoint = runner.endpoint(t.registration.endpoint.socket_name)
+    call = endpoint.remove_network
+    if t.request.envelope.hook is Hook.NODE_UNPREPARE:
+        call = endpoint.node_unprepare
     try:
-        effects, kernel_boot_id = make_effects(config.kernel, NO_CRASH)
-    except (NetworkPluginError, OSError) as exc:
-        raise CtlError(Exit.UNREACHABLE, f"{service.name}: kernel {config.kernel}: {exc}") from None
-    try:
-        runner = Runner.open(
-            config.state_dir,
-            service.registrations,
-            effects,
-            artifact_digest=artifact_digest(),
-            boot_id=config.boot_id or kernel_boot_id,
-            runtime_dir=config.runtime_dir,
-        )
-    except StoreLocked:
+        return _result(t, "runner", call(t.request))
+    except NetworkPluginError as exc:
         raise CtlError(
-            Exit.REFUSED,
-            f"{service.name} started while reconcile was about to clean for it; "
-            "run reconcile --dry-run again",
+            Exit.FINDINGS,
+            f"{t.service.name}: {t.request.envelope.hook.value} refused: {exc.message}",
         ) from None
-    try:
-        if runner.store is None:
-            raise CtlError(Exit.JOURNAL, f"{service.name}: {runner.unavailable_reason}")
-        runner.recover()
-        results = []
-        for t in targets:
-            endpoint = runner.endpoint(t.registration.endpoint.socket_name)
-            call = endpoint.remove_network
-            if t.request.envelope.hook is Hook.NODE_UNPREPARE:
-                call = endpoint.node_unprepare
-            try:
-                results.append(_result(t, "runner", call(t.request)))
-            except NetworkPluginError as exc:
-                raise CtlError(
-                    Exit.FINDINGS,
-                    f"{service.name}: {t.request.envelope.hook.value} refused: {exc.message}",
-                ) from None
-        return results
-    finally:
-        runner.close()
