@@ -60,6 +60,7 @@ class Row:
 class Curve:
     """A scaling curve: y (median, and p90 where there is one) against x, per series."""
 
+    key: str  # the PNG's name: <goal>-<key>.png
     title: str
     x_label: str
     y_label: str

@@ -13,6 +13,7 @@ which are its fsyncs (``Store.commits``: one WAL fsync per COMMIT under
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import statistics
@@ -149,12 +150,19 @@ def measure(
 ) -> JournalMeasurement:
     base = Path(tempfile.mkdtemp(prefix="bench-journal-"))
     result = JournalMeasurement()
+    # Concurrent pairs all set the toy's one shared setting, so a removal often finds it
+    # changed by another pair and quarantines that effect (bench_runner.py's runs do the
+    # same): one warning line per removal, which would bury the run's output.
+    runner_log = logging.getLogger("plugins.sdk.runner")
+    level = runner_log.level
+    runner_log.setLevel(logging.ERROR)
     try:
         for r in range(repeat):
             result.floor_latencies.extend(floor_samples(base, hooks // 2))
             for c in clients:
                 result.runs.append(run_clients(base / f"run-{r}-{c}", hooks, c))
     finally:
+        runner_log.setLevel(level)
         shutil.rmtree(base, ignore_errors=True)
     return result
 

@@ -47,7 +47,15 @@ from _bench_common import (
 if TYPE_CHECKING:
     from _bench_journal import JournalMeasurement
 
-GOALS = ("P1", "P2", "P3", "P4", "P5", "P6")
+TITLES = {
+    "P1": "macvlan attach+detach vs CNI ADD+DEL (real kernel, netns)",
+    "P2": "burst: 64 sandboxes attached then detached concurrently vs 64 CNI ADD/DEL execs",
+    "P3": "fsyncs per hook, 1 and 16 clients, 5-effect plan (toy plugin, real gRPC host)",
+    "P4": "fake tier (the rig on fake://), same crash coverage",
+    "P5": "start to ready (fake kernel); recovery of 1,000 in-flight operations",
+    "P6": "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor",
+}
+GOALS = tuple(TITLES)
 GUEST_LOCK = "/tmp/dranp-guest.lock"
 RIG_TIMEOUT_S = 40 * 60
 VM_TIMEOUT_S = 30 * 60
@@ -74,7 +82,7 @@ def needs_root(goal_id: str, title: str) -> Outcome | None:
 
 
 def p1_macvlan(sizes: Sizes) -> Outcome:
-    title = "macvlan attach+detach vs CNI ADD+DEL (real kernel, netns)"
+    title = TITLES["P1"]
     refused = needs_root("P1", title)
     if refused is not None:
         return refused
@@ -106,7 +114,7 @@ def p1_macvlan(sizes: Sizes) -> Outcome:
 
 
 def p2_burst(sizes: Sizes) -> Outcome:
-    title = "burst: 64 sandboxes attached then detached concurrently vs 64 CNI ADD/DEL execs"
+    title = TITLES["P2"]
     refused = needs_root("P2", title)
     if refused is not None:
         return refused
@@ -130,7 +138,8 @@ def p2_burst(sizes: Sizes) -> Outcome:
                 stat([float(f.commit_batches)], "batches"),
                 f.fsyncs / f.commit_batches if f.commit_batches else None,
                 "fsyncs <= commit batches", f.fsyncs <= f.commit_batches,
-                f"{f.fsyncs / f.hooks:.2f} fsyncs per hook")
+                f"{f.fsyncs / f.hooks:.2f} fsyncs per hook; by file: "
+                + ", ".join(f"{n} {c}" for n, c in sorted(f.by_file.items())))
         )  # fmt: skip
     samples = {
         "ours ConnectNetwork": ms(m.calls("ours", "attach", m.size)),
@@ -139,6 +148,7 @@ def p2_burst(sizes: Sizes) -> Outcome:
         "CNI DEL": ms(m.calls("CNI", "detach", m.size)),
     }
     curve = Curve(
+        "burst-scaling",
         "Burst wall time (attach + detach) vs burst size",
         "sandboxes attached, then detached, at once",
         "wall time, ms (median; p90 dashed)",
@@ -159,7 +169,7 @@ def p2_burst(sizes: Sizes) -> Outcome:
 def p3_journal(sizes: Sizes) -> Outcome:
     import _bench_journal as journal
 
-    title = "fsyncs per hook, 1 and 16 clients, 5-effect plan (toy plugin, real gRPC host)"
+    title = TITLES["P3"]
     hooks, repeat = sizes.journal
     m = journal.measure(hooks, repeat)
     budget = float(journal.TOY_EFFECTS + 1)
@@ -183,14 +193,19 @@ def p3_journal(sizes: Sizes) -> Outcome:
     ]  # fmt: skip
     clients = sorted({r.clients for r in m.runs})
     fsync_curve = Curve(
+        "fsyncs-scaling",
         "Journal fsyncs per hook vs concurrent clients",
         "concurrent clients",
         "fsyncs per hook (median of repetitions)",
         [float(c) for c in clients],
         {"ours": [journal.fsyncs_per_hook(m, c) for c in clients]},
-        {"1-client figure": [one] * len(clients)},
+        {
+            f"1 client ({one:.2f}: ConnectNetwork {connect:.0f}, RemoveNetwork {remove:.0f})": [one]
+            * len(clients)
+        },
     )
     latency_curve = Curve(
+        "latency-scaling",
         "Hook latency vs concurrent clients",
         "concurrent clients",
         "latency per hook, ms (median; p90 dashed)",
@@ -218,7 +233,7 @@ def hook_latencies(m: JournalMeasurement, clients: int) -> list[float]:
 
 
 def p4_rig(summary: Path | None, log: Path) -> Outcome:
-    title = "fake tier (the rig on fake://), same crash coverage"
+    title = TITLES["P4"]
     from harness.labs import summary_path
 
     if summary is None:
@@ -267,7 +282,7 @@ def p4_rig(summary: Path | None, log: Path) -> Outcome:
 
 
 def p5_startup(sizes: Sizes) -> Outcome:
-    title = "start to ready (fake kernel); recovery of 1,000 in-flight operations"
+    title = TITLES["P5"]
     try:
         import bench_startup
     except ImportError as exc:
@@ -299,7 +314,7 @@ def p5_startup(sizes: Sizes) -> Outcome:
 
 
 def p6_vf(sizes: Sizes, log: Path) -> Outcome:
-    title = "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor"
+    title = TITLES["P6"]
     refused = needs_root("P6", title)
     if refused is not None:
         return refused
@@ -375,7 +390,10 @@ def main() -> int:
     load_before = loadavg()
     print(f"bench: {', '.join(wanted) or 'nothing'}; load before: {load_before}", flush=True)
     outcomes: list[Outcome] = []
-    for goal in wanted:
+    for goal in GOALS:
+        if goal not in wanted:
+            outcomes.append(Outcome(goal, TITLES[goal], skipped="not asked for in this run"))
+            continue
         t0 = time.monotonic()
         print(f"{goal}: running", flush=True)
         outcome = benchmarks[goal]()
@@ -396,7 +414,6 @@ def main() -> int:
             "machine": machine(),
             "load_before": load_before,
             "load_after": load_after,
-            "skipped_by_request": sorted(set(GOALS) - set(wanted)),
             "outcomes": [outcome_to_json(o) for o in outcomes],
         },
     )

@@ -84,7 +84,8 @@ CNI_CONFIG = json.dumps(
 ).encode()
 BARRIER_TIMEOUT_S = 120.0
 STRACE_ATTACH_DEADLINE_S = 30.0
-FSYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\(")
+# With -y strace names each descriptor's file: "fsync(5</.../journal.db-wal>) = 0".
+FSYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\((?:\d+<(?P<path>[^>]*)>)?")
 CONTENDERS = ("ours", "CNI")
 PHASES = ("attach", "detach")
 
@@ -108,6 +109,7 @@ class FsyncCount:
     fsyncs: int
     commit_batches: int
     hooks: int
+    by_file: dict[str, int]  # fsyncs per file name (journal.db-wal, journal.db, ...)
 
 
 @dataclass(frozen=True)
@@ -410,7 +412,18 @@ def traced(pid: int) -> bool:
 @contextlib.contextmanager
 def strace_fsyncs(pid: int, out: Path) -> Iterator[None]:
     proc = subprocess.Popen(
-        ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(out), "-p", str(pid)],
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-y",
+            "-e",
+            "trace=fsync,fdatasync",
+            "-o",
+            str(out),
+            "-p",
+            str(pid),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -441,8 +454,14 @@ def count_fsyncs(scene: Scene, pods: Sequence[Pod], base: Path) -> list[FsyncCou
                 )
             else:
                 burst(scene.pool, [partial(scene.remove, a) for a in labels])
-        fsyncs = sum(1 for line in out.read_text().splitlines() if FSYNC_CALL.search(line))
-        counts.append(FsyncCount(phase, fsyncs, commit_batches(scene.service) - before, len(pods)))
+        by_file: dict[str, int] = {}
+        for line in out.read_text().splitlines():
+            call = FSYNC_CALL.search(line)
+            if call is not None:
+                name = Path(call.group("path") or "?").name
+                by_file[name] = by_file.get(name, 0) + 1
+        batches = commit_batches(scene.service) - before
+        counts.append(FsyncCount(phase, sum(by_file.values()), batches, len(pods), by_file))
     return counts
 
 
@@ -501,7 +520,7 @@ def report(m: BurstMeasurement) -> None:
     for f in m.fsyncs:
         print(
             f"ours {f.phase} of {f.hooks}: {f.fsyncs} fsyncs, {f.commit_batches} commit "
-            f"batches ({f.fsyncs / f.hooks:.2f} fsyncs/hook)"
+            f"batches ({f.fsyncs / f.hooks:.2f} fsyncs/hook; by file: {f.by_file})"
         )
     if m.fsync_note:
         print(m.fsync_note)
