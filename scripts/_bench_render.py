@@ -28,6 +28,24 @@ import matplotlib.pyplot as plt
 from _bench_common import REPO, Curve, Outcome, Row, Stat, outcome_from_json
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+HOW = """\
+`scripts/bench` (root, on a clean clone) installs what it needs (`scripts/install-bench`:
+the CNI plugins and strace; the `bench` dependency group: matplotlib), runs every
+benchmark below into `reports/bench/results.json`, then writes this section and the
+PNGs under `docs/benchmarks/`. `--skip-rig` leaves out P4 (minutes), `--rig-summary
+reports/summary.json` takes P4 from an earlier rig run instead, `--skip-vm` leaves out
+P6 (boots a guest), `--only P1,P3` / `--skip P2` choose, `--quick` is a trial with few
+iterations. It asserts no timing: a verdict below is data.
+
+| goal | what runs | ours | peer |
+|---|---|---|---|
+| P1 | `scripts/bench_macvlan.py` (`measure()`): a `NetnsLab`, one macvlan share prepared once | ConnectNetwork+RemoveNetwork over the real `networkplugin-links` socket | `/usr/lib/cni/macvlan` ADD+DEL exec'd; bare pyroute2 requests (floor) |
+| P2 | `scripts/bench_burst.py`: 64 pods, each its own claim prepared once; N calls released by one barrier on N threads in the node namespace; wall time from the release to the last return; then one untimed round under `strace -f -y -e trace=fsync,fdatasync` on the service, against the journals' `meta.commits` (one per group-commit batch) | N ConnectNetwork, then N RemoveNetwork | N CNI ADD execs, then N DEL |
+| P3 | `scripts/_bench_journal.py`: the toy plugin (5 effects, its resource in memory) behind the real gRPC host, 1 to 16 client threads; fsyncs are the store's commits | each hook's latency and commits | one 4 KiB write+fdatasync on the same file system |
+| P4 | the rig on `fake://` (`python -m harness.rig`, its reports in a temp dir: `reports/` is left alone) | its `seconds` and crash runs | the goal |
+| P5 | `scripts/bench_startup.py` (`measure()`): each service exec'd on the fake kernel, until an authenticated GetInfo says ready; links over a journal of 1,000 in-flight ConnectNetworks | the three services; recovery | a bare gRPC server (`import grpc`, a Unix socket) |
+| P6 | `scripts/_bench_vf.py` under `flock /tmp/dranp-guest.lock`: the VM lab's guest (TCG), a session lending igb PF 0 and its VF 0 | ConnectNetwork+RemoveNetwork of the `sriov` plugin over the real `networkplugin-vf` socket (its kernel: the guest's agent) | the VF moved in under its final name and set up, then moved home, through the same relay and agent |
+"""
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 DPI = 110
 
@@ -160,6 +178,7 @@ def section(
         f"containernetworking-plugins {m['cni']}. Load (`/proc/loadavg`) before: "
         f"`{results['load_before']}`; after: `{results['load_after']}`.",
         "",
+        HOW,
         "Ours and its peer alternate every iteration (ABAB) after warm-ups; medians, p90 in "
         "parentheses; a ratio is of medians. The goals are issue 13's. A verdict is what "
         "this run measured, on a machine shared with other work, and never a test.",
