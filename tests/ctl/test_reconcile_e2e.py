@@ -50,8 +50,12 @@ def test_sigkill_mid_connect_dry_run_apply_dry_run(
         leaked = _leaked_links(node)
         assert len(leaked) == 1, leaked  # the macvlan child, and nothing else
 
+        state = links.root / "state"
+        # A running service's -shm is its wal-index: a reader's read marks go there.
+        before = {k: v for k, v in files_of(state).items() if not k.endswith("-shm")}
         dry = ctl(config, ["reconcile", "--dry-run", "-o", "json"], capsys)
         assert dry.code == Exit.FINDINGS, dry
+        assert {k: v for k, v in files_of(state).items() if not k.endswith("-shm")} == before
         found = dry.json()["findings"]
         assert [(f["category"], f["object"].split(" ")[:2]) for f in found] == [
             ("leak", [leaked[0][1], leaked[0][0]])
@@ -59,8 +63,8 @@ def test_sigkill_mid_connect_dry_run_apply_dry_run(
         assert found[0]["service"] == LINKS
         assert found[0]["scope"] == "att-1"
         assert found[0]["action"] == "RemoveNetwork att-1"
-        state = "Failed/Applying" if restart else "Running/Applying"
-        assert found[0]["state"] == state
+        journal = "Failed/Applying" if restart else "Running/Applying"
+        assert found[0]["state"] == journal
 
         table = ctl(config, ["reconcile", "--dry-run"], capsys)
         assert table.code == Exit.FINDINGS

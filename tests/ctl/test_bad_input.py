@@ -1,0 +1,232 @@
+"""Bad input: a missing or damaged journal, a wrong socket, a service that is down.
+
+One line on stderr each, a non-zero exit, and nothing changed: every file of every
+state directory is byte-identical afterwards. The journals are copies (``clone``) of
+one module-wide node's, left by a SIGKILL mid-connect and one restart (the connect is
+Failed and its macvlan child is still in the pod), so each test damages its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labs import Node
+from plugins.ctl import Exit
+from plugins.sdk.store import DB_NAME, ID_NAME, LOCK_NAME
+from tests.journal_damage import flip_first
+
+from .kit import LINKS, crashed_connect, ctl, files_of, process_node
+from .test_reconcile_e2e import MARKED
+
+SERVICES = ("networkplugin-bond", LINKS, "networkplugin-vf")
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    with process_node(tmp_path_factory.mktemp("crashed")) as node:
+        crashed_connect(node, MARKED)
+        links = node.processes.processes[LINKS]
+        links.start()  # recovery marks the connect Failed
+        for process in node.processes.processes.values():
+            process.stop()
+        yield node
+
+
+def clone(node: Node, dest: Path) -> Path:
+    """Copies of every service's journal and token, configs naming them, and a node config.
+
+    Sockets go in a fresh short directory that does not exist: every service is down.
+    """
+    sockets = dest / "sockets"
+    services = {}
+    for name, process in node.processes.processes.items():
+        root = dest / name
+        shutil.copytree(process.root / "state", root / "state")
+        token = root / "token"
+        shutil.copy2(process.root / "token", token)
+        config = root / "service.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "socketDir": str(sockets / name),
+                    "stateDir": str(root / "state"),
+                    "tokenFile": str(token),
+                    "kernel": node.lab.kernel_url,
+                }
+            )
+        )
+        services[name] = str(config)
+    node_config = dest / "node.yaml"
+    node_config.write_text(yaml.safe_dump({"services": services}))
+    return node_config
+
+
+def state_files(dest: Path) -> dict[str, dict[str, bytes]]:
+    return {name: files_of(dest / name / "state") for name in SERVICES}
+
+
+def one_line(err: str) -> str:
+    assert err.count("\n") == 1, err
+    assert err.startswith("networkplugin-ctl: "), err
+    return err
+
+
+def test_read_commands_on_stopped_services_change_nothing(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = clone(crashed, tmp_path)
+    before = state_files(tmp_path)
+    ops = ctl(config, ["ops", "-o", "json"], capsys)
+    assert ops.code == Exit.OK, ops
+    connect = next(o for o in ops.json()["operations"] if o["hook"] == "ConnectNetwork")
+    assert (connect["service"], connect["state"]) == (LINKS, "Failed")
+    table = ctl(config, ["ops"], capsys)
+    assert table.out.splitlines()[0].split() == [
+        "SERVICE", "PLUGIN", "SCOPE", "STEP", "OPERATION", "HOOK", "STATE", "CLEANUP", "EFFECTS",
+        "AGE",
+    ]  # fmt: skip
+    shown = ctl(config, ["show", connect["operation"], "-o", "json"], capsys)
+    assert shown.code == Exit.OK
+    (record,) = shown.json()["operations"]
+    assert [e["state"] for e in record["effects"]] == ["Applying", "Planned"]
+    assert record["effects"][0]["beforeImage"] == {"existed": False}
+    assert record["plan"]["effects"]
+    described = ctl(config, ["show", connect["operation"]], capsys)
+    assert "Before-image of create-child:" in described.out
+    assert ctl(config, ["quarantine", "-o", "json"], capsys).json() == {"scopes": []}
+    dry = ctl(config, ["reconcile", "--dry-run", "-o", "json"], capsys)
+    assert [f["category"] for f in dry.json()["findings"]] == ["leak"]
+    assert state_files(tmp_path) == before
+
+
+def _remove_journal(state: Path) -> None:
+    (state / DB_NAME).unlink()
+    (state / ID_NAME).unlink()
+
+
+def _checkpointed(state: Path) -> None:
+    """Move every commit into journal.db (as a clean close does), so a record is in it."""
+    conn = sqlite3.connect(state / DB_NAME)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        Path(str(state / DB_NAME) + suffix).unlink(missing_ok=True)
+
+
+def _flip_record(state: Path) -> None:
+    _checkpointed(state)
+    flip_first(state / DB_NAME, '"existed":false')
+
+
+def _truncate(state: Path) -> None:
+    _checkpointed(state)
+    with open(state / DB_NAME, "r+b") as f:
+        f.truncate(60)
+
+
+def _garble_id(state: Path) -> None:
+    (state / ID_NAME).write_text("not-a-journal-id\n")
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (_remove_journal, "no journal here"),
+        (_flip_record, "fails its checksum"),
+        (_truncate, "truncated"),
+        (_garble_id, "does not hold a journal id"),
+    ],
+    ids=["missing", "record-flipped", "truncated", "id-garbled"],
+)
+@pytest.mark.parametrize("command", [["ops"], ["quarantine"], ["reconcile", "--dry-run"]])
+def test_missing_or_damaged_journal(
+    damage: object,
+    said: str,
+    command: list[str],
+    crashed: Node,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = clone(crashed, tmp_path)
+    assert callable(damage)
+    damage(tmp_path / LINKS / "state")
+    before = state_files(tmp_path)
+    run = ctl(config, command, capsys)
+    assert run.code == Exit.JOURNAL, run
+    line = one_line(run.err)
+    assert LINKS in line
+    assert said in line
+    assert state_files(tmp_path) == before
+
+
+def test_unknown_operation(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = clone(crashed, tmp_path)
+    run = ctl(config, ["show", "no-such-op"], capsys)
+    assert run.code == Exit.USAGE
+    assert "no-such-op is in no journal" in one_line(run.err)
+
+
+def test_bad_node_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "node.yaml"
+    config.write_text("services:\n  networkplugin-nope: x.yaml\n")
+    run = ctl(config, ["ops"], capsys)
+    assert run.code == Exit.USAGE
+    assert "networkplugin-nope" in one_line(run.err)
+
+
+def test_doctor_service_down_and_wrong_socket(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = clone(crashed, tmp_path)
+    links_config = yaml.safe_load((tmp_path / LINKS / "service.yaml").read_text())
+    socket_dir = Path(links_config["socketDir"])
+    socket_dir.mkdir(mode=0o700, parents=True)
+    (socket_dir / "vlan.sock").write_text("a regular file where a socket should be")
+    before = state_files(tmp_path)
+    run = ctl(config, ["doctor", "-o", "json"], capsys)
+    assert run.code == Exit.FINDINGS, run
+    checks = {(c["service"], c["check"], c["subject"]): c for c in run.json()["checks"]}
+    wrong = checks[(LINKS, "socket", str(socket_dir / "vlan.sock"))]
+    assert (wrong["status"], wrong["detail"]) == ("fail", "not a Unix socket")
+    down = checks[(LINKS, "socket", str(socket_dir / "macvlan.sock"))]
+    assert down["status"] == "fail"
+    assert "service down?" in down["detail"]
+    for service in SERVICES:
+        journal = checks[(service, "journal", str(tmp_path / service / "state"))]
+        assert journal["status"] == "ok"
+        assert "service down" in journal["detail"]
+        assert checks[(service, "token", str(tmp_path / service / "token"))]["status"] == "ok"
+    assert state_files(tmp_path) == before
+
+
+def test_apply_when_the_journal_holder_does_not_answer(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process holds the journal's lock (a hung service) and no socket answers."""
+    config = clone(crashed, tmp_path)
+    dry = ctl(config, ["reconcile", "--dry-run", "-o", "json"], capsys)
+    assert dry.code == Exit.FINDINGS
+    fd = os.open(tmp_path / LINKS / "state" / LOCK_NAME, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        before = state_files(tmp_path)
+        run = ctl(config, ["reconcile", "--apply", "--digest", dry.json()["digest"]], capsys)
+        assert run.code == Exit.UNREACHABLE, run
+        assert "does not answer" in one_line(run.err)
+        assert state_files(tmp_path) == before
+    finally:
+        os.close(fd)
+    again = ctl(config, ["reconcile", "--dry-run", "-o", "json"], capsys)
+    assert again.json()["findings"] == dry.json()["findings"]
