@@ -153,11 +153,11 @@ def load_wire_target(path: str | Path) -> WireTarget:
     if data["stepKind"] == "Operation" and "prepare" in requests:
         problems.append("requests.prepare: an Operation step has no NodePrepare")
     kernel = data["kernel"]
-    if "lab" in kernel and kernel["url"] != "fake://":
-        problems.append("kernel.lab: only a fake:// kernel starts from a lab file")
     directory = path.resolve().parent
     lab = (directory / kernel["lab"]) if "lab" in kernel else None
-    if lab is not None and not lab.is_file():
+    if lab is not None and kernel["url"] != "fake://":
+        problems.append("kernel.lab: only a fake:// kernel starts from a lab file")
+    elif lab is not None and not lab.is_file():
         problems.append(f"kernel.lab: {lab} is not a file")
     for key in ("socket", "tokenFile"):
         problems += _placeholder_problems(key, data[key], frozenset({"run"}))
