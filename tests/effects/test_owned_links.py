@@ -159,7 +159,9 @@ def assert_left_alone(kind: Kind, model: FakeKernelModel, expect: type[Exception
 
 
 @each_kind
-def test_the_kit_creates_under_a_temporary_name_marks_then_renames(kind: Kind) -> None:
+def test_the_kit_creates_under_a_temporary_name_then_marks_and_renames_in_one_call(
+    kind: Kind,
+) -> None:
     model = fresh(kind)
     initial = model.snapshot()
     crash = CrashPoints()
@@ -169,8 +171,7 @@ def test_the_kit_creates_under_a_temporary_name_marks_then_renames(kind: Kind) -
         outputs = executor.apply(ctx, executor.capture(ctx))
     assert [p.rsplit("/", 1)[1] for p in crash.reached if p.endswith(".after")] == [
         "kernel#1.create_link.after",
-        "kernel#2.set_link.after",  # the marker
-        "kernel#3.set_link.after",  # the final name
+        "kernel#2.set_link.after",  # the marker and the final name, one RTM_SETLINK
     ]
     link = model.get_link(sandbox(model), name="net0")
     assert link is not None
@@ -236,7 +237,9 @@ def test_a_crash_between_create_and_rename_leaves_a_link_probe_finds_and_undo_re
     with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "create"):
         kind.link(CrashingKernel(model, crash)).apply(ctx, before)
 
-    (left,) = [lk for lk in model.list_links(sandbox(model)) if lk.name == temp_name(ctx)]
+    # Unmarked, it still has its temporary name; marked, it has its final one as well.
+    name = "net0" if marked else temp_name(ctx)
+    (left,) = [lk for lk in model.list_links(sandbox(model)) if lk.name == name]
     assert left.kind == kind.link_kind
     assert left.alias == (ctx.marker if marked else None)
     # Once marked, the node-wide scan attributes it to its scope (before: the journal must).
@@ -273,3 +276,43 @@ def test_writing_a_plugin_shows_the_examples_kit_spec_verbatim() -> None:
     doc = (root / "docs" / "writing-a-plugin.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
     assert (root / "examples" / "dummy_plugin" / "effects.py").read_text() in blocks
+
+
+@each_kind
+def test_a_link_marked_but_not_renamed_by_an_older_service_is_renamed_on_resume(
+    kind: Kind,
+) -> None:
+    # Services before the one-message mark-and-rename crashed between the two calls.
+    model = fresh(kind)
+    ctx = context(kind, model)
+    executor = kind.link(model)
+    before = executor.capture(ctx)
+    spec = kind.link.spec(NewLink(model, sandbox(model), kind.payload(model), temp_name(ctx)))
+    model.create_link(sandbox(model), replace(spec, alias=ctx.marker))
+    outputs = executor.apply(ctx, before)
+    (ours,) = [lk for lk in model.list_links(sandbox(model)) if lk.alias == ctx.marker]
+    assert (ours.name, outputs["interface"]["ifName"]) == ("net0", "net0")
+
+
+@each_kind
+def test_a_name_taken_between_create_and_rename_leaves_the_link_unmarked_and_ours(
+    kind: Kind,
+) -> None:
+    model = fresh(kind)
+    initial = model.snapshot()
+    ctx = context(kind, model)
+    executor = kind.link(model)
+    before = executor.capture(ctx)
+    crash = CrashPoints(armed="test/op-1/create/kernel#1.create_link.after")
+    with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "create"):
+        kind.link(CrashingKernel(model, crash)).apply(ctx, before)
+    plant(model, kind.other_kind, "net0", None)  # someone takes the final name meanwhile
+    with pytest.raises(FailedPrecondition):
+        executor.apply(ctx, before)
+    (left,) = [lk for lk in model.list_links(sandbox(model)) if lk.name == temp_name(ctx)]
+    assert left.alias is None  # not marked: the rename would have come first
+    assert executor.undo(ctx, before, None).outcome is UndoOutcome.UNDONE
+    foreign = model.get_link(sandbox(model), name="net0")
+    assert foreign is not None
+    assert foreign.kind == kind.other_kind
+    assert [d for d in diff(initial, model.snapshot()) if "net0" not in str(d)] == []

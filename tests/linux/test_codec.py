@@ -152,3 +152,78 @@ def test_malformed_macs_are_einval(mac: str) -> None:
 
 def test_macs_parse() -> None:
     assert w.parse_mac("02-AA-bb-00-00-01") == bytes([2, 0xAA, 0xBB, 0, 0, 1])
+
+
+def _link_message(index: int, flags: int, attrs: list[bytes]) -> bytes:
+    return message(w.RTM_NEWLINK, w.ifinfomsg(index, flags) + b"".join(attrs))
+
+
+def _info(kind: str, data: list[bytes]) -> bytes:
+    parts = [w.nla_str(w.IFLA_INFO_KIND, kind)]
+    if data:
+        parts.append(w.nest(w.IFLA_INFO_DATA, data))
+    return w.nest(w.IFLA_LINKINFO, parts)
+
+
+_COMMON = [
+    w.nla_str(w.IFLA_IFNAME, "net1"),
+    w.nla_mac(w.IFLA_ADDRESS, "02:aa:bb:cc:dd:0e"),
+    w.nla_u32(w.IFLA_MTU, 1500),
+    w.nla_u32(50, 68),  # IFLA_MIN_MTU
+    w.nla_u32(51, 9000),  # IFLA_MAX_MTU
+    w.nla_str(w.IFLA_IFALIAS, "dranp:0123abcd:ffee"),
+]
+_DEVICE = [
+    w.nla(54, bytes.fromhex("0c42a1b2c3d4")),  # IFLA_PERM_ADDRESS
+    w.nla_str(57, "pci"),  # IFLA_PARENT_DEV_BUS_NAME
+    w.nla_str(56, "0000:03:00.1"),  # IFLA_PARENT_DEV_NAME
+]
+_LINK_MESSAGES = {
+    "macvlan": [
+        *_COMMON,
+        w.nla_u32(w.IFLA_LINK, 7),
+        w.nla_s32(w.IFLA_LINK_NETNSID, 3),
+        _info("macvlan", [w.nla_u32(w.IFLA_MACVLAN_MODE, 4)]),
+    ],
+    "ipvlan": [*_COMMON, w.nla_u32(w.IFLA_LINK, 7), _info("ipvlan", [w.nla_u16(1, 0)])],
+    "vlan": [
+        *_COMMON,
+        w.nla_u32(w.IFLA_LINK, 2),
+        w.nla_u32(w.IFLA_MASTER, 9),
+        _info("vlan", [w.nla_u16(w.IFLA_VLAN_ID, 100), w.nla_be16(w.IFLA_VLAN_PROTOCOL, 0x88A8)]),
+    ],
+    "bond": [
+        *_COMMON,
+        _info(
+            "bond",
+            [
+                w.nla_u8(w.IFLA_BOND_MODE, 1),
+                w.nla_u32(w.IFLA_BOND_ACTIVE_SLAVE, 4),
+                w.nla_u32(w.IFLA_BOND_MIIMON, 100),
+                w.nla_u32(w.IFLA_BOND_UPDELAY, 200),
+                w.nla_u32(w.IFLA_BOND_DOWNDELAY, 300),
+            ],
+        ),
+    ],
+    "veth": [*_COMMON, w.nla_u32(w.IFLA_LINK, 12), _info("veth", [])],
+    "device": [*_COMMON, *_DEVICE],
+    "unknown kind": [*_COMMON, _info("vxlan", [w.nla_u32(1, 42)])],
+    "bare": [w.nla_str(w.IFLA_IFNAME, "lo")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LINK_MESSAGES))
+def test_the_hot_path_decoder_gives_the_link_pyroute2_gives(case: str) -> None:
+    from plugins.kernel import NsRef
+    from plugins.kernel.linux._decode import decode_link, to_link
+
+    chunk = _link_message(5, w.IFF_UP if case != "bare" else 0, _LINK_MESSAGES[case])
+    here = NsRef(1, 2, "boot")
+
+    def resolve(nsid: int) -> NsRef:
+        return NsRef(1, 100 + nsid, "boot")
+
+    fast = to_link(decode_link(chunk), here, resolve)
+    assert fast == to_link(decode_link_msg(chunk), here, resolve)
+    assert fast.ifindex == 5
+    assert fast.name == ("lo" if case == "bare" else "net1")

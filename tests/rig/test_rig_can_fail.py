@@ -75,12 +75,15 @@ def test_forgetting_the_removal_fence_is_caught(
 def test_adopting_a_link_by_its_name_alone_is_caught(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    real = _common.find_owned
+    real = _common.find_owned_and_named
 
-    def by_name(kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str) -> Link | None:
-        return kernel.get_link(ns, name=ctx.payload["name"]) or real(kernel, ns, ctx, kind)
+    def by_name(
+        kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str, name: str
+    ) -> tuple[Link | None, Link | None]:
+        ours, named = real(kernel, ns, ctx, kind, name)
+        return named or ours, named
 
-    monkeypatch.setattr(_links, "find_owned", by_name)
+    monkeypatch.setattr(_links, "find_owned_and_named", by_name)
     with pytest.raises(ConformanceError, match="was adopted"):
         run_check("foreign-object", "vlan", tmp_path)
 

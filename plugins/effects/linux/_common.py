@@ -2,7 +2,7 @@
 
 Ownership evidence for links we create is deterministic from the operation
 identity: the link is born under a temporary name derived from the effect's
-marker, then carries the marker as its ifalias, then takes its final name. At
+marker, then takes the marker as its ifalias and its final name in one message. At
 every stage recovery can tell it apart from a foreign link; a link with the
 expected final name but without the marker is never adopted or deleted.
 """
@@ -10,7 +10,7 @@ expected final name but without the marker is never adopted or deleted.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from plugins.kernel import Kernel, Link, NsRef
@@ -81,13 +81,26 @@ class MarkedByAnotherKind(FailedPrecondition):
     """
 
 
-def find_owned(kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str) -> Link | None:
-    """Our ``kind`` link in ``ns``: it carries our marker, or (before marking) our temporary name.
+def find_owned_and_named(
+    kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str, name: str
+) -> tuple[Link | None, Link | None]:
+    """Our ``kind`` link in ``ns`` (``owned_among``), and the link named ``name`` (ours or
+    not), from one dump of ``ns``.
 
+    One RTM_GETLINK dump answers both questions the owned-link kit asks before it acts;
+    a second request (a GETLINK by name) would only see the same namespace again.
     Raises ``MarkedByAnotherKind`` when the marker sits on a link of another kind.
     """
+    links = kernel.list_links(ns)
+    return owned_among(links, ctx, kind), next((lk for lk in links if lk.name == name), None)
+
+
+def owned_among(links: Iterable[Link], ctx: EffectContext, kind: str) -> Link | None:
+    """Our ``kind`` link among ``links``: it carries our marker, or (before marking) our
+    temporary name. Raises ``MarkedByAnotherKind`` when the marker sits on a link of
+    another kind."""
     unmarked = None
-    for link in kernel.list_links(ns):
+    for link in links:
         if link.alias == ctx.marker:
             if link.kind != kind:
                 raise MarkedByAnotherKind(
@@ -100,9 +113,9 @@ def find_owned(kernel: Kernel, ns: NsRef, ctx: EffectContext, kind: str) -> Link
     return unmarked
 
 
-def require_name_free(kernel: Kernel, ns: NsRef, name: str, ours: Link | None) -> None:
-    clash = kernel.get_link(ns, name=name)
-    if clash is not None and (ours is None or clash.ifindex != ours.ifindex):
+def require_name_free(name: str, named: Link | None, ours: Link | None) -> None:
+    """Refuse when ``named`` (the link holding ``name``) is there and is not ``ours``."""
+    if named is not None and (ours is None or named.ifindex != ours.ifindex):
         raise FailedPrecondition(
             f"an interface named {name} already exists in the sandbox and is not ours"
         )

@@ -11,13 +11,28 @@ from typing import Any
 from plugins.effects import ATTACH_MEMBER, SET_LINK_UP
 from plugins.kernel import Kernel, Link, LinkChanges
 from plugins.sdk import FailedPrecondition
-from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
+from plugins.sdk.runner import (
+    EffectContext,
+    Observation,
+    UndoOutcome,
+    UndoResult,
+    scope_evidence,
+)
 
 from ._common import HANDLE_SCHEMA, IFNAME_SCHEMA, MTU_SCHEMA, describe, locate
 
 
 class SetLinkUp:
-    """An update-only effect on an owned link: it keeps the link's identity."""
+    """An update-only effect on an owned link: it keeps the link's identity.
+
+    Undo brings the link down again, unless the link is one this scope's own plan created
+    (its marker carries the scope's evidence prefix): the create comes earlier in the same
+    plan, so the same cleanup deletes the link right after this undo, and the kernel
+    closes a link it unregisters. Taking it down first would cost a second RCU grace
+    period (``dev_close`` and unregistering each wait for one: about 13 ms here, see
+    docs/benchmarks.md) for a state nobody sees. A link another scope owns (a prepared
+    bond, a VF the plan only moved in) outlives this cleanup and is brought down.
+    """
 
     kind: str = SET_LINK_UP
     outputs: tuple[str, ...] = ()
@@ -54,11 +69,30 @@ class SetLinkUp:
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
     ) -> UndoResult:
+        if before["up"]:
+            return UndoResult(UndoOutcome.ABSENT, "it was up before: nothing to bring down")
+        if deleted_by_this_cleanup(ctx, ctx.inputs["link"]):
+            # No kernel call at all: whether it is still there and up, the create's
+            # undo (next in this cleanup, or in its resumption after a crash) deletes it.
+            return UndoResult(
+                UndoOutcome.UNDONE, "left up: this scope created the link and deletes it next"
+            )
         link = self._link(ctx)
-        if link is None or not link.up or before["up"]:
+        if link is None or not link.up:
             return UndoResult(UndoOutcome.ABSENT, "nothing to bring down")
         self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
         return UndoResult(UndoOutcome.UNDONE)
+
+
+def deleted_by_this_cleanup(ctx: EffectContext, description: Mapping[str, Any]) -> bool:
+    """Whether the described link was created by this scope's plan, whose cleanup deletes it.
+
+    A link's marker starts with the evidence prefix of the scope whose plan created it
+    (``EffectContext.marker``), and a cleanup undoes its scope's whole plan in reverse:
+    the effects that use the link are undone before the effect that created it.
+    """
+    marker = description.get("marker")
+    return isinstance(marker, str) and marker.startswith(scope_evidence(ctx.partition, ctx.scope))
 
 
 class AttachMember:

@@ -6,8 +6,9 @@ and, when it is not the payload's ``namespace``, which namespace the link lives 
 Calling the spec with a kernel gives the executor. The ownership rule comes with it:
 
 - the link is born under a temporary name derived from the effect's marker
-  (``temp_name``), then takes the marker as its alias, then its final name: one kernel
-  call each, so wherever a crash falls, what it left is recognisable as ours;
+  (``temp_name``), then takes the marker as its alias and its final name in one kernel
+  call (the kernel renames first, so a refused rename leaves it unmarked under the
+  temporary name): wherever a crash falls, what it left is recognisable as ours;
 - a link is never adopted by its name: one with the final name but without our
   marker is someone else's, and so is one with our marker that is not of our kind;
 - probe and undo look for our marker (before marking: the temporary name and the
@@ -19,11 +20,12 @@ went, for a scope the journal no longer records.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plugins.kernel import Kernel, Link, LinkChanges, LinkSpec, NsRef
+from plugins.kernel import Kernel, KernelError, Link, LinkChanges, LinkSpec, NsRef
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import EffectContext, EvidenceScan, Observation, UndoOutcome, UndoResult
 
@@ -32,7 +34,7 @@ from ._common import (
     NAMESPACE_SCHEMA,
     MarkedByAnotherKind,
     describe,
-    find_owned,
+    find_owned_and_named,
     open_ns,
     require_name_free,
     temp_name,
@@ -106,8 +108,10 @@ class OwnedLinkExecutor:
     def _namespace(self, ctx: EffectContext) -> NsRef:
         return self.link.namespace(self.kernel, ctx.payload)
 
-    def _ours(self, ns: NsRef, ctx: EffectContext) -> Link | None:
-        return find_owned(self.kernel, ns, ctx, self.link.kernel_kind(ctx.payload))
+    def _ours(self, ns: NsRef, ctx: EffectContext) -> tuple[Link | None, Link | None]:
+        """Our link, and the link holding the payload's final name (one dump)."""
+        kind = self.link.kernel_kind(ctx.payload)
+        return find_owned_and_named(self.kernel, ns, ctx, kind, ctx.payload["name"])
 
     def _spec(self, ns: NsRef, ctx: EffectContext) -> LinkSpec:
         name, kind = temp_name(ctx), self.link.kernel_kind(ctx.payload)
@@ -125,31 +129,52 @@ class OwnedLinkExecutor:
     ) -> Observation:
         ns = self._namespace(ctx)
         try:
-            ours = self._ours(ns, ctx)
+            ours, named = self._ours(ns, ctx)
         except MarkedByAnotherKind:
             return Observation.FOREIGN
         if ours is not None:
             return Observation.OURS
-        clash = self.kernel.get_link(ns, name=ctx.payload["name"])
-        return Observation.FOREIGN if clash is not None else Observation.ABSENT
+        return Observation.FOREIGN if named is not None else Observation.ABSENT
 
     def capture(self, ctx: EffectContext) -> Any:
         ns = self._namespace(ctx)
         self._spec(ns, ctx)  # the kind's prerequisites hold before anything is applied
-        require_name_free(self.kernel, ns, ctx.payload["name"], self._ours(ns, ctx))
+        ours, named = self._ours(ns, ctx)
+        require_name_free(ctx.payload["name"], named, ours)
         return {"existed": False}
 
     def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
         ns = self._namespace(ctx)
-        link = self._ours(ns, ctx)
-        require_name_free(self.kernel, ns, ctx.payload["name"], link)
+        link, named = self._ours(ns, ctx)
+        require_name_free(ctx.payload["name"], named, link)
         if link is None:
             link = self.kernel.create_link(ns, self._spec(ns, ctx))
+        name = ctx.payload["name"]
         if link.alias != ctx.marker:
-            link = self.kernel.set_link(ns, link.ifindex, LinkChanges(alias=ctx.marker))
-        if link.name != ctx.payload["name"]:
-            link = self.kernel.set_link(ns, link.ifindex, LinkChanges(name=ctx.payload["name"]))
+            # Marked and renamed in one RTM_SETLINK: do_setlink renames before it sets the
+            # alias, so a refused rename (the name taken meanwhile) leaves the link unmarked
+            # under its temporary name, still ours by that name; one message cannot be
+            # split by a crash, so no state between the two exists to recover from.
+            changes = LinkChanges(alias=ctx.marker, name=name if link.name != name else None)
+            try:
+                link = self.kernel.set_link(ns, link.ifindex, changes)
+            except KernelError:
+                self._unname_if_unmarked(ns, link.ifindex, name, temp_name(ctx))
+                raise
+        elif link.name != name:
+            # Marked by an apply that crashed before renaming (an older service made the
+            # two changes one message each).
+            link = self.kernel.set_link(ns, link.ifindex, LinkChanges(name=name))
         return {"interface": describe(link, f"link:{ctx.marker}", marker=ctx.marker)}
+
+    def _unname_if_unmarked(self, ns: NsRef, ifindex: int, name: str, temp: str) -> None:
+        """After a failed mark-and-rename: give the temporary name back to a link that was
+        renamed but not marked (only a kernel out of memory for the alias does that), so
+        that it stays recognisable as ours instead of passing for a foreign ``name``."""
+        with contextlib.suppress(KernelError):
+            link = self.kernel.get_link(ns, ifindex=ifindex)
+            if link is not None and link.name == name and not link.alias:
+                self.kernel.set_link(ns, ifindex, LinkChanges(name=temp))
 
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
@@ -160,7 +185,7 @@ class OwnedLinkExecutor:
             # The sandbox is gone, and every virtual link in it died with it.
             return UndoResult(UndoOutcome.ABSENT, "sandbox namespace is gone")
         try:
-            link = self._ours(ns, ctx)
+            link, _ = self._ours(ns, ctx)
         except MarkedByAnotherKind as exc:
             return UndoResult(UndoOutcome.QUARANTINED, exc.message)
         if link is None:

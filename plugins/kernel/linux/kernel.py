@@ -61,6 +61,7 @@ from ._decode import (
     STACKED,
     VF_LINK_STATES,
     VLAN_PROTOCOLS,
+    decode_link,
     decode_link_msg,
     decode_nsid,
     pci_address_of,
@@ -335,7 +336,7 @@ class LinuxKernel:
         space = self._resolve(ns)
         body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
         replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
-        links = [self._link(space, ns, decode_link_msg(r)) for r in replies]
+        links = [self._link(space, ns, decode_link(r)) for r in replies]
         return sorted(links, key=lambda lk: lk.ifindex)
 
     @_call
@@ -366,7 +367,7 @@ class LinuxKernel:
                     continue  # dropped meanwhile: its mount is gone
                 raise
             for reply in replies:
-                msg = decode_link_msg(reply)
+                msg = decode_link(reply)
                 if pci_address_of(msg) == pci:
                     ref = self._host if space is host else self._ref_of(space, space.paths[0])
                     return self._link(space, ref, msg)
@@ -660,6 +661,7 @@ class LinuxKernel:
         name: str | None = None,
         ifindex: int | None = None,
         ext_mask: int = w.RTEXT_FILTER_SKIP_STATS,
+        decode: Callable[[bytes], Any] = decode_link,
     ) -> Any | None:
         """RTM_GETLINK of one link; None when it does not exist."""
         attrs = w.nla_u32(w.IFLA_EXT_MASK, ext_mask)
@@ -676,7 +678,7 @@ class LinuxKernel:
             if exc.code == errno.ENODEV:
                 return None
             raise
-        return decode_link_msg(replies[0]) if replies else None
+        return decode(replies[0]) if replies else None
 
     def _setlink(
         self,
@@ -721,7 +723,8 @@ class LinuxKernel:
 
     def _vfs(self, space: _Namespace, pf_ifindex: int) -> list[VFConfig]:
         mask = w.RTEXT_FILTER_VF | w.RTEXT_FILTER_SKIP_STATS
-        msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask)
+        # pyroute2's decoding: the VF table's nested structs are not on the hot path
+        msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask, decode=decode_link_msg)
         if msg is None:
             raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
         return to_vfs(msg)
