@@ -104,6 +104,7 @@ class StartupMeasurement:
     load_at_start: float
     kernel: str
     python: str
+    bytecode: bool  # run from compiled modules (else compiled from source at every exec)
 
     def median_ms(self, row: str) -> float:
         return statistics.median(self.samples[row]) * 1000
@@ -170,6 +171,7 @@ class Contender:
     name: str
     lab: FakeServerLab
     base: Path
+    env: dict[str, str]
     journal: Path | None = None  # a state dir copied in before each start (recovery)
     count: int = 0
 
@@ -197,7 +199,11 @@ class Contender:
         with service.log.open("ab") as log:
             start = time.perf_counter()
             proc = subprocess.Popen(
-                [sys.executable, "-m", *command], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", *command],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
             service.proc = proc
             try:
@@ -217,7 +223,7 @@ class Contender:
         path = sockets / "floor.sock"
         argv = [sys.executable, "-c", _FLOOR_PROGRAM, str(path), token, reply.hex()]
         start = time.perf_counter()
-        proc = subprocess.Popen([*argv, _service_name()], stderr=subprocess.PIPE)
+        proc = subprocess.Popen([*argv, _service_name()], env=self.env, stderr=subprocess.PIPE)
         try:
             ready = wait_ready(proc, [path], token, time.monotonic() + READY_TIMEOUT_S)
         finally:
@@ -232,6 +238,22 @@ def service_plugin(service: str) -> str:
 
 def _kernel_url(lab: FakeServerLab) -> str:
     return lab.kernel_url
+
+
+def child_env(bytecode: bool, base: Path) -> dict[str, str]:
+    """The environment of every process started: with ``bytecode``, compiled modules.
+
+    An installed service runs from bytecode (pip and apt compile it at install time);
+    this machine sets PYTHONDONTWRITEBYTECODE and the venv holds no bytecode, so each
+    exec would compile every module from source. With ``bytecode`` the processes write
+    and read it under a pycache prefix of this run (the warm-up round compiles);
+    without, they get this environment as it is.
+    """
+    env = dict(os.environ)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
+    return env
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -335,9 +357,19 @@ def _rotated(rows: Sequence[str], i: int) -> list[str]:
 
 
 def measure(
-    runs: int = 15, in_flight: int = 1000, rows: Sequence[str] = ROWS, warmup: int = 1
+    runs: int = 15,
+    in_flight: int = 1000,
+    rows: Sequence[str] = ROWS,
+    warmup: int = 1,
+    *,
+    bytecode: bool = True,
 ) -> StartupMeasurement:
-    """Start every row ``runs`` times (after ``warmup`` untimed rounds), interleaved."""
+    """Start every row ``runs`` times (after ``warmup`` untimed rounds), interleaved.
+
+    ``bytecode``: run from compiled modules, as an installed service does (``child_env``).
+    """
+    if bytecode and warmup < 1:
+        raise ValueError("bytecode=True needs a warm-up round (it compiles the modules)")
     unknown = sorted(set(rows) - set(ROWS))
     if unknown or not rows:
         raise ValueError(f"rows must be a non-empty subset of {ROWS}, not {list(rows)}")
@@ -348,8 +380,9 @@ def measure(
         lab = FakeServerLab()
         stack.callback(lab.close)
         journal = build_in_flight_journal(lab, base, in_flight) if RECOVERY in rows else None
+        env = child_env(bytecode, base)
         contenders = [
-            Contender(row, lab, base, journal if row == RECOVERY else None) for row in rows
+            Contender(row, lab, base, env, journal if row == RECOVERY else None) for row in rows
         ]
         samples: dict[str, list[float]] = {row: [] for row in rows}
         for i in range(warmup + runs):
@@ -358,14 +391,16 @@ def measure(
                 if i >= warmup:
                     samples[c.name].append(seconds)
     return StartupMeasurement(
-        samples, runs, in_flight, load, platform.release(), platform.python_version()
+        samples, runs, in_flight, load, platform.release(), platform.python_version(), bytecode
     )
 
 
 def report(m: StartupMeasurement) -> None:
     print(
         f"start to ready on Linux {m.kernel} ({os.cpu_count()} CPUs), Python {m.python}: "
-        f"{m.runs} runs per row, interleaved; load average {m.load_at_start:.2f} at start"
+        f"{m.runs} runs per row, interleaved, "
+        f"{'from bytecode' if m.bytecode else 'in this environment (no bytecode written)'}; "
+        f"load average {m.load_at_start:.2f} at start"
     )
     print(f"{'':20} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}")
     for row in m.samples:
@@ -385,8 +420,15 @@ def report(m: StartupMeasurement) -> None:
 # ---------------------------------------------------------------------- profile
 
 
-def profile(service: str, top: int = 30) -> None:
-    """cProfile one start of ``service`` to ready (an empty journal), top by cumulative time."""
+def profile(
+    service: str,
+    top: int = 30,
+    *,
+    bytecode: bool = True,
+    callers: str = "",
+    keep: Path | None = None,
+) -> None:
+    """cProfile one start of ``service`` to serving (an empty journal), top by cumulative."""
     base = Path(tempfile.mkdtemp(prefix="bench-st-", dir="/tmp"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
@@ -399,15 +441,27 @@ def profile(service: str, top: int = 30) -> None:
         )
         out = base / "startup.prof"
         command = [*spec.command, "--config", str(svc.config), "--log-level", "WARNING"]
-        proc = subprocess.Popen([sys.executable, "-c", _PROFILED, str(out), *command], cwd=REPO)
-        try:
-            proc.wait(READY_TIMEOUT_S)  # it exits as soon as it serves
-        finally:
-            _stop(proc)
+        env = child_env(bytecode, base)
+        for _ in range(2 if bytecode else 1):  # the first compiles
+            out.unlink(missing_ok=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _PROFILED, str(out), *command], cwd=REPO, env=env
+            )
+            try:
+                proc.wait(READY_TIMEOUT_S)  # it exits as soon as it serves
+            finally:
+                _stop(proc)
+            # A fresh start each time: no journal, no lease naming one.
+            shutil.rmtree(svc.root / "state", ignore_errors=True)
+            shutil.rmtree(sockets, ignore_errors=True)
         if not out.exists():
             raise RuntimeError(f"{service} did not get to serving; its log: {_tail(svc.log)}")
         stats = pstats.Stats(str(out))
         stats.sort_stats("cumulative").print_stats(top)
+        if callers:
+            stats.print_callers(callers)
+        if keep is not None:
+            shutil.copy(out, keep)
 
 
 # Profiles the service's main until its log says it serves (every socket bound,
@@ -437,13 +491,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--profile", choices=SERVICES, help="cProfile one start to ready")
+    parser.add_argument("--callers", default="", help="with --profile: who calls this function")
+    parser.add_argument("--top", type=int, default=30, help="with --profile: how many rows")
+    parser.add_argument("--profile-out", type=Path, help="with --profile: keep the stats here")
+    parser.add_argument(
+        "--no-bytecode",
+        dest="bytecode",
+        action="store_false",
+        help="run in this environment as it is (here: every module compiled at every exec)",
+    )
     args = parser.parse_args(argv)
     if args.profile:
-        profile(args.profile)
+        profile(
+            args.profile,
+            args.top,
+            bytecode=args.bytecode,
+            callers=args.callers,
+            keep=args.profile_out,
+        )
         return 0
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a p90 needs two samples)")
-    report(measure(args.runs, args.in_flight, args.rows, args.warmup))
+    report(measure(args.runs, args.in_flight, args.rows, args.warmup, bytecode=args.bytecode))
     return 0
 
 

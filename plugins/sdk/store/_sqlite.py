@@ -200,6 +200,40 @@ class Reader:
         rows = self._rows(sql + " ORDER BY seq", params)
         return [self._operation(row) for row in rows if checksum("operations", row[:-1]) == row[-1]]
 
+    def nonterminal_effects(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str], list[EffectRecord]], dict[tuple[str, str], JournalUnavailable]
+    ]:
+        """The effects of every non-terminal operation, by (partition, operation id).
+
+        One query (operations by the state index, each one's effects by its key) for
+        what ``effects`` would read once per operation. Each list is in plan order.
+        An operation with an effect record that fails its checksum or holds an unknown
+        value is left out of the first map and named in the second, with the error
+        ``effects`` would raise for it.
+        """
+        values = sorted(s.value for s in NONTERMINAL_STATES)
+        rows = self._rows(
+            f"SELECT {', '.join(f'e.{c}' for c in EFFECT_COLUMNS)}, e.checksum "
+            "FROM operations AS o JOIN effects AS e "
+            "ON e.partition = o.partition AND e.operation_id = o.operation_id "
+            f"WHERE o.state IN ({', '.join('?' * len(values))}) ORDER BY o.seq, e.position",
+            values,
+        )
+        found: dict[tuple[str, str], list[EffectRecord]] = {}
+        damaged: dict[tuple[str, str], JournalUnavailable] = {}
+        for row in rows:
+            key = (row[0], row[1])
+            if key in damaged:
+                continue
+            try:
+                found.setdefault(key, []).append(self._effect(row))
+            except JournalUnavailable as exc:
+                damaged[key] = exc
+                found.pop(key, None)
+        return found, damaged
+
     def _operation(self, row: Any) -> OperationRecord:
         row = self._verified("operations", row, f"{row[0]}/{row[1]}")
         try:
