@@ -152,15 +152,18 @@ def check_getinfo_identity(target: WireTarget, labs: WireLabs) -> None:
 
 
 def check_authentication(target: WireTarget, labs: WireLabs) -> None:
+    """A valid connect and removal under a wrong token are refused before anything is
+    recorded or changed (the prepare, with the right token, makes the connect valid)."""
     with WireSession(target, labs) as s:
+        client = s.client()
+        prepared = _prepare(s, client)
         baseline = s.snapshot()
+        request = s.target.connect(s.sandbox, prepared, "connect-1")
+        removal = s.target.remove()
         for token in ("not-the-token", s.token + "x"):
             wrong = s.client(token)
-            request = s.target.connect(s.sandbox, None, "connect-1")
             _refused(partial(wrong.connect_network, request), "UNAUTHENTICATED", "a wrong token")
-            removal = s.target.remove()
             _refused(partial(wrong.remove_network, removal), "UNAUTHENTICATED", "a wrong token")
-        client = s.client()
         for op in ("connect-1", "remove-1"):
             expect(not client.inspect(op, "").found, f"an unauthenticated {op} was recorded")
         _unchanged(s, baseline, "unauthenticated calls")

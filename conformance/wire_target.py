@@ -149,23 +149,23 @@ def load_wire_target(path: str | Path) -> WireTarget:
     problems: list[str] = []
     requests = data["requests"]
     if data["stepKind"] == "Allocation" and "prepare" not in requests:
-        problems.append("requests.prepare: required for an Allocation root")
+        problems.append("$.requests.prepare: required for an Allocation root")
     if data["stepKind"] == "Operation" and "prepare" in requests:
-        problems.append("requests.prepare: an Operation step has no NodePrepare")
+        problems.append("$.requests.prepare: an Operation step has no NodePrepare")
     kernel = data["kernel"]
     directory = path.resolve().parent
     lab = (directory / kernel["lab"]) if "lab" in kernel else None
     if lab is not None and kernel["url"] != "fake://":
-        problems.append("kernel.lab: only a fake:// kernel starts from a lab file")
+        problems.append("$.kernel.lab: only a fake:// kernel starts from a lab file")
     elif lab is not None and not lab.is_file():
-        problems.append(f"kernel.lab: {lab} is not a file")
+        problems.append(f"$.kernel.lab: {lab} is not a file")
     for key in ("socket", "tokenFile"):
-        problems += _placeholder_problems(key, data[key], frozenset({"run"}))
+        problems += _placeholder_problems(f"$.{key}", data[key], frozenset({"run"}))
     commands = data["commands"]
     for name, argv in commands.items():
         allowed = PLACEHOLDERS | ({"pid"} if name != "start" else frozenset())
         for i, arg in enumerate(argv):
-            problems += _placeholder_problems(f"commands.{name}[{i}]", arg, allowed)
+            problems += _placeholder_problems(f"$.commands.{name}[{i}]", arg, allowed)
     if problems:
         raise WireTargetError(str(path), problems)
     allocation = None

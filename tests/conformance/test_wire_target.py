@@ -70,20 +70,20 @@ def test_a_schema_mistake_names_its_path_and_rule(tmp_path: Path, change: Any, l
     [
         (
             lambda d: d["commands"]["start"].append("{nope}"),
-            "commands.start[10]: unknown placeholder {nope}",
+            "$.commands.start[10]: unknown placeholder {nope}",
         ),
-        (lambda d: d.update(socket="{socket}/x"), "socket: unknown placeholder {socket}"),
+        (lambda d: d.update(socket="{socket}/x"), "$.socket: unknown placeholder {socket}"),
         (
             lambda d: d["requests"].pop("prepare"),
-            "requests.prepare: required for an Allocation root",
+            "$.requests.prepare: required for an Allocation root",
         ),
         (
             lambda d: d.update(stepKind="Operation"),
-            "requests.prepare: an Operation step has no NodePrepare",
+            "$.requests.prepare: an Operation step has no NodePrepare",
         ),
         (
             lambda d: d["kernel"].update(url="linux://", lab="x.yaml"),
-            "kernel.lab: only a fake:// kernel starts from a lab file",
+            "$.kernel.lab: only a fake:// kernel starts from a lab file",
         ),
     ],
 )
