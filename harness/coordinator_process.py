@@ -1,0 +1,121 @@
+"""SIGKILL of the coordinator program mid-apply: the same lifecycles, with the coordinator a
+real process (``networkplugin-coordinator``) over real service processes.
+
+A run arms one ``Coordinator/NodePrepare/...`` or ``Coordinator/ConnectNetwork/...``
+boundary (from ``harness.coordinator_crash.coordinator_reference``) in a fresh coordinator
+process, asks it over its socket to apply the topology, and the process SIGKILLs itself
+there. The plugin services and the kernel keep running. The coordinator is started again:
+before it reports ready it finishes the interrupted apply, or undoes it if it cannot, so
+its status must show the attachment ``applied`` or ``removed``; the run then removes it
+over the socket, stops the coordinator (SIGTERM) and checks the invariants of
+``harness.invariants`` against its journal. The in-process crash enumeration at every
+journal boundary (``harness.coordinator_crash``) stays the exhaustive one; this proves a
+real process death hides nothing from it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+from labs import SANDBOX, CoordinatorProcess, FakeServerLab, Lab, Node
+from plugins.coordinator import CoordinatorCallError, CoordinatorJournal
+
+from .coordinator_crash import hook_of
+from .crash import Counters, RunResult
+from .invariants import violations, without_namespace
+from .scenarios import TOPOLOGIES, TOPOLOGY_DIR, compiled
+
+APPLY_HOOKS = ("NodePrepare", "ConnectNetwork")
+_FIRST_IDS = re.compile(r"(?<=/)(claim|att)-1(?=[/.:])")
+
+
+def is_apply_boundary(point: str) -> bool:
+    """A coordinator boundary an apply reaches (prepare or connect)."""
+    return point.startswith("Coordinator/") and hook_of(point) in APPLY_HOOKS
+
+
+def renamed(point: str, n: int) -> str:
+    """A reference point (claim-1, att-1) under run ``n``'s identities (claim-n, att-n)."""
+    return _FIRST_IDS.sub(lambda m: f"{m.group(1)}-{n}", point)
+
+
+class CoordinatorRig(Node):
+    """Real service processes on the fake kernel server (or on ``lab``) and the coordinator
+    program over them, reused by many runs with fresh identities."""
+
+    def __init__(self, root: Path, lab: Lab | None = None) -> None:
+        self.program: CoordinatorProcess | None = None  # close() may run before it exists
+        super().__init__(
+            FakeServerLab() if lab is None else lab, root, processes=True, coordinator=False
+        )
+        # Each run ends with the pod deleted (the invariants delete it): the baseline is
+        # the node without one.
+        self.baseline = without_namespace(self.snapshot(), SANDBOX)
+        self.program = self._program = CoordinatorProcess(
+            root / "networkplugin-coordinator",
+            self.processes,
+            topologies=[TOPOLOGY_DIR / f"{t}.yaml" for t in TOPOLOGIES],
+            inventory=TOPOLOGY_DIR / "inventory.yaml",
+            policies=TOPOLOGY_DIR / "policies.yaml",
+        )
+
+    def run(self, topology: str, point: str, n: int) -> RunResult:
+        armed = renamed(point, n)
+        attachment, claim = f"att-{n}", f"claim-{n}"
+        name = compiled(topology).topology.name
+        problems: list[str] = []
+        self._program.start(crash_at=armed)
+        with self._program.coordinator_client() as client:
+            try:
+                client.apply(attachment, claim, name, self.sandbox())
+            except CoordinatorCallError:
+                pass  # the process died under the call
+            else:
+                problems.append(f"{armed} was not reached")
+        code = self._program.wait_exit()
+        if code != -signal.SIGKILL:
+            problems.append(f"the coordinator exited {code}, not by SIGKILL")
+        self._program.start()  # finishes (or undoes) the interrupted apply before it is ready
+        with self._program.coordinator_client() as client:
+            states = {a.attachment: a.state for a in client.status().applications}
+            if states.get(attachment) not in ("applied", "removed"):
+                problems.append(f"after recovery {attachment} is {states.get(attachment)}")
+            removed = client.remove(attachment)
+            if removed.state != "removed":
+                problems.append(f"{attachment} could not be removed: {removed.receipts}")
+        code = self._program.stop()
+        if code != 0:
+            problems.append(f"the coordinator exited {code} on SIGTERM")
+        journal = CoordinatorJournal(self._program.state_dir)  # the program is stopped
+        clients = self.clients()
+        try:
+            problems += violations(self.baseline, self.kernel, journal, clients)
+        finally:
+            journal.close()
+            for c in clients.values():
+                c.close()
+        return RunResult(
+            point, "recover", 1, "prepare" if "NodePrepare" in point else "connect", problems
+        )
+
+    def close(self) -> None:
+        if self.program is not None:
+            self.program.kill()
+        super().close()
+
+
+def coordinator_kill_runs(
+    rig: CoordinatorRig, topology: str, points: list[str], stats: Counters
+) -> list[str]:
+    """A coordinator SIGKILL run at each of ``points`` (fresh identities each, numbered from
+    200), counted into ``stats``; the failures (empty: all good)."""
+    failures = []
+    for n, point in enumerate(points, start=200):
+        result = rig.run(topology, point, n)
+        stats.add("crash_runs_sigkill")
+        stats.add("invariant_violations", len(result.violations))
+        if not result.ok:
+            failures.append(f"{topology} {point}: {result.violations}")
+    return failures
