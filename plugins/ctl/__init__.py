@@ -14,6 +14,7 @@ from ._errors import CtlError, Exit
 from ._journal import Snapshot, snapshot
 from ._node import DEFAULT_NODE_CONFIG, Service, load_node
 from ._reconcile import Finding, digest, findings
+from ._views import operation_details, operation_rows, quarantine_rows
 
 __all__ = [
     "DEFAULT_NODE_CONFIG",
@@ -29,6 +30,9 @@ __all__ = [
     "findings",
     "load_node",
     "main",
+    "operation_details",
+    "operation_rows",
+    "quarantine_rows",
     "read_contents",
     "snapshot",
 ]

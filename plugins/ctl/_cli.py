@@ -23,7 +23,7 @@ from ._journal import snapshot
 from ._node import DEFAULT_NODE_CONFIG, Service, load_node
 from ._output import describe_operation, dump_json, table
 from ._reconcile import digest, findings, with_kernel
-from ._views import operations, quarantine, show
+from ._views import operation_details, operation_rows, quarantine_rows
 
 PROG = "networkplugin-ctl"
 
@@ -118,7 +118,7 @@ def _read_all(services: Sequence[Service], errors: _Errors | None) -> list[Conte
 def _ops(
     args: Any, services: Sequence[Service], errors: _Errors, out: TextIO, as_json: bool
 ) -> Exit:
-    rows = operations(_read_all(services, errors))
+    rows = operation_rows(_read_all(services, errors))
     if as_json:
         dump_json(out, {"operations": rows})
         return Exit.OK
@@ -142,7 +142,7 @@ def _show(
     args: Any, services: Sequence[Service], errors: _Errors, out: TextIO, as_json: bool
 ) -> Exit:
     contents = _read_all(services, errors)
-    records = show(contents, args.operation)
+    records = operation_details(contents, args.operation)
     if not records:
         if errors.worst is not Exit.OK:
             return Exit.OK  # a journal could not be read: absence there proves nothing
@@ -160,7 +160,7 @@ def _show(
 def _quarantine(
     args: Any, services: Sequence[Service], errors: _Errors, out: TextIO, as_json: bool
 ) -> Exit:
-    rows = quarantine(_read_all(services, errors))
+    rows = quarantine_rows(_read_all(services, errors))
     if as_json:
         dump_json(out, {"scopes": rows})
         return Exit.OK

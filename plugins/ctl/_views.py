@@ -38,7 +38,7 @@ def _effects_summary(contents: Contents, op: OperationRecord) -> str:
     return ",".join(f"{n} {state}" for state, n in counts.items())
 
 
-def operations(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
+def operation_rows(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
     """``ops``: every operation of every journal. Age is in operations recorded since
     (the journal keeps no wall-clock time: order is what it can vouch for)."""
     rows = []
@@ -63,7 +63,7 @@ def operations(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
     return rows
 
 
-def show(all_contents: Iterable[Contents], operation_id: str) -> list[dict[str, JSON]]:
+def operation_details(all_contents: Iterable[Contents], operation_id: str) -> list[dict[str, JSON]]:
     """``show OP``: the operation's every record (one entry per partition that has it)."""
     found = []
     for contents in all_contents:
@@ -110,7 +110,7 @@ def show(all_contents: Iterable[Contents], operation_id: str) -> list[dict[str, 
     return found
 
 
-def quarantine(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
+def quarantine_rows(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
     """``quarantine``: every unit (scope and step) whose cleanup is pending or quarantined.
 
     A unit is listed when an operation of it is ``Quarantined`` or ``CleanupPending``, or

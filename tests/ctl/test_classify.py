@@ -15,7 +15,16 @@ import pytest
 
 from harness.scenarios import Lifecycle
 from labs import FakeModelLab, Node
-from plugins.ctl import Contents, Finding, Service, digest, findings, read_contents, snapshot
+from plugins.ctl import (
+    Contents,
+    Finding,
+    Service,
+    digest,
+    findings,
+    quarantine_rows,
+    read_contents,
+    snapshot,
+)
 from plugins.kernel import LinkChanges, LinkSpec, NsRef
 from plugins.sdk import Registry
 from plugins.sdk.service import ServiceConfig
@@ -117,3 +126,27 @@ def test_digest_is_stable_and_order_free() -> None:
     assert digest([a, b]) == digest([a, b])
     assert digest([a]) != digest([a, b])
     assert digest([]).startswith("sha256:")
+
+
+def test_a_quarantined_cleanup_is_listed_with_its_reason(
+    connected: tuple[Node, Lifecycle, list[Service]],
+) -> None:
+    """The child replaced by a link of another kind carrying its marker: undo quarantines."""
+    node, life, services = connected
+    pod = _pod(node)
+    (child,) = [link for link in node.kernel.list_links(pod) if link.name != "eth0"]
+    node.kernel.delete_link(pod, child.ifindex)
+    node.kernel.create_link(pod, LinkSpec(kind="dummy", name="imposter0", alias=child.alias))
+    life.run(2, 3)  # RemoveNetwork: QUARANTINED, the imposter left alone
+    contents = _contents(services)
+    (row,) = quarantine_rows(contents)
+    assert (row["service"], row["scope"], row["status"]) == (
+        "networkplugin-links",
+        "att-1",
+        "QUARANTINED",
+    )
+    assert row["reason"].startswith("create-child: ")
+    assert "dummy" in row["reason"]
+    assert _rows(findings(contents, node.kernel)) == [
+        ("drift", f"quarantined: {row['reason'].removeprefix('create-child: ')}", "dummy imposter0")
+    ]
