@@ -12,6 +12,8 @@ import fcntl
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +232,23 @@ def test_apply_when_the_journal_holder_does_not_answer(
         os.close(fd)
     again = ctl(config, ["reconcile", "--dry-run", "-o", "json"], capsys)
     assert again.json()["findings"] == dry.json()["findings"]
+
+
+def test_the_console_script(tmp_path: Path) -> None:
+    """The installed ``networkplugin-ctl``: a real process, one line, exit 2."""
+    script = Path(sys.executable).parent / "networkplugin-ctl"
+    assert script.exists(), f"{script}: the project's console script is not installed"
+    missing = tmp_path / "node.yaml"
+    run = subprocess.run(
+        [str(script), "--node", str(missing), "ops"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == Exit.USAGE, run
+    assert (
+        one_line(run.stderr)
+        == f"networkplugin-ctl: node config {missing}: No such file or directory\n"
+    )
+    assert run.stdout == ""

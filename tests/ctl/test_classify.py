@@ -8,6 +8,8 @@ The journals are read by the CLI's own snapshot (the services hold their locks).
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +29,9 @@ from plugins.ctl import (
 )
 from plugins.kernel import LinkChanges, LinkSpec, NsRef
 from plugins.sdk import Registry
+from plugins.sdk.runner import CrashPoints, SimulatedCrash
 from plugins.sdk.service import ServiceConfig
+from plugins.sdk.store import LOCK_NAME
 from plugins.services import SERVICES
 
 FOREIGN_MARKER = "dranp:0badf00d:0123456789abcdef"
@@ -150,3 +154,34 @@ def test_a_quarantined_cleanup_is_listed_with_its_reason(
     assert _rows(findings(contents, node.kernel)) == [
         ("drift", f"quarantined: {row['reason'].removeprefix('create-child: ')}", "dummy imposter0")
     ]
+
+
+def test_running_is_a_leak_only_while_its_service_is_down(tmp_path: Path) -> None:
+    """Interrupted in-process (the runners abandoned as a crash leaves them): while no
+    process holds the journal the Running connect is a leak; once one does, it is in
+    flight (a running service recovered at start) and not listed."""
+    point = "ConnectNetwork/att-1:secondary:ConnectNetwork:g1/create-child/kernel#2.set_link.after"
+    with Node(FakeModelLab(), tmp_path / "node", crash=CrashPoints(armed=point)) as node:
+        life = Lifecycle("macvlan", node)
+        life.run(0, 1)
+        with pytest.raises(SimulatedCrash):
+            life.phase("connect")()
+        for runner in node.services.runners.values():
+            runner.abandon()
+        services = _services(node, tmp_path)
+        links = next(s for s in services if s.name == "networkplugin-links")
+        with snapshot(links) as snap:
+            assert not snap.live
+            contents = [read_contents(snap)]
+        assert [(f.category, f.state) for f in findings(contents, node.kernel)] == [
+            ("leak", "Running/Applying")
+        ]
+        fd = os.open(links.config.state_dir / LOCK_NAME, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with snapshot(links) as snap:
+                assert snap.live
+                contents = [read_contents(snap)]
+        finally:
+            os.close(fd)
+        assert findings(contents, node.kernel) == []
