@@ -9,11 +9,11 @@ calls ``run`` with crash points of its own.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from plugins import bond, links, vf
 from plugins.effects.linux import linux_effects
 from plugins.kernel import CrashingKernel, open_kernel
 from plugins.sdk import Registry
@@ -28,10 +28,20 @@ def make_effects(kernel_url: str, crash: CrashPoints) -> tuple[EffectRegistry, s
     return linux_effects(wrapped), kernel.boot_id()
 
 
+def _register(package: str) -> Callable[[Registry], None]:
+    """``plugins.<package>.register``, imported when called: a service imports only its own."""
+
+    def register(registry: Registry) -> None:
+        importlib.import_module(f"plugins.{package}").register(registry)
+
+    register.__qualname__ = register.__name__ = f"{package}.register"
+    return register
+
+
 SERVICES: dict[str, Callable[[Registry], None]] = {
-    "networkplugin-vf": vf.register,
-    "networkplugin-bond": bond.register,
-    "networkplugin-links": links.register,
+    "networkplugin-vf": _register("vf"),
+    "networkplugin-bond": _register("bond"),
+    "networkplugin-links": _register("links"),
 }
 """Each service by its program name: what it registers (the one table; the test kit's
 ``labs.PROJECT_SERVICES`` is built from it)."""

@@ -10,14 +10,16 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import RegistrationError
 from .._plan import canonical_json, digest, thaw_json
+
+if TYPE_CHECKING:  # jsonschema is imported when a payload is first checked, not at start-up
+    import jsonschema
 
 JSON = Any
 
@@ -112,9 +114,22 @@ class EffectExecutor(Protocol):
 @functools.lru_cache(maxsize=256)
 def _payload_validator(schema_json: str) -> jsonschema.Draft202012Validator:
     """Checking a schema against the metaschema is costly; a schema's text decides it."""
+    import jsonschema
+
     schema = json.loads(schema_json)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
+
+
+def _compiled(kind: str, executor: EffectExecutor) -> jsonschema.Draft202012Validator:
+    import jsonschema
+
+    try:
+        return _payload_validator(canonical_json(thaw_json(executor.payload_schema)))
+    except jsonschema.SchemaError as exc:
+        raise RegistrationError(
+            f"effect kind {kind!r}: invalid payload schema: {exc.message}"
+        ) from exc
 
 
 class EffectRegistry:
@@ -126,18 +141,15 @@ class EffectRegistry:
         # Scans the node for ownership evidence (None: these executors leave none to scan).
         self.evidence = evidence
         self._executors: dict[str, EffectExecutor] = {}
+        # Each kind's payload validator is compiled (and its schema checked against the
+        # metaschema) when a plan first uses the kind: at start-up that was ~5 ms per
+        # kind and the import of jsonschema, before the first socket served. A kind
+        # whose schema is invalid fails every plan that uses it, naming the kind.
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._validators_lock = threading.Lock()
         for ex in executors:
             if ex.kind in self._executors:
                 raise RegistrationError(f"effect kind {ex.kind!r} registered twice")
-            try:
-                self._validators[ex.kind] = _payload_validator(
-                    canonical_json(thaw_json(ex.payload_schema))
-                )
-            except jsonschema.SchemaError as exc:
-                raise RegistrationError(
-                    f"effect kind {ex.kind!r}: invalid payload schema: {exc.message}"
-                ) from exc
             self._executors[ex.kind] = ex
 
     @property
@@ -147,8 +159,19 @@ class EffectRegistry:
     def get(self, kind: str) -> EffectExecutor | None:
         return self._executors.get(kind)
 
+    def payload_validator(self, kind: str) -> jsonschema.Draft202012Validator:
+        """The kind's compiled payload schema; RegistrationError if it is no valid schema."""
+        with self._validators_lock:
+            validator = self._validators.get(kind)
+            if validator is None:
+                validator = self._validators[kind] = _compiled(kind, self._executors[kind])
+            return validator
+
     def payload_problem(self, kind: str, payload: Mapping[str, JSON]) -> str | None:
-        error = jsonschema.exceptions.best_match(self._validators[kind].iter_errors(dict(payload)))
+        import jsonschema
+
+        validator = self.payload_validator(kind)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(payload)))
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "(payload)"

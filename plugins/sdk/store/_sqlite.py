@@ -198,7 +198,12 @@ class Reader:
             sql += " AND partition = ?"
             params.append(partition)
         rows = self._rows(sql + " ORDER BY seq", params)
-        return [self._operation(row) for row in rows if checksum("operations", row[:-1]) == row[-1]]
+        # Each checksum computed once: a failing row is skipped, the others are built as read.
+        return [
+            self._operation_of(row[:-1])
+            for row in rows
+            if checksum("operations", row[:-1]) == row[-1]
+        ]
 
     def nonterminal_effects(
         self,
@@ -235,7 +240,10 @@ class Reader:
         return found, damaged
 
     def _operation(self, row: Any) -> OperationRecord:
-        row = self._verified("operations", row, f"{row[0]}/{row[1]}")
+        return self._operation_of(self._verified("operations", row, f"{row[0]}/{row[1]}"))
+
+    def _operation_of(self, row: Any) -> OperationRecord:
+        """The record of a verified row (without its checksum column)."""
         try:
             return OperationRecord(
                 partition=row[0],
