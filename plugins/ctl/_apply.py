@@ -187,8 +187,7 @@ def _in_process(service: Service, targets: Sequence[_Target]) -> list[Cleanup]:
         finally:
             runner.close()
 
-    found: list[Cleanup] = with_kernel(config.kernel, clean)
-    return found
+    return with_kernel(config.kernel, clean)
 
 
 def _in_runner(runner: Runner, t: _Target) -> Cleanup:

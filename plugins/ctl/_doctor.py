@@ -178,10 +178,9 @@ def _kernel(service: Service) -> list[Check]:
         return found
 
     try:
-        checks: list[Check] = with_kernel(url, look)
+        return with_kernel(url, look)
     except CtlError as exc:
         return [Check("kernel", url, FAIL, exc.message)]
-    return checks
 
 
 def doctor(services: tuple[Service, ...]) -> list[dict[str, str]]:

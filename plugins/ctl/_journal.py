@@ -106,7 +106,7 @@ def _copy_journal(service: Service, state_dir: Path, dest: Path) -> bool:
     """Copy the journal into ``dest``; whether the service was running (held the lock)."""
     with _shared_lock(state_dir) as free:
         if free:
-            for name in (ID_NAME, DB_NAME, *(DB_NAME + s for s in ("-wal",))):
+            for name in (ID_NAME, DB_NAME, DB_NAME + "-wal"):  # SQLite rebuilds -shm
                 if (state_dir / name).exists():
                     shutil.copyfile(state_dir / name, dest / name)
             return False

@@ -25,7 +25,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from plugins.effects.linux import temp_name
 from plugins.kernel import Kernel, NsRef, open_kernel
@@ -36,6 +36,7 @@ from plugins.sdk.store import EffectRecord, OperationRecord
 from ._contents import Contents
 from ._errors import CtlError, Exit
 
+T = TypeVar("T")
 MARKER_PREFIX = "dranp:"
 LEAK, ORPHAN, DRIFT = "leak", "orphan", "drift"
 _CATEGORY_ORDER = (LEAK, ORPHAN, DRIFT)
@@ -220,7 +221,7 @@ def digest(found: Sequence[Finding]) -> str:
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def with_kernel(url: str, fn: Callable[[Kernel], Any]) -> Any:
+def with_kernel(url: str, fn: Callable[[Kernel], T]) -> T:
     """Run ``fn`` on the node's kernel, named by a service config's ``kernel`` URL."""
     try:
         kernel = open_kernel(url)

@@ -95,7 +95,14 @@ def test_sigkill_mid_connect_dry_run_apply_dry_run(
         ]
         target = next(o for o in ops if o["operation"] == found[0]["operation"])
         assert target["state"] == "Cleaned"
-        if not restart:
+        if restart:
+            # Every service up: every socket answers as its plugin, ready; journals intact.
+            doctor = ctl(config, ["doctor", "-o", "json"], capsys)
+            assert doctor.code == Exit.OK, doctor
+            checks = doctor.json()["checks"]
+            assert {c["status"] for c in checks} == {"ok"}, checks
+            assert sum(c["check"] == "socket" for c in checks) == 5
+        else:
             # The service starts (ready: recovered) on the journal the CLI wrote, and the
             # node still agrees with it.
             links.start()
