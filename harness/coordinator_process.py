@@ -46,14 +46,14 @@ class CoordinatorRig(Node):
     program over them, reused by many runs with fresh identities."""
 
     def __init__(self, root: Path, lab: Lab | None = None) -> None:
-        self.program: CoordinatorProcess | None = None  # close() may run before it exists
+        self._program: CoordinatorProcess | None = None  # close() may run before it exists
         super().__init__(
             FakeServerLab() if lab is None else lab, root, processes=True, coordinator=False
         )
         # Each run ends with the pod deleted (the invariants delete it): the baseline is
         # the node without one.
         self.baseline = without_namespace(self.snapshot(), SANDBOX)
-        self.program = self._program = CoordinatorProcess(
+        self._program = CoordinatorProcess(
             root / "networkplugin-coordinator",
             self.processes,
             topologies=[TOPOLOGY_DIR / f"{t}.yaml" for t in TOPOLOGIES],
@@ -61,34 +61,40 @@ class CoordinatorRig(Node):
             policies=TOPOLOGY_DIR / "policies.yaml",
         )
 
+    @property
+    def program(self) -> CoordinatorProcess:
+        """The coordinator program (stopped until a run or a test starts it)."""
+        assert self._program is not None
+        return self._program
+
     def run(self, topology: str, point: str, n: int) -> RunResult:
         armed = renamed(point, n)
         attachment, claim = f"att-{n}", f"claim-{n}"
         name = compiled(topology).topology.name
         problems: list[str] = []
-        self._program.start(crash_at=armed)
-        with self._program.coordinator_client() as client:
+        self.program.start(crash_at=armed)
+        with self.program.coordinator_client() as client:
             try:
                 client.apply(attachment, claim, name, self.sandbox())
             except CoordinatorCallError:
                 pass  # the process died under the call
             else:
                 problems.append(f"{armed} was not reached")
-        code = self._program.wait_exit()
+        code = self.program.wait_exit()
         if code != -signal.SIGKILL:
             problems.append(f"the coordinator exited {code}, not by SIGKILL")
-        self._program.start()  # finishes (or undoes) the interrupted apply before it is ready
-        with self._program.coordinator_client() as client:
+        self.program.start()  # finishes (or undoes) the interrupted apply before it is ready
+        with self.program.coordinator_client() as client:
             states = {a.attachment: a.state for a in client.status().applications}
             if states.get(attachment) not in ("applied", "removed"):
                 problems.append(f"after recovery {attachment} is {states.get(attachment)}")
             removed = client.remove(attachment)
             if removed.state != "removed":
                 problems.append(f"{attachment} could not be removed: {removed.receipts}")
-        code = self._program.stop()
+        code = self.program.stop()
         if code != 0:
             problems.append(f"the coordinator exited {code} on SIGTERM")
-        journal = CoordinatorJournal(self._program.state_dir)  # the program is stopped
+        journal = CoordinatorJournal(self.program.state_dir)  # the program is stopped
         clients = self.clients()
         try:
             problems += violations(self.baseline, self.kernel, journal, clients)
@@ -101,8 +107,8 @@ class CoordinatorRig(Node):
         )
 
     def close(self) -> None:
-        if self.program is not None:
-            self.program.kill()
+        if self._program is not None:
+            self._program.kill()
         super().close()
 
 

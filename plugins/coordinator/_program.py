@@ -259,15 +259,15 @@ class CoordinatorService:
             if app is None:
                 app = self._new_application(request, compiled)
             else:
-                self._same_request(app, request)
-                if app.state == "applied":
-                    return ApplyResult(
-                        app.attachment, "applied", self._journaled_outputs(app, compiled)
-                    )
                 if app.state in ("removing", "removed"):
                     raise FailedPrecondition(
                         f"attachment {app.attachment} is {app.state}; apply the topology under "
                         "a new attachment id"
+                    )
+                self._same_request(app, request)
+                if app.state == "applied":
+                    return ApplyResult(
+                        app.attachment, "applied", self._journaled_outputs(app, compiled)
                     )
                 app = replace(app, state="applying", error="")
                 journal.put_application(app)
