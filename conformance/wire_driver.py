@@ -10,6 +10,7 @@ snapshot; the plugin's journal, its language and its code are its own business.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -25,7 +26,7 @@ from typing import Any
 from fakekernel.lab import randomize_start_state
 from fakekernel.model import diff
 from labs import DEFAULT_LAB, FakeServerLab, Lab, NetnsLab
-from plugins.kernel import LinkSpec
+from plugins.kernel import KernelError, LinkSpec
 from plugins.sdk import SandboxHandle
 from plugins.sdk.host import PluginCallError, PluginClient
 
@@ -259,7 +260,14 @@ class WireSession:
         assert self.lab is not None
         kernel = self.lab.kernel
         ns = kernel.open_namespace(self.sandbox.namespace)
-        kernel.create_link(ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin"))
+        try:
+            kernel.create_link(ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin"))
+        except KernelError as exc:
+            if exc.errno != errno.EOPNOTSUPP:
+                raise
+            # A kernel without the dummy module (this machine's): a veth pair in the pod.
+            spec = LinkSpec(kind="veth", name=name, alias="foreign-admin", peer_name="foreign-peer")
+            kernel.create_link(ns, spec)
 
     def close(self) -> None:
         for client in self._clients:
