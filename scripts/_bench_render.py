@@ -1,8 +1,8 @@
 """scripts/bench's drawing half: results.json -> the table in docs/benchmarks.md and PNGs.
 
 Replaces what lies between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` in
-docs/benchmarks.md (inserting the pair after the page's title and first paragraph if it
-has none) and leaves the rest of the page, written by hand, as it is. The PNGs go to
+docs/benchmarks.md (``_bench_table``) and leaves the rest of the page, written by hand,
+as it is. The PNGs go to
 docs/benchmarks/: per benchmark the distribution of its samples (ours against its peer,
 as empirical CDFs, the median marked) and its scaling curves. The section describes
 one run, so PNGs of benchmarks that did not run in it are removed.
@@ -17,7 +17,6 @@ import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -25,27 +24,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt
-from _bench_common import REPO, Curve, Outcome, Row, Stat, outcome_from_json
+from _bench_common import REPO, Curve, Outcome, outcome_from_json
+from _bench_table import section, splice, table
 
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-HOW = """\
-`scripts/bench` (root, on a clean clone) installs what it needs (`scripts/install-bench`:
-the CNI plugins and strace; the `bench` dependency group: matplotlib), runs every
-benchmark below into `reports/bench/results.json`, then writes this section and the
-PNGs under `docs/benchmarks/`. `--skip-rig` leaves out P4 (minutes), `--rig-summary
-reports/summary.json` takes P4 from an earlier rig run instead, `--skip-vm` leaves out
-P6 (boots a guest), `--only P1,P3` / `--skip P2` choose, `--quick` is a trial with few
-iterations. It asserts no timing: a verdict below is data.
-
-| goal | what runs | ours | peer |
-|---|---|---|---|
-| P1 | `scripts/bench_macvlan.py` (`measure()`): a `NetnsLab`, one macvlan share prepared once | ConnectNetwork+RemoveNetwork over the real `networkplugin-links` socket | `/usr/lib/cni/macvlan` ADD+DEL exec'd; bare pyroute2 requests (floor) |
-| P2 | `scripts/bench_burst.py`: 64 pods, each its own claim prepared once; N calls released by one barrier on N threads in the node namespace; wall time from the release to the last return; then one untimed round under `strace -f -y -e trace=fsync,fdatasync` on the service, against the journals' `meta.commits` (one per group-commit batch) | N ConnectNetwork, then N RemoveNetwork | N CNI ADD execs, then N DEL |
-| P3 | `scripts/_bench_journal.py`: the toy plugin (5 effects, its resource in memory) behind the real gRPC host, 1 to 16 client threads; fsyncs are the store's commits | each hook's latency and commits | one 4 KiB write+fdatasync on the same file system |
-| P4 | the rig on `fake://` (`python -m harness.rig`, its reports in a temp dir: `reports/` is left alone) | its `seconds` and crash runs | the goal |
-| P5 | `scripts/bench_startup.py` (`measure()`): each service exec'd on the fake kernel, until an authenticated GetInfo says ready; links over a journal of 1,000 in-flight ConnectNetworks | the three services; recovery | a bare gRPC server (`import grpc`, a Unix socket) |
-| P6 | `scripts/_bench_vf.py` under `flock /tmp/dranp-guest.lock`: the VM lab's guest (TCG), a session lending igb PF 0 and its VF 0 | ConnectNetwork+RemoveNetwork of the `sriov` plugin over the real `networkplugin-vf` socket (its kernel: the guest's agent) | the VF moved in under its final name and set up, then moved home, through the same relay and agent |
-"""
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 DPI = 110
 
@@ -130,80 +111,6 @@ def draw(outcomes: list[Outcome], images: Path) -> dict[str, list[tuple[str, str
 
 
 # -- the table -----------------------------------------------------------------------------
-
-
-def fmt(s: Stat | None) -> str:
-    if s is None:
-        return "-"
-    if s.n == 1:
-        return f"{s.median:.2f} {s.unit}"
-    return f"{s.median:.2f} ({s.p90:.2f}) {s.unit}"
-
-
-def verdict(row: Row) -> str:
-    return {True: "met", False: "**not met**", None: "-"}[row.met]
-
-
-def table(outcomes: list[Outcome]) -> list[str]:
-    lines = [
-        "| goal | measure | ours: median (p90) | peer | peer: median (p90) | ours/peer | goal | |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for o in outcomes:
-        if o.skipped is not None:
-            lines.append(f"| {o.goal_id} | {o.title} | skipped: {o.skipped} | | | | | - |")
-            continue
-        for r in o.rows:
-            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-            what = f"{r.what} ({r.note})" if r.note else r.what
-            lines.append(
-                f"| {r.goal_id} | {what} | {fmt(r.ours)} | {r.peer_name or '-'} | "
-                f"{fmt(r.peer)} | {ratio} | {r.goal or '-'} | {verdict(r)} |"
-            )
-    return lines
-
-
-def section(
-    results: dict[str, Any], outcomes: list[Outcome], drawn: dict[str, list[tuple[str, str]]]
-) -> str:
-    m = results["machine"]
-    lines = [
-        BEGIN,
-        "<!-- Generated by scripts/bench (scripts/_bench_render.py): edits here are overwritten. -->",
-        "",
-        "## All benchmarks, one run (`scripts/bench`)",
-        "",
-        f"Run {results['started']} at commit `{results['commit']}`, {results['minutes']} min: "
-        f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, Python {m['python']}, "
-        f"containernetworking-plugins {m['cni']}. Load (`/proc/loadavg`) before: "
-        f"`{results['load_before']}`; after: `{results['load_after']}`.",
-        "",
-        HOW,
-        "Ours and its peer alternate every iteration (ABAB) after warm-ups; medians, p90 in "
-        "parentheses; a ratio is of medians. The goals are issue 13's. A verdict is what "
-        "this run measured, on a machine shared with other work, and never a test.",
-        "",
-        *table(outcomes),
-        "",
-    ]
-    for o in outcomes:
-        for caption, name in drawn.get(o.goal_id, []):
-            lines.append(f"![{caption}](benchmarks/{name})")
-            lines.append("")
-    lines.append(END)
-    return "\n".join(lines)
-
-
-def splice(page: str, generated: str) -> str:
-    if BEGIN in page and END in page:
-        head, rest = page.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        return head + generated + tail
-    # No markers yet: after the title and its first paragraph, near the top.
-    parts = page.split("\n\n", 2)
-    if len(parts) == 3:
-        return f"{parts[0]}\n\n{parts[1]}\n\n{generated}\n\n{parts[2]}"
-    return f"{page.rstrip()}\n\n{generated}\n"
 
 
 def main() -> int:
