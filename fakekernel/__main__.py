@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
-from types import FrameType
+
+from plugins.sdk.signals import SignalStop
 
 from .lab import DEFAULT_LAB, LabError, load_lab
 from .server import FakeKernelServer
@@ -25,18 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     server = FakeKernelServer(args.socket, model)
     server.bind()
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # Not a handler that sets ``stop`` itself: it could interrupt ``stop.wait()`` while
+    # that holds the event's lock, and wait for it forever (plugins.sdk.signals).
+    signals = SignalStop.install(stop)
     worker = threading.Thread(target=server.serve_forever, name="fakekernel", daemon=True)
     worker.start()
     print("ready", flush=True)
     stop.wait()
     server.shutdown()
     worker.join()
+    signals.close()
     return 0
 
 

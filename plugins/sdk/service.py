@@ -17,7 +17,6 @@ import errno
 import hashlib
 import logging
 import os
-import signal
 import sqlite3
 import stat
 import sys
@@ -25,7 +24,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -35,6 +33,7 @@ from ._registry import Registration, Registry
 from ._yaml import YAMLLoadError, load_yaml_documents
 from .host import Host, read_token
 from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
+from .signals import SignalStop
 from .store import JournalFault, JournalUnavailable
 
 log = logging.getLogger(__name__)
@@ -250,13 +249,10 @@ def serve(
     runner = _open_runner(config, registrations, effects, kernel_boot_id, crash)
     try:
         host = Host(config.socket_dir, token)
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        # From the first socket on, SIGTERM stops gracefully (also during recovery).
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        # From the first socket on, SIGTERM stops gracefully (also during recovery). Not
+        # a handler that sets ``stop`` itself: it could interrupt ``stop.wait()`` while
+        # that holds the event's lock, and wait for it forever (plugins.sdk.signals).
+        signals = SignalStop.install(stop)
         if exit_process:
             threading.Thread(
                 target=_watchdog,
@@ -281,7 +277,10 @@ def serve(
             log.warning("recovery: %s", note)
     log.info("serving %s", ", ".join(str(p) for p in host.socket_paths))
     stop.wait()
-    return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
+    try:
+        return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
+    finally:
+        signals.close()
 
 
 def _stop(host: Host, runner: Runner, grace: float, *, exit_process: bool) -> int:
