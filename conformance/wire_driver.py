@@ -11,7 +11,6 @@ snapshot; the plugin's journal, its language and its code are its own business.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import secrets
 import shutil
@@ -31,8 +30,6 @@ from plugins.sdk import SandboxHandle
 from plugins.sdk.host import PluginCallError, PluginClient
 
 from .wire_target import WireTarget, placeholder_values
-
-log = logging.getLogger(__name__)
 
 STOP_DEADLINE_S = 15.0
 LOG_TAIL_BYTES = 2000
@@ -127,7 +124,22 @@ class PluginProcess:
         if command is None:
             process.send_signal(sig)
         else:
-            subprocess.run(self._argv(command, process.pid), cwd=self.target.directory, check=True)
+            done = subprocess.run(
+                self._argv(command, process.pid),
+                cwd=self.target.directory,
+                capture_output=True,
+                text=True,
+                timeout=STOP_DEADLINE_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                process.kill()
+                process.wait(STOP_DEADLINE_S)
+                self.process = None
+                raise WireDriverError(
+                    f"{self.target.name}'s {what} command exited {done.returncode}: "
+                    f"{done.stderr.strip()[-LOG_TAIL_BYTES:]}"
+                )
         try:
             process.wait(STOP_DEADLINE_S)
         except subprocess.TimeoutExpired:

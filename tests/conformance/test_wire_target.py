@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from conformance import WireDriverError, WireSession, WireTargetError, load_wire_target
+from conformance import (
+    WireDriverError,
+    WireLabs,
+    WireSession,
+    WireTargetError,
+    load_wire_target,
+    run_check,
+)
 from plugins.sdk import DocumentError, Sharing, YAMLLoadError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "independent-plugin"
@@ -128,3 +135,27 @@ def test_a_bad_target_file_exits_2_with_one_line(tmp_path: Path) -> None:
     assert done.stdout == ""
     assert "kernel.url: " in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1  # the file and its one problem
+
+
+def test_every_check_has_one_mode_and_the_wire_ones_are_the_wire_checks() -> None:
+    from conformance import CHECKS, MODES, WIRE_CHECKS
+    from conformance.wire_checks import IN_PROCESS_ONLY, WIRE_ONLY
+
+    assert set(MODES) == set(CHECKS) | set(WIRE_CHECKS)
+    on_the_wire = {name for name, (mode, _) in MODES.items() if mode != IN_PROCESS_ONLY}
+    assert on_the_wire == set(WIRE_CHECKS)
+    in_process = {name for name, (mode, _) in MODES.items() if mode != WIRE_ONLY}
+    assert in_process == set(CHECKS)
+    for name, (mode, why) in MODES.items():
+        assert why or mode not in (IN_PROCESS_ONLY, WIRE_ONLY), f"{name}: say why"
+
+
+def test_a_plugin_that_does_not_start_fails_the_check_with_its_output(tmp_path: Path) -> None:
+    data = _example()
+    data["commands"]["start"] = ["sh", "-c", "echo no such plugin >&2; exit 3"]
+    target = load_wire_target(_write(tmp_path, data))
+    with WireLabs(target) as labs:
+        verdict = run_check(target, "getinfo-identity", labs)
+    assert verdict.failed
+    assert "exited while starting" in verdict.detail
+    assert "no such plugin" in verdict.detail
