@@ -4,7 +4,8 @@ The same ``reference``/``crash_run`` as the fake tier's (tests/rig/test_topology
 each run on a new ``labs.NetnsLab`` whose parents (``enp3s0f0``..``enp3s0f2``, veth ends)
 start from the random state of the rig's seed, with the invariants read from the real
 kernel; and SIGKILL of real service processes on a NetnsLab at a seeded sample of the
-points. A topology the host kernel cannot run skips with one line naming what is missing.
+points, and of the coordinator program at a seeded sample of its apply boundaries. A
+topology the host kernel cannot run skips with one line naming what is missing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.coordinator_crash import coordinator_reference
+from harness.coordinator_process import CoordinatorRig, coordinator_kill_runs, is_apply_boundary
 from harness.crash import CrashSuite, Reference, is_recovery_boundary, is_undo_boundary, reference
 from harness.process_rig import ProcessRig, sigkill_runs
 from harness.pytest_plugin import RigStats, require_lab
@@ -36,6 +39,7 @@ NEEDS: dict[str, tuple[LinkKind, ...]] = {
 }
 SIGKILL_SAMPLE = 12  # SIGKILL runs per runnable topology (seeded, logged)
 RECOVERY_SAMPLE = 10  # compound runs crashing again during recovery, per topology
+COORDINATOR_SAMPLE = 3  # SIGKILL runs of the coordinator program mid-apply, per topology
 
 
 def make_lab() -> NetnsLab:
@@ -187,6 +191,30 @@ def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, rig_stats
     rig = ProcessRig(tmp_path / "rig", make_lab())
     try:
         failures = sigkill_runs(rig, topology, chosen, rig_stats)
+    finally:
+        rig.close()
+    assert not failures, "\n".join([REPRODUCE, *failures[:10]])
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_the_coordinator_mid_apply(
+    topology: str, tmp_path: Path, rig_stats: RigStats
+) -> None:
+    """The coordinator program (a real process, over real service processes on a NetnsLab)
+    SIGKILLed at a seeded sample of its apply boundaries, restarted (recovery completes or
+    undoes the apply), the attachment removed over its socket, the invariants read from
+    the real kernel."""
+    points = [
+        p
+        for p in coordinator_reference(topology, tmp_path / "reference").points
+        if is_apply_boundary(p)
+    ]
+    rng = random.Random(f"{SEED}/coordinator-sigkill/{topology}")
+    chosen = sorted(rng.sample(points, min(COORDINATOR_SAMPLE, len(points))), key=points.index)
+    print(f"coordinator SIGKILL sample of {topology} ({REPRODUCE}): {chosen}")
+    rig = CoordinatorRig(tmp_path / "rig", make_lab())
+    try:
+        failures = coordinator_kill_runs(rig, topology, chosen, rig_stats)
     finally:
         rig.close()
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
