@@ -33,6 +33,7 @@ _Out = TypeVar("_Out")
 
 _POLL_INITIAL_S = 0.05
 _POLL_MAX_S = 1.0
+_CONNECT_TIMEOUT_MS = 20_000  # gRPC's own default; a call's deadline still bounds it
 
 
 class PluginCallError(Exception):
@@ -70,8 +71,13 @@ class PluginClient:
                 ("grpc.enable_retries", 0),
                 # A local service restarts in about a second: do not back off for minutes.
                 ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1000),
+                # Despite its name, gRPC core's minimum connect timeout: how long one
+                # attempt may take from connect() to the server's SETTINGS frame. At
+                # 100 ms a busy machine's server missed it ("connection attempt timed
+                # out before receiving SETTINGS frame"); a refused or missing socket
+                # fails at once whatever it is, so a long one costs a restart nothing.
+                ("grpc.min_reconnect_backoff_ms", _CONNECT_TIMEOUT_MS),
             ],
         )
         self._stub = pb_grpc.NetworkPluginStub(self._channel)
