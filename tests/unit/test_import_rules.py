@@ -18,7 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("plugins", "harness", "conformance", "fakekernel", "labs", "examples", "scripts")
-GENERATED = ("plugins/api/",)
+# protoc output: the project's wire modules, and the independent example plugin's own stubs
+GENERATED = ("plugins/api/", "examples/independent-plugin/stubs/")
 KNOWN = {
     # jsonschema has no public way to list the keys a schema evaluated (what strict
     # config decoding needs for unevaluatedProperties); pinned by uv.lock.
