@@ -51,16 +51,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import grpc  # noqa: E402
 
-from labs import FakeServerLab, Node, ServiceProcess, service_of  # noqa: E402
+from labs import FakeServerLab, Lab, NetnsLab, Node, ServiceProcess, service_of  # noqa: E402
 from plugins.api.networkplugin.v1alpha1 import pb, pb_grpc  # noqa: E402
 from plugins.sdk import EffectState, Hook, OperationState  # noqa: E402
 from plugins.sdk.store import EffectRecord, OperationRecord, Reader, Store, Txn  # noqa: E402
+
+T = TypeVar("T")
 
 SERVICES = ("networkplugin-vf", "networkplugin-bond", "networkplugin-links")
 FLOOR = "floor"
@@ -105,6 +108,7 @@ class StartupMeasurement:
     kernel: str
     python: str
     bytecode: bool  # run from compiled modules (else compiled from source at every exec)
+    tier: str = "fake"  # the services' kernel: "fake" (fake://) or "netns" (linux://)
 
     def median_ms(self, row: str) -> float:
         return statistics.median(self.samples[row]) * 1000
@@ -169,7 +173,7 @@ class Contender:
     """Starts one row's process once per sample and times it to ready."""
 
     name: str
-    lab: FakeServerLab
+    lab: Lab
     base: Path
     env: dict[str, str]
     journal: Path | None = None  # a state dir copied in before each start (recovery)
@@ -236,8 +240,23 @@ def service_plugin(service: str) -> str:
     return {"networkplugin-vf": "sriov", "networkplugin-bond": "bond"}.get(service, "macvlan")
 
 
-def _kernel_url(lab: FakeServerLab) -> str:
-    return lab.kernel_url
+LABS = ("fake", "netns")
+
+
+def open_lab(tier: str) -> Lab:
+    """``fake``: the kernel model behind its server; ``netns``: this machine's kernel (root)."""
+    if tier == "fake":
+        return FakeServerLab()
+    if tier == "netns":
+        return NetnsLab()
+    raise ValueError(f"lab must be one of {LABS}, not {tier!r}")
+
+
+def _kernel_url(lab: Lab) -> str:
+    url = lab.kernel_url
+    if url is None:
+        raise ValueError(f"a {type(lab).__name__} has no kernel URL for service processes")
+    return url
 
 
 def child_env(bytecode: bool, base: Path) -> dict[str, str]:
@@ -273,7 +292,7 @@ def _tail(log: Path) -> str:
 # ---------------------------------------------------------------------- the in-flight journal
 
 
-def build_in_flight_journal(lab: FakeServerLab, root: Path, count: int) -> Path:
+def build_in_flight_journal(lab: Lab, root: Path, count: int) -> Path:
     """A links journal holding ``count`` ConnectNetworks left mid-flight; its state dir.
 
     One real macvlan NodePrepare and ConnectNetwork (in-process, the same registrations
@@ -351,9 +370,10 @@ def _check_recovered(state_dir: Path) -> None:
 # ---------------------------------------------------------------------- the run
 
 
-def _rotated(rows: Sequence[str], i: int) -> list[str]:
-    k = i % len(rows)
-    return [*rows[k:], *rows[:k]]
+def _rotated(items: Sequence[T], i: int) -> list[T]:
+    """The rows in the order of iteration ``i``: each one starts a round in turn."""
+    k = i % len(items)
+    return [*items[k:], *items[:k]]
 
 
 def measure(
@@ -363,8 +383,13 @@ def measure(
     warmup: int = 1,
     *,
     bytecode: bool = True,
+    tier: str = "fake",
 ) -> StartupMeasurement:
     """Start every row ``runs`` times (after ``warmup`` untimed rounds), interleaved.
+
+    ``tier``: the services' kernel, ``fake`` (the model behind its server) or ``netns``
+    (this machine's kernel, in a ``labs.NetnsLab``: root; the services then import
+    pyroute2, as a deployment does).
 
     ``bytecode``: run from compiled modules, as an installed service does (``child_env``).
     """
@@ -377,7 +402,7 @@ def measure(
     base = Path(tempfile.mkdtemp(prefix="bench-st-", dir="/tmp"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        lab = FakeServerLab()
+        lab = open_lab(tier)
         stack.callback(lab.close)
         journal = build_in_flight_journal(lab, base, in_flight) if RECOVERY in rows else None
         env = child_env(bytecode, base)
@@ -391,14 +416,21 @@ def measure(
                 if i >= warmup:
                     samples[c.name].append(seconds)
     return StartupMeasurement(
-        samples, runs, in_flight, load, platform.release(), platform.python_version(), bytecode
+        samples,
+        runs,
+        in_flight,
+        load,
+        platform.release(),
+        platform.python_version(),
+        bytecode,
+        tier,
     )
 
 
 def report(m: StartupMeasurement) -> None:
     print(
         f"start to ready on Linux {m.kernel} ({os.cpu_count()} CPUs), Python {m.python}: "
-        f"{m.runs} runs per row, interleaved, "
+        f"{m.runs} runs per row on the {m.tier} lab, interleaved, "
         f"{'from bytecode' if m.bytecode else 'in this environment (no bytecode written)'}; "
         f"load average {m.load_at_start:.2f} at start"
     )
@@ -427,17 +459,18 @@ def profile(
     bytecode: bool = True,
     callers: str = "",
     keep: Path | None = None,
+    tier: str = "fake",
 ) -> None:
     """cProfile one start of ``service`` to serving (an empty journal), top by cumulative."""
     base = Path(tempfile.mkdtemp(prefix="bench-st-", dir="/tmp"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        lab = FakeServerLab()
+        lab = open_lab(tier)
         stack.callback(lab.close)
         spec = service_of(service_plugin(service))
         sockets = base / "s"
         svc = ServiceProcess(
-            service, spec.command, base / "svc", sockets, lab.kernel_url, spec.sockets
+            service, spec.command, base / "svc", sockets, _kernel_url(lab), spec.sockets
         )
         out = base / "startup.prof"
         command = [*spec.command, "--config", str(svc.config), "--log-level", "WARNING"]
@@ -490,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument("--lab", choices=LABS, default="fake", help="the services' kernel")
     parser.add_argument("--profile", choices=SERVICES, help="cProfile one start to ready")
     parser.add_argument("--callers", default="", help="with --profile: who calls this function")
     parser.add_argument("--top", type=int, default=30, help="with --profile: how many rows")
@@ -508,11 +542,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             bytecode=args.bytecode,
             callers=args.callers,
             keep=args.profile_out,
+            tier=args.lab,
         )
         return 0
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a p90 needs two samples)")
-    report(measure(args.runs, args.in_flight, args.rows, args.warmup, bytecode=args.bytecode))
+    m = measure(
+        args.runs, args.in_flight, args.rows, args.warmup, bytecode=args.bytecode, tier=args.lab
+    )
+    report(m)
     return 0
 
 
