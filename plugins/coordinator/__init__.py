@@ -39,18 +39,18 @@ from ._policy import (
     parse_policy,
     qualify,
 )
-from ._program import (
+from ._program import CoordinatorService
+from ._program_config import CoordinatorConfig, PluginEndpoint
+from ._program_values import (
     ApplicationStatus,
     ApplyRequest,
     ApplyResult,
-    CoordinatorService,
     CoordinatorStatus,
     OpenCall,
     OutputHandle,
     RemoveResult,
     StepReceipt,
 )
-from ._program_config import CoordinatorConfig, PluginEndpoint
 from ._publish import PublishedDevice, publish
 from ._runtime import Coordinator, StepFailed, operation_id, root_id
 from ._server import CoordinatorServer

@@ -15,7 +15,7 @@ from plugins.api.coordinator.v1alpha1 import pb, pb_grpc
 from plugins.sdk import SandboxHandle
 
 from . import _wire as wire
-from ._program import ApplyRequest, ApplyResult, CoordinatorStatus, RemoveResult
+from ._program_values import ApplyRequest, ApplyResult, CoordinatorStatus, RemoveResult
 
 _Msg = TypeVar("_Msg")
 _Out = TypeVar("_Out")

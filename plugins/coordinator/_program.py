@@ -18,12 +18,11 @@ any more); a ``removing`` one is removed again. A ``failed`` one waits for its c
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from dataclasses import replace
+from typing import Final
 
 from plugins.sdk import (
     CleanupResponse,
@@ -36,8 +35,6 @@ from plugins.sdk import (
     NetworkPluginError,
     NotFound,
     ResourceHandle,
-    SandboxHandle,
-    Sharing,
     Unavailable,
     from_json_value,
     to_json_value,
@@ -45,150 +42,32 @@ from plugins.sdk import (
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoints
 
-from ._allocate import AllocatedDevice, Allocator
+from ._allocate import Allocator
 from ._compile import CompiledTopology
-from ._journal import OPEN_CALL_STATES, Application, Claim, CoordinatorJournal
+from ._journal import OPEN_CALL_STATES, Application, CoordinatorJournal
+from ._program_values import (
+    ApplicationStatus,
+    ApplyRequest,
+    ApplyResult,
+    CoordinatorStatus,
+    OpenCall,
+    OutputHandle,
+    RemoveResult,
+    StepReceipt,
+    allocation_to_json,
+    allocations_of,
+    check_name,
+    check_sandbox,
+    flatten,
+    one_line,
+    sandbox_of,
+)
 from ._runtime import Coordinator, operation_id, prep_scope
 
 log = logging.getLogger("plugins.coordinator")
 
-# Ids become parts of operation ids (``<scope>:<step>:<hook>:g1``) and preparation scopes
-# (``<claim>.<step>``): no ':' or '.' of their own.
-_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NOT_READY: Final = "recovering; not ready to accept requests, retry later"
 _CLEANUP_HOOKS: Final = (Hook.REMOVE_NETWORK.value, Hook.NODE_UNPREPARE.value)
-
-
-@dataclass(frozen=True)
-class ApplyRequest:
-    attachment: str
-    claim: str
-    topology: str
-    sandbox: SandboxHandle
-
-
-@dataclass(frozen=True)
-class OutputHandle:
-    """One typed handle a step produced on one of its output ports."""
-
-    step: str
-    port: str
-    id: str
-    type: str
-    description_json: str
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    attachment: str
-    state: str
-    outputs: tuple[OutputHandle, ...]
-
-
-@dataclass(frozen=True)
-class StepReceipt:
-    step: str
-    hook: str
-    status: str  # CLEANED, PENDING or QUARANTINED
-    detail: str
-
-
-@dataclass(frozen=True)
-class RemoveResult:
-    attachment: str
-    state: str  # removed, or removing while a receipt is not CLEANED
-    receipts: tuple[StepReceipt, ...]
-
-
-@dataclass(frozen=True)
-class ApplicationStatus:
-    attachment: str
-    claim: str
-    topology: str
-    sandbox_id: str
-    state: str
-    error: str
-
-
-@dataclass(frozen=True)
-class OpenCall:
-    operation_id: str
-    plugin: str
-    hook: str
-    state: str
-    error: str
-
-
-@dataclass(frozen=True)
-class CoordinatorStatus:
-    ready: bool
-    fault: str
-    applications: tuple[ApplicationStatus, ...]
-    open_calls: tuple[OpenCall, ...]
-    claims: tuple[Claim, ...]
-
-
-def check_name(value: str, what: str) -> str:
-    if _NAME.fullmatch(value) is None:
-        raise InvalidArgument(
-            f"{what} {value!r} must be a DNS label: 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def allocation_to_json(a: AllocatedDevice) -> dict[str, Any]:
-    return {
-        "step": a.step,
-        "device": a.device,
-        "sourceDevice": a.source_device,
-        "deviceType": a.device_type,
-        "sharing": a.sharing.value,
-        "attributes": dict(a.attributes),
-        "consumed": dict(a.consumed),
-        "policy": a.policy,
-        "pool": a.pool,
-        "driver": a.driver,
-    }
-
-
-def allocation_from_json(d: Mapping[str, Any]) -> AllocatedDevice:
-    return AllocatedDevice(
-        d["step"],
-        d["device"],
-        d["sourceDevice"],
-        d["deviceType"],
-        Sharing(d["sharing"]),
-        d["attributes"],
-        d["consumed"],
-        d["policy"],
-        d["pool"],
-        d["driver"],
-    )
-
-
-def _allocations(app: Application) -> dict[str, AllocatedDevice]:
-    return {s: allocation_from_json(a) for s, a in app.request["allocations"].items()}
-
-
-def _sandbox(app: Application) -> SandboxHandle:
-    sandbox: SandboxHandle = from_json_value(SandboxHandle, app.request["sandbox"])
-    return sandbox
-
-
-def _flatten(
-    outputs: Mapping[str, Mapping[str, Sequence[ResourceHandle]]],
-) -> tuple[OutputHandle, ...]:
-    return tuple(
-        OutputHandle(step, port, h.id, h.type, h.description_json)
-        for step, ports in outputs.items()
-        for port, handles in sorted(ports.items())
-        for h in handles
-    )
 
 
 class CoordinatorService:
@@ -252,7 +131,7 @@ class CoordinatorService:
             raise InvalidArgument(
                 f"topology {request.topology!r} is not configured (known: {known})"
             )
-        _check_sandbox(request.sandbox)
+        check_sandbox(request.sandbox)
         journal = self._usable()
         with self._lock:
             app = self._application(request.attachment)
@@ -320,7 +199,7 @@ class CoordinatorService:
                 try:
                     notes.append(self._resume(app))
                 except NetworkPluginError as exc:
-                    notes.append(f"{app.attachment}: left {app.state}: {_one_line(str(exc))}")
+                    notes.append(f"{app.attachment}: left {app.state}: {one_line(str(exc))}")
             self._ready.set()
         return notes
 
@@ -377,17 +256,17 @@ class CoordinatorService:
     def _run_apply(self, app: Application, compiled: CompiledTopology) -> ApplyResult:
         assert self._journal is not None
         assert self._coordinator is not None
-        allocations = _allocations(app)
+        allocations = allocations_of(app)
         try:
             prepared = self._coordinator.prepare(app.claim, compiled, allocations)
             attached = self._coordinator.connect(
-                app.attachment, app.claim, compiled, allocations, prepared, _sandbox(app)
+                app.attachment, app.claim, compiled, allocations, prepared, sandbox_of(app)
             )
         except NetworkPluginError as exc:
-            self._journal.put_application(replace(app, state="failed", error=_one_line(str(exc))))
+            self._journal.put_application(replace(app, state="failed", error=one_line(str(exc))))
             raise
         self._journal.put_application(replace(app, state="applied", error=""))
-        return ApplyResult(app.attachment, "applied", _flatten(attached.outputs))
+        return ApplyResult(app.attachment, "applied", flatten(attached.outputs))
 
     def _run_remove(self, app: Application) -> RemoveResult:
         assert self._journal is not None
@@ -399,11 +278,11 @@ class CoordinatorService:
         unclean = [r for r in receipts if r.status != CleanupStatus.CLEANED.value]
         if unclean:
             first = unclean[0]
-            error = f"step {first.step}: {first.hook} {first.status}: {_one_line(first.detail)}"
+            error = f"step {first.step}: {first.hook} {first.status}: {one_line(first.detail)}"
             self._journal.put_application(replace(app, state="removing", error=error))
             return RemoveResult(app.attachment, "removing", tuple(receipts))
         self._journal.put_application(replace(app, state="removed"))
-        self._allocator.release(_allocations(app).values())
+        self._allocator.release(allocations_of(app).values())
         return RemoveResult(app.attachment, "removed", tuple(receipts))
 
     @staticmethod
@@ -423,7 +302,7 @@ class CoordinatorService:
         except NetworkPluginError as exc:
             undone = self._run_remove(self._application(app.attachment) or app)
             return (
-                f"{app.attachment}: the interrupted apply failed ({_one_line(str(exc))}); "
+                f"{app.attachment}: the interrupted apply failed ({one_line(str(exc))}); "
                 f"undone: {undone.state}"
             )
         return f"{app.attachment}: the interrupted apply completed"
@@ -449,7 +328,7 @@ class CoordinatorService:
 
     def _reserve(self, app: Application) -> None:
         try:
-            self._allocator.reserve(_allocations(app).values())
+            self._allocator.reserve(allocations_of(app).values())
         except ValueError as exc:
             log.warning(
                 "attachment %s: its devices are no longer in the inventory: %s", app.attachment, exc
@@ -468,7 +347,7 @@ class CoordinatorService:
             assert call.response is not None, "an applied step has a response"
             response: ConnectResponse = from_json_value(ConnectResponse, call.response)
             outputs[step] = dict(response.outputs)
-        return _flatten(outputs)
+        return flatten(outputs)
 
     def _journaled_receipts(self, app: Application) -> tuple[StepReceipt, ...]:
         assert self._journal is not None
@@ -485,16 +364,3 @@ class CoordinatorService:
                     StepReceipt(call.step, call.hook, receipt.status.value, receipt.detail)
                 )
         return tuple(receipts)
-
-
-def _check_sandbox(sandbox: SandboxHandle) -> None:
-    problems = []
-    if not sandbox.sandbox_id:
-        problems.append("sandbox.sandbox_id is empty")
-    ns = sandbox.namespace
-    if not ns.path.startswith("/"):
-        problems.append(f"sandbox.network_namespace.path {ns.path!r} is not an absolute path")
-    if not ns.boot_id:
-        problems.append("sandbox.network_namespace.boot_id is empty")
-    if problems:
-        raise InvalidArgument("; ".join(problems))

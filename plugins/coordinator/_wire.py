@@ -10,7 +10,7 @@ from plugins.api.coordinator.v1alpha1 import pb
 from plugins.sdk import InvalidArgument, NamespaceHandle, SandboxHandle
 
 from ._journal import Claim
-from ._program import (
+from ._program_values import (
     ApplicationStatus,
     ApplyRequest,
     ApplyResult,

@@ -5,6 +5,7 @@ mid-apply: restarted, it completes the apply, or undoes it when it cannot."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import stat
@@ -286,3 +287,43 @@ def test_sigkill_mid_apply_then_restart_undoes_what_cannot_complete(
         "attachment att-kill2 is removed; apply the topology under a new attachment id",
     )
     assert check_invariants(rig) == []
+
+
+def test_a_damaged_journal_is_served_never_recreated(rig: CoordinatorRig) -> None:
+    """The journal id gone: the program serves status saying why, refuses every request
+    with DATA_LOSS and creates nothing in its place; put back, it serves again."""
+    rig.program.stop()
+    identity = rig.program.state_dir / "journal.id"
+    saved = identity.read_bytes()
+    identity.unlink()
+    try:
+        rig.program.start(wait_ready=False)
+        with client(rig) as c:
+            now = c.status()
+            assert not now.ready
+            assert "journal.id" in now.fault, now.fault
+            for call in (
+                lambda: c.apply("att-d", "claim-d", MACVLAN, rig.sandbox()),
+                lambda: c.remove("att-a"),
+            ):
+                with pytest.raises(CoordinatorCallError) as refused:
+                    call()
+                assert (refused.value.code, refused.value.message) == ("DATA_LOSS", now.fault)
+        rig.program.stop()
+        assert not identity.exists()
+    finally:
+        identity.write_bytes(saved)
+        identity.chmod(0o600)
+    rig.program.start()
+    assert status(rig).ready
+
+
+def test_the_coordinator_contract_is_generated_and_current() -> None:
+    spec = importlib.util.spec_from_file_location("gen_proto", REPO / "scripts" / "gen_proto.py")
+    assert spec is not None
+    assert spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, gen)
+    spec.loader.exec_module(gen)
+    assert gen.COORDINATOR_PROTO_REL in gen.PROTOS
+    assert gen.stale_files(proto_rel=gen.COORDINATOR_PROTO_REL) == []
