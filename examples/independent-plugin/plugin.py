@@ -113,7 +113,9 @@ class Journal:
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        # One connection, used under the plugin's lock only (hence shared across threads).
         self.db = sqlite3.connect(directory / "journal.db", check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         with self.db:
@@ -127,21 +129,18 @@ class Journal:
             )
 
     def get(self, op_id: str) -> sqlite3.Row | None:
-        self.db.row_factory = sqlite3.Row
         row: sqlite3.Row | None = self.db.execute(
             "SELECT * FROM operations WHERE id = ?", (op_id,)
         ).fetchone()
         return row
 
     def latest(self, scope: str) -> sqlite3.Row | None:
-        self.db.row_factory = sqlite3.Row
         row: sqlite3.Row | None = self.db.execute(
             "SELECT * FROM operations WHERE scope = ? ORDER BY rowid DESC LIMIT 1", (scope,)
         ).fetchone()
         return row
 
     def in_scope(self, scope: str, hook: int) -> list[sqlite3.Row]:
-        self.db.row_factory = sqlite3.Row
         return list(
             self.db.execute(
                 "SELECT * FROM operations WHERE scope = ? AND hook = ? ORDER BY rowid",
