@@ -84,9 +84,9 @@ def snapshot(service: Service) -> Iterator[Snapshot]:
         copy_dir, copy_run = scratch / "state", scratch / "run"
         copy_dir.mkdir(mode=0o700)
         copy_run.mkdir(mode=0o700)
-        lease = lease_path(service.config.runtime_dir.absolute(), state_dir)
-        if lease.exists():
-            shutil.copyfile(lease, lease_path(copy_run, copy_dir))
+        lease = _read_lease(lease_path(service.config.runtime_dir.absolute(), state_dir))
+        if lease is not None:
+            lease_path(copy_run, copy_dir).write_bytes(lease)
         live = _copy_journal(service, state_dir, copy_dir)
         try:
             store = Store.open(copy_dir, runtime_dir=copy_run)
@@ -100,6 +100,21 @@ def snapshot(service: Service) -> Iterator[Snapshot]:
             store.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_lease(path: Path, attempts: int = 8) -> bytes | None:
+    """The lease's bytes, read until two reads agree (the service rewrites it in place
+    with one ``pwrite`` per commit; a read torn by one could show a count never written)."""
+    try:
+        last = path.read_bytes()
+        for _ in range(attempts):
+            now = path.read_bytes()
+            if now == last:
+                return now
+            last = now
+    except FileNotFoundError:
+        return None
+    return last
 
 
 def _copy_journal(service: Service, state_dir: Path, dest: Path) -> bool:

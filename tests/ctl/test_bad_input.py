@@ -22,7 +22,7 @@ import yaml
 
 from labs import Node
 from plugins.ctl import Exit
-from plugins.sdk.store import DB_NAME, ID_NAME, LOCK_NAME
+from plugins.sdk.store import DB_NAME, ID_NAME, LOCK_NAME, ScopeRecord, Store
 from tests.journal_damage import flip_first
 
 from .kit import LINKS, crashed_connect, ctl, files_of, process_node
@@ -45,7 +45,8 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 def clone(node: Node, dest: Path) -> Path:
     """Copies of every service's journal and token, configs naming them, and a node config.
 
-    Sockets go in a fresh short directory that does not exist: every service is down.
+    Sockets go in a directory that does not exist: every service is down. Each keeps its
+    lease in ``run`` beside its state (none yet: no process of this boot opened the copy).
     """
     sockets = dest / "sockets"
     services = {}
@@ -62,6 +63,7 @@ def clone(node: Node, dest: Path) -> Path:
                     "stateDir": str(root / "state"),
                     "tokenFile": str(token),
                     "kernel": node.lab.kernel_url,
+                    "runtimeDir": str(root / "run"),
                 }
             )
         )
@@ -252,3 +254,27 @@ def test_the_console_script(tmp_path: Path) -> None:
         == f"networkplugin-ctl: node config {missing}: No such file or directory\n"
     )
     assert run.stdout == ""
+
+
+def test_rolled_back_journal(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """journal.db replaced by an older copy in the same boot: the lease, copied with the
+    journal, says more commits were acknowledged than it holds."""
+    config = clone(crashed, tmp_path)
+    state, run = tmp_path / LINKS / "state", tmp_path / LINKS / "run"
+    _checkpointed(state)
+    older = (state / DB_NAME).read_bytes()
+    with Store.open(state, runtime_dir=run) as store:  # one more commit, and its lease
+        store.write(
+            lambda t: t.put_scope(ScopeRecord(partition="x/v1", scope="s", generation=1, epoch=1))
+        )
+    _checkpointed(state)
+    (state / DB_NAME).write_bytes(older)
+    before = state_files(tmp_path)
+    lease = files_of(run)
+    result = ctl(config, ["ops"], capsys)
+    assert result.code == Exit.JOURNAL, result
+    assert "were acknowledged in this boot" in one_line(result.err)
+    assert state_files(tmp_path) == before
+    assert files_of(run) == lease
