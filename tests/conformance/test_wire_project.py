@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import allure
 import pytest
 
 from conformance import WIRE_CHECKS, WireLabs, WireTarget, load_wire_target, run_check
@@ -36,6 +37,9 @@ def test_project_macvlan_over_the_wire(check: str, run: tuple[WireTarget, WireLa
     target, labs = run
     verdict = run_check(target, check, labs)
     print(verdict.line())
+    # The report shows each variant's verdict per check, the failure's detail included.
+    allure.dynamic.title(f"wire {target.name} ({target.source.rsplit('/', 1)[-1]}): {check}")
+    allure.attach(verdict.line(), "verdict", allure.attachment_type.TEXT)
     if verdict.outcome == "not applicable":
         pytest.skip(f"{check} does not apply to {target.name}: {verdict.detail}")
     assert verdict.outcome == "passed", verdict.line()

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import allure
 import pytest
 
 from conformance import WIRE_CHECKS, WireLabs, WireTarget, load_wire_target, run_check
@@ -50,6 +51,9 @@ def test_wire_check(variant: str, check: str, runs: dict[str, tuple[WireTarget, 
     target, labs = runs[variant]
     verdict = run_check(target, check, labs)
     print(verdict.line())
+    # The report shows each variant's verdict per check, the failure's detail included.
+    allure.dynamic.title(f"wire {target.name} ({target.source.rsplit('/', 1)[-1]}): {check}")
+    allure.attach(verdict.line(), "verdict", allure.attachment_type.TEXT)
     if check in VARIANTS[variant][1]:
         assert verdict.failed, f"the broken copy ({variant}) passed {check}: {verdict.line()}"
     elif verdict.outcome == "not applicable":
