@@ -34,6 +34,7 @@ MODULES: Final = {
 }
 """The kernel modules of the link kinds each service creates."""
 SYS_MODULE: Final = Path("/sys/module")
+MODULE_TREE: Final = Path("/lib/modules")
 SYS_PCI: Final = Path("/sys/bus/pci/devices")
 GETINFO_TIMEOUT_S: Final = 5.0
 
@@ -124,7 +125,7 @@ def _journal(service: Service) -> Check:
         with snapshot(service) as snap:
             contents = read_contents(snap)
     except CtlError as exc:
-        return Check("journal", subject, FAIL, exc.message)
+        return Check("journal", subject, FAIL, exc.reason)
     how = "service running" if contents.live else "service down"
     return Check("journal", subject, OK, f"intact, {len(contents.operations)} operations ({how})")
 
@@ -132,12 +133,38 @@ def _journal(service: Service) -> Check:
 def _modules(service: Service) -> list[Check]:
     if urlsplit(service.config.kernel).scheme != "linux":
         return []
+    tree = MODULE_TREE / os.uname().release
+    known = _module_index(tree)
     checks = []
     for module in MODULES.get(service.name, ()):
-        there = (SYS_MODULE / module).is_dir()
-        detail = "loaded or built in" if there else f"not loaded ({SYS_MODULE / module} missing)"
-        checks.append(Check("module", module, OK if there else FAIL, detail))
+        if (SYS_MODULE / module).is_dir():
+            checks.append(Check("module", module, OK, "loaded"))
+        elif known is None:
+            # /sys/module lists a built-in module only when it has parameters.
+            detail = f"not loaded, and {tree} is missing: built in or absent, cannot tell"
+            checks.append(Check("module", module, WARN, detail))
+        elif module in known:
+            checks.append(Check("module", module, OK, f"{known[module]} (loaded on first use)"))
+        else:
+            checks.append(Check("module", module, FAIL, f"neither loaded nor in {tree}"))
     return checks
+
+
+def _module_index(tree: Path) -> dict[str, str] | None:
+    """Module name -> "built in" or "loadable", from the release's module tree (None: none)."""
+    index: dict[str, str] = {}
+    found = False
+    for name, how in (("modules.builtin", "built in"), ("modules.dep", "loadable")):
+        try:
+            text = (tree / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = True
+        for line in text.splitlines():
+            path = line.split(":", 1)[0]
+            module = os.path.basename(path).split(".ko", 1)[0].replace("-", "_")
+            index.setdefault(module, how)
+    return index if found else None
 
 
 def _driver(pci: str | None) -> str:
@@ -180,7 +207,7 @@ def _kernel(service: Service) -> list[Check]:
     try:
         return with_kernel(url, look)
     except CtlError as exc:
-        return [Check("kernel", url, FAIL, exc.message)]
+        return [Check("kernel", url, FAIL, exc.reason)]
 
 
 def doctor(services: tuple[Service, ...]) -> list[dict[str, str]]:

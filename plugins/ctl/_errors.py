@@ -19,7 +19,10 @@ class Exit(enum.IntEnum):
 class CtlError(Exception):
     """One line for a person, and the exit status it ends the command with."""
 
-    def __init__(self, exit_code: Exit, message: str) -> None:
+    def __init__(self, exit_code: Exit, message: str, *, subject: str = "") -> None:
+        """``subject`` (the service and path the message starts with) is dropped from
+        ``reason``, for a table whose row names the subject already."""
         super().__init__(message)
         self.exit_code = exit_code
         self.message = " ".join(message.split())
+        self.reason = self.message.removeprefix(subject)

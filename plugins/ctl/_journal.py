@@ -60,7 +60,8 @@ class Snapshot:
 
 
 def journal_error(service: Service, reason: str) -> CtlError:
-    return CtlError(Exit.JOURNAL, f"{service.name}: journal {service.config.state_dir}: {reason}")
+    subject = f"{service.name}: journal {service.config.state_dir}: "
+    return CtlError(Exit.JOURNAL, subject + reason, subject=subject)
 
 
 def service_holds_lock(state_dir: Path) -> bool:

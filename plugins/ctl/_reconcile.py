@@ -228,11 +228,15 @@ def with_kernel(url: str, fn: Callable[[Kernel], T]) -> T:
     except NetworkPluginError as exc:
         raise CtlError(Exit.USAGE, exc.message) from None
     except OSError as exc:
-        raise CtlError(Exit.UNREACHABLE, f"kernel {url}: {exc}") from None
+        raise CtlError(
+            Exit.UNREACHABLE, f"kernel {url}: {exc}", subject=f"kernel {url}: "
+        ) from None
     try:
         return fn(kernel)
     except OSError as exc:
-        raise CtlError(Exit.UNREACHABLE, f"kernel {url}: {exc}") from None
+        raise CtlError(
+            Exit.UNREACHABLE, f"kernel {url}: {exc}", subject=f"kernel {url}: "
+        ) from None
     finally:
         close = getattr(kernel, "close", None)
         if callable(close):
