@@ -173,11 +173,13 @@ def _in_process(service: Service, targets: Sequence[_Target]) -> list[Cleanup]:
                 boot_id=config.boot_id or kernel.boot_id(),
                 runtime_dir=config.runtime_dir,
             )
-        except StoreLocked:
+        except StoreLocked as exc:
+            holder = f"pid {exc.holder_pid}" if exc.holder_pid else "another process"
             raise CtlError(
                 Exit.REFUSED,
-                f"{service.name} started while reconcile was about to clean for it; "
-                "run reconcile --dry-run again",
+                f"{service.name}'s journal was taken by {holder} (the service starting, or "
+                "another reconcile) while reconcile was about to clean for it; nothing was "
+                "cleaned: run reconcile --dry-run again",
             ) from None
         try:
             if runner.store is None:
