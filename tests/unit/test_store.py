@@ -326,6 +326,31 @@ def test_nonterminal_operations_are_running_failed_and_cleanup_pending(store: St
     assert all(not r.terminal for r in vlan)
 
 
+def test_nonterminal_effects_are_read_in_one_query_with_damage_per_operation(
+    store: Store, state_dir: Path
+) -> None:
+    # Inserted out of position order: each list must come back in plan order.
+    insert(store, op("run"), (eff("run", "b", 1), eff("run", "a", 0)))
+    insert(store, op("done", state=OperationState.SUCCEEDED), (eff("done", "a", 0),))
+    insert(store, op("bad", state=OperationState.FAILED), (eff("bad", "a", 0), eff("bad", "b", 1)))
+    insert(store, op("bare", state=OperationState.CLEANUP_PENDING))
+    found, damaged = store.read(lambda r: r.nonterminal_effects())
+    assert {key: [e.effect_id for e in es] for key, es in found.items()} == {
+        (P, "run"): ["a", "b"],
+        (P, "bad"): ["a", "b"],
+    }
+    assert damaged == {}
+    assert found[(P, "run")] == store.read(lambda r: r.effects(P, "run"))
+    store.close()
+    with sqlite3.connect(state_dir / "journal.db") as raw:  # a byte changed behind our back
+        raw.execute("UPDATE effects SET detail = 'x' WHERE operation_id = 'bad' AND position = 1")
+    with Store.open(state_dir) as reopened:
+        found, damaged = reopened.read(lambda r: r.nonterminal_effects())
+    assert list(found) == [(P, "run")]
+    assert list(damaged) == [(P, "bad")]
+    assert "fails its checksum" in damaged[(P, "bad")].reason
+
+
 def test_duplicate_insert_is_already_exists_and_changes_nothing(store: Store) -> None:
     first = insert(store, op("op-1"), (eff("op-1", "create", 0),))
     with pytest.raises(AlreadyExists, match="op-1"):
