@@ -50,8 +50,11 @@ class CoordinatorClient:
             options=[
                 ("grpc.enable_retries", 0),
                 ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1000),
+                # gRPC core's minimum connect timeout despite its name (connect() to the
+                # server's SETTINGS frame): at 100 ms a loaded machine's server misses it,
+                # as PluginClient's did (plugins/sdk/host/_client.py).
+                ("grpc.min_reconnect_backoff_ms", 20_000),
             ],
         )
         self._stub = pb_grpc.CoordinatorStub(self._channel)

@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sqlite3
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from plugins.sdk import BundleStore, Descriptor, NetworkPluginError
@@ -40,6 +38,7 @@ from plugins.sdk.service import (
     StartupRefused,
     check_private_dir,
 )
+from plugins.sdk.signals import SignalStop
 from plugins.sdk.store import JournalFault, JournalUnavailable
 
 from ._allocate import Allocator
@@ -153,13 +152,10 @@ def serve(
         plugin_wait_seconds=config.plugin_wait_seconds,
     )
     server = CoordinatorServer(config.socket, token, service)
+    # Not a handler that sets ``stop`` itself: it could interrupt ``stop.wait()`` while
+    # that holds the event's lock, and wait for it forever (plugins.sdk.signals).
+    signals = SignalStop.install(stop)
     try:
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         if exit_process:
             threading.Thread(
                 target=_watchdog,
@@ -184,6 +180,7 @@ def serve(
             return EXIT_UNFINISHED
         return 0
     finally:
+        signals.close()
         server.stop(None)
         for client in clients.values():
             client.close()
