@@ -76,6 +76,17 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
     return summary
 
 
+def parallel_args(tier: str, pytest_args: list[str]) -> list[str]:
+    """The fake tier runs on every core (pytest-xdist): its cases share nothing but the
+    CPU (each its own kernel model, journal and sockets under its own tmp_path), and the
+    counters each worker leaves are added up by ``gather``. The other tiers share one
+    machine's kernel (the netns lab's names, the VM guest, a lab host) and run in one
+    process. A run that says ``-n`` itself (``-n 0``: one process) keeps its choice."""
+    if tier != "fake" or any(a.startswith(("-n", "--numprocesses")) for a in pytest_args):
+        return []
+    return ["-n", "auto"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.rig", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -93,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     results = Path(args.alluredir)
     collector = _Collector()
+    workers = parallel_args(spec.tier, args.pytest_args)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir:
         os.environ[STATS_DIR_ENV] = stats_dir
@@ -103,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--lab={args.lab}",
                 f"--alluredir={results}",
                 "-q",
+                *workers,
                 *args.pytest_args,
             ],
             plugins=[collector],
