@@ -44,17 +44,21 @@ class WireLabs:
     """The labs of one run's checks, each fresh. ``fake://``: one fake kernel server for
     the run, its model reloaded from the lab file and given the seed's start state again
     for every check (as if the node rebooted; starting a server costs seconds);
-    ``linux://``: a new netns lab per check. A context manager; ``close`` ends them."""
+    ``linux://``: a new netns lab per check, the previous one closed first (checks run
+    one after another). A context manager; ``close`` ends them."""
 
     def __init__(self, target: WireTarget) -> None:
         self.target = target
         self.server: FakeServerLab | None = None
-        self.netns: list[NetnsLab] = []
+        self.netns: NetnsLab | None = None
 
     def fresh(self) -> Lab:
         if self.target.kernel_url == "linux://":
-            self.netns.append(NetnsLab(randomize=True))
-            return self.netns[-1]
+            if self.netns is not None:
+                self.netns.close()
+                self.netns = None
+            self.netns = NetnsLab(randomize=True)
+            return self.netns
         lab = self.target.lab or DEFAULT_LAB
         if self.server is None:
             self.server = FakeServerLab(lab)
@@ -70,9 +74,9 @@ class WireLabs:
         self.close()
 
     def close(self) -> None:
-        for lab in self.netns:
-            lab.close()
-        self.netns.clear()
+        if self.netns is not None:
+            self.netns.close()
+            self.netns = None
         if self.server is not None:
             self.server.close()
             self.server = None
