@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from ._documents import SERVICE_CONFIG_SCHEMA, DocumentError, DocumentSchema
@@ -35,6 +35,17 @@ from .host import Host, read_token
 from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
 from .signals import SignalStop
 from .store import JournalFault, JournalUnavailable
+from .telemetry import (
+    LOG_FORMATS,
+    NO_METRICS,
+    LogFormat,
+    Metrics,
+    MetricsConfig,
+    configure_logging,
+)
+
+if TYPE_CHECKING:
+    from .telemetry import MetricsPublisher
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +75,8 @@ class ServiceConfig:
     boot_id: str | None = None  # None: read it from the kernel
     shutdown_grace_seconds: float = 10.0
     runtime_dir: Path = Path()  # Path() (the default): the socket dir
+    metrics: MetricsConfig | None = None  # None (the default): no metrics at all
+    log_format: LogFormat = "text"
 
     def __post_init__(self) -> None:
         if self.runtime_dir == Path():
@@ -106,7 +119,21 @@ class ServiceConfig:
             boot_id=data.get("bootId"),
             shutdown_grace_seconds=float(grace),
             runtime_dir=paths.get("runtimeDir", Path()),
+            metrics=_metrics_config(data.get("metrics"), base),
+            log_format=data.get("logFormat", "text"),
         )
+
+
+def _metrics_config(data: dict[str, Any] | None, base: Path) -> MetricsConfig | None:
+    """The checked ``metrics`` mapping (the schema allows exactly one of port and textfile)."""
+    if data is None:
+        return None
+    textfile = data.get("textfile")
+    return MetricsConfig(
+        port=data.get("port"),
+        textfile=base / textfile if textfile is not None else None,
+        textfile_interval_seconds=float(data.get("textfileIntervalSeconds", 15.0)),
+    )
 
 
 def artifact_digest(root: Path = PACKAGE_ROOT) -> str:
@@ -185,6 +212,7 @@ def _open_runner(
     effects: EffectRegistry,
     kernel_boot_id: str,
     crash: CrashPoints,
+    metrics: Metrics = NO_METRICS,
 ) -> Runner:
     """The runner over the journal; a damaged journal is served (every scope unavailable)."""
     state_dir = config.state_dir
@@ -197,6 +225,7 @@ def _open_runner(
             boot_id=config.boot_id or kernel_boot_id,
             crash=crash,
             runtime_dir=config.runtime_dir,
+            metrics=metrics,
         )
     except (OSError, sqlite3.Error, JournalFault) as exc:  # read-only, full, not writable
         raise StartupRefused(
@@ -245,8 +274,13 @@ def serve(
     registrations = make_registry().seal()  # one invalid registration fails startup
     token = read_token(config.token_file)
     check_directories(config)
-    effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
-    runner = _open_runner(config, registrations, effects, kernel_boot_id, crash)
+    metrics, publisher = _publish_metrics(config.metrics)
+    try:
+        effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
+        runner = _open_runner(config, registrations, effects, kernel_boot_id, crash, metrics)
+    except BaseException:
+        _unpublish(publisher)
+        raise
     try:
         host = Host(config.socket_dir, token)
         # From the first socket on, SIGTERM stops gracefully (also during recovery). Not
@@ -263,6 +297,7 @@ def serve(
         host.start(runner.endpoints())  # GetInfo answers ready=false until recovery is done
     except BaseException:
         runner.close()
+        _unpublish(publisher)
         raise
     try:
         notes = runner.recover()
@@ -271,6 +306,7 @@ def serve(
     except BaseException:
         host.stop(None)
         runner.close()
+        _unpublish(publisher)
         raise
     else:
         for note in notes if runner.store is not None else ():  # else: said once, above
@@ -281,6 +317,28 @@ def serve(
         return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
     finally:
         signals.close()
+        _unpublish(publisher)
+
+
+def _publish_metrics(config: MetricsConfig | None) -> tuple[Metrics, MetricsPublisher | None]:
+    """Metrics on (prometheus_client loaded now, published) or off (nothing loaded)."""
+    if config is None:
+        return NO_METRICS, None
+    from .telemetry import MetricsPublisher, PrometheusMetrics
+
+    metrics = PrometheusMetrics()
+    publisher = MetricsPublisher(metrics, config)
+    try:
+        publisher.start()
+    except OSError as exc:
+        raise StartupRefused(f"metrics {publisher.where}: {_os_cause(exc)}") from None
+    log.info("metrics published at %s", publisher.where)
+    return metrics, publisher
+
+
+def _unpublish(publisher: MetricsPublisher | None) -> None:
+    if publisher is not None:
+        publisher.stop()
 
 
 def _stop(host: Host, runner: Runner, grace: float, *, exit_process: bool) -> int:
@@ -353,11 +411,20 @@ def main(
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=None,
+        help="text or json lines on stderr (default: the config's logFormat, else text)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=f"{prog} %(levelname)s %(name)s: %(message)s")
+    configure_logging(prog, args.log_level, args.log_format or "text")
     try:
+        config = ServiceConfig.load(args.config)
+        if args.log_format is None and config.log_format != "text":
+            configure_logging(prog, args.log_level, config.log_format)
         return serve(
-            ServiceConfig.load(args.config),
+            config,
             make_registry,
             make_effects,
             crash=crash,

@@ -3,12 +3,13 @@
 Each socket gets its own ``grpc.server`` whose servicer holds exactly one
 :class:`EndpointService`; nothing on ``vlan.sock`` can reach the ipvlan service.
 
-Every RPC, ``GetInfo`` included, must carry ``authorization: Bearer <token>``
-metadata. The token is compared in constant time before anything else happens; a
-request that fails never reaches the service. ``GetInfo`` is not exempt because the
-node coordinator is the only legitimate peer and the descriptor and digests it
-returns are not for anyone else; liveness probes can connect to the socket without
-speaking gRPC.
+Every NetworkPlugin RPC, ``GetInfo`` included, must carry ``authorization: Bearer
+<token>`` metadata. The token is compared in constant time before anything else
+happens; a request that fails never reaches the service. ``GetInfo`` is not exempt
+because the node coordinator is the only legitimate peer and the descriptor and
+digests it returns are not for anyone else. Probes use the standard gRPC health
+service on the same socket (``_health``): it needs no token and tells nothing but
+SERVING or NOT_SERVING.
 
 Order of checks per RPC: authentication, then (for the mutating hooks and
 ``InspectOperation``) readiness, then conversion and validation of the request,
@@ -508,6 +509,10 @@ class Host:
         pb_grpc.add_NetworkPluginServicer_to_server(
             _Servicer(name, service, self._token, self._in_flight), server
         )
+        # Imported here: a process that only speaks to plugins (PluginClient) never loads it.
+        from ._health import add_health
+
+        add_health(server, service)
         try:
             with _UMASK_LOCK:
                 previous = os.umask(_SOCKET_UMASK)

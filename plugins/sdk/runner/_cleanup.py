@@ -17,15 +17,27 @@ from .._registry import Registration
 from .._requests import CleanupResponse, CleanupStatus, EffectState, EffectStatus, OperationState
 from .._types import Hook
 from ..store import EffectRecord, OperationRecord, Reader, Store, Txn
+from ..telemetry import NO_METRICS, Metrics
 from . import _transitions as tr
 from ._context import effect_context, load_json, recorded_outputs
 from ._crash import Commit, CrashPoints
 from ._effects import EffectContext, EffectRegistry, UndoOutcome, scope_evidence
 from ._fencing import allocation_root
+from ._observe import effect_transition
 
 T = TypeVar("T")
 
 _SEVERITY = (CleanupStatus.CLEANED, CleanupStatus.PENDING, CleanupStatus.QUARANTINED)
+_NOT_APPLIED = (EffectState.PLANNED, EffectState.CAPTURED)
+
+
+def _outcome(before: EffectRecord, after: EffectRecord) -> str:
+    """What one undo counts as in the metrics (an effect left Undoing: its undo failed)."""
+    if after.state is EffectState.QUARANTINED:
+        return "quarantined"
+    if after.state is EffectState.UNDONE:
+        return "never_applied" if before.state in _NOT_APPLIED else "undone"
+    return "undo_failed"
 
 
 def worse(a: CleanupStatus, b: CleanupStatus) -> CleanupStatus:
@@ -41,12 +53,14 @@ class Undo:
         effects: EffectRegistry,
         crash: CrashPoints,
         commit: Callable[[Commit | str, Callable[[Txn], Any]], Any],
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         # Asked for each read and write: it re-checks readiness and clears a storage fault.
         self._store = store
         self._effects = effects
         self._crash = crash
         self._commit = commit
+        self._metrics = metrics
 
     def targets(
         self, partition: str, scope: str, step: str, target: CleanupPlan
@@ -183,6 +197,21 @@ class Undo:
         carried: _Carried,
     ) -> tuple[EffectRecord, CleanupStatus]:
         """Undo one effect; its result is carried to the next commit (``_Carried``)."""
+        after, status = self._undo_effect(cleanup_op, op, plan, rec, outputs, carried)
+        if after is not rec:  # an effect already Undone or Quarantined is left as it is
+            reason = after.detail if status is not CleanupStatus.CLEANED else ""
+            effect_transition(self._metrics, op, after, _outcome(rec, after), reason)
+        return after, status
+
+    def _undo_effect(
+        self,
+        cleanup_op: OperationRecord,
+        op: OperationRecord,
+        plan: Plan,
+        rec: EffectRecord,
+        outputs: Mapping[str, Mapping[str, Any]],
+        carried: _Carried,
+    ) -> tuple[EffectRecord, CleanupStatus]:
         if rec.state is EffectState.UNDONE:
             return rec, CleanupStatus.CLEANED
         if rec.state is EffectState.QUARANTINED:
@@ -205,6 +234,7 @@ class Undo:
                 # Undoing durable before the first compensation, with what came before it.
                 self._commit(Commit.UNDOING, carried.write)
                 carried.clear()
+                effect_transition(self._metrics, op, rec)  # its Undoing
             try:
                 result = executor.undo(ctx, load_json(rec.before_json), outputs.get(rec.effect_id))
             except Exception as exc:  # stays Undoing: a later cleanup retries it

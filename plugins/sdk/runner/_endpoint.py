@@ -6,6 +6,7 @@ handler's plan to the runner; builds the typed response from the recorded output
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from .._requests import (
 )
 from .._types import Hook, PreparedState, StepKind
 from ._codec import handles
+from ._observe import Request, hook_call
 from ._validation import check_cleanup_plan, check_envelope
 
 if TYPE_CHECKING:
@@ -50,7 +52,27 @@ class EndpointRunner:
                 f"{reg.name}: {hook.value} is not a hook of an Operation-only plugin"
             )
 
+    def _observed(self, req: Request) -> contextlib.AbstractContextManager[None]:
+        """Each hook's one log line and latency, whatever it answers."""
+        return hook_call(self._runner.metrics, self.registration.name, req)
+
     def node_prepare(self, req: PrepareRequest) -> PrepareResponse:
+        with self._observed(req):
+            return self._node_prepare(req)
+
+    def connect_network(self, req: ConnectRequest) -> ConnectResponse:
+        with self._observed(req):
+            return self._connect_network(req)
+
+    def remove_network(self, req: CleanupRequest) -> CleanupResponse:
+        with self._observed(req):
+            return self._remove_network(req)
+
+    def node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
+        with self._observed(req):
+            return self._node_unprepare(req)
+
+    def _node_prepare(self, req: PrepareRequest) -> PrepareResponse:
         reg = self.registration
         check_envelope(req, Hook.NODE_PREPARE)
         self._check_hook(Hook.NODE_PREPARE)
@@ -77,7 +99,7 @@ class EndpointRunner:
         assert isinstance(result, PrepareResponse)
         return result
 
-    def connect_network(self, req: ConnectRequest) -> ConnectResponse:
+    def _connect_network(self, req: ConnectRequest) -> ConnectResponse:
         reg = self.registration
         check_envelope(req, Hook.CONNECT_NETWORK)
         call = ConnectCall(
@@ -102,7 +124,7 @@ class EndpointRunner:
         assert isinstance(result, ConnectResponse)
         return result
 
-    def remove_network(self, req: CleanupRequest) -> CleanupResponse:
+    def _remove_network(self, req: CleanupRequest) -> CleanupResponse:
         reg = self.registration
         check_envelope(req, Hook.REMOVE_NETWORK)
         call = RemoveCall(req.envelope, reg.descriptor, reg.validator, req.target_operation_id)
@@ -114,7 +136,7 @@ class EndpointRunner:
             ),
         )
 
-    def node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
+    def _node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
         reg = self.registration
         check_envelope(req, Hook.NODE_UNPREPARE)
         self._check_hook(Hook.NODE_UNPREPARE)
@@ -129,3 +151,7 @@ class EndpointRunner:
 
     def inspect(self, operation_id: str, scope: str) -> InspectResponse:
         return self._runner.inspect(self.registration, operation_id, scope)
+
+    def serving(self) -> bool:
+        """The health service's answer: recovered, and the journal intact and writable."""
+        return self._runner.serving()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -62,6 +63,7 @@ from ..store import (
     Store,
     Txn,
 )
+from ..telemetry import NO_METRICS, JournalGauges, Metrics
 from . import _transitions as tr
 from ._cleanup import Undo
 from ._codec import cleanup_response, replay, response_json
@@ -80,6 +82,7 @@ from ._fencing import (
     unit_key,
 )
 from ._locks import Joins, UnitLocks
+from ._observe import effect_transition
 from ._recovery import recover
 from ._semantic import Request, request_semantics, semantic_digest
 from ._validation import output_problem, validate_plan
@@ -90,6 +93,7 @@ T = TypeVar("T")
 Respond = Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | ConnectResponse]
 
 
+_CLEANUP_HOOKS = (Hook.REMOVE_NETWORK, Hook.NODE_UNPREPARE)
 _RESUMABLE = (
     EffectState.PLANNED,
     EffectState.CAPTURED,
@@ -143,8 +147,10 @@ class Runner:
         boot_id: str,
         crash: CrashPoints = NO_CRASH,
         unavailable_reason: str = "",
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._unavailable = unavailable_reason or ("" if store is not None else "no journal")
         self._effects = effects
         self._artifact_digest = artifact_digest
@@ -165,8 +171,9 @@ class Runner:
             log.error(
                 "journal %s fails its checksum; its scope stays unavailable", record.describe()
             )
-        self._undo = Undo(self._require_store, effects, crash, self._commit)
+        self._undo = Undo(self._require_store, effects, crash, self._commit, metrics)
         self._check_effects()
+        metrics.watch_journal(JournalGauges(self._fsyncs, self._quarantined_scopes))
 
     @classmethod
     def open(
@@ -180,6 +187,7 @@ class Runner:
         crash: CrashPoints = NO_CRASH,
         runtime_dir: Path | None = None,
         faults: StorageFaults = NO_FAULTS,
+        metrics: Metrics = NO_METRICS,
     ) -> Runner:
         """Open the journal in ``state_dir`` and build the runner that owns it.
 
@@ -207,6 +215,7 @@ class Runner:
                 boot_id=boot_id,
                 crash=crash,
                 unavailable_reason=reason,
+                metrics=metrics,
             )
         except BaseException:
             if store is not None:
@@ -248,6 +257,38 @@ class Runner:
         return self._store
 
     @property
+    def metrics(self) -> Metrics:
+        """Where this runner reports hooks, effects, recovery and commits."""
+        return self._metrics
+
+    def serving(self) -> bool:
+        """Recovered, and the journal intact and writable: what the health service says.
+
+        Narrower than ``ready`` (which GetInfo reports): a journal with damaged records
+        still serves its other scopes, but it is not healthy until an operator looks.
+        """
+        store = self._store
+        return self._ready and store is not None and not self._damaged and store.failure is None
+
+    def _fsyncs(self) -> int:
+        return self._store.commits if self._store is not None else 0
+
+    def _quarantined_scopes(self) -> dict[str, int]:
+        """Per state namespace: scopes whose latest finished cleanup said QUARANTINED."""
+        store = self._store
+        if store is None:
+            return {}
+        counts: dict[str, int] = {}
+        for reg in self._regs.values():
+            partition = reg.endpoint.state_namespace
+            latest: dict[str, CleanupStatus] = {}
+            for op in store.read(lambda r, p=partition: r.operations(p)):  # type: ignore[misc]
+                if op.cleanup_status is not None and op.hook in _CLEANUP_HOOKS:
+                    latest[op.scope] = op.cleanup_status
+            counts[partition] = sum(s is CleanupStatus.QUARANTINED for s in latest.values())
+        return counts
+
+    @property
     def boot_id(self) -> str:
         """The node's boot id, stamped on every handle this runner mints."""
         return self._boot_id
@@ -276,10 +317,14 @@ class Runner:
         """
         if self._store is None:
             return [f"journal unavailable: {self._unavailable}"]
+        started = time.perf_counter()
         notes = recover(
             self._store, self._regs, self._effects, self._crash, self._commit, self._note_damage
         )
         self._ready = True
+        seconds = time.perf_counter() - started
+        self._metrics.recovery_finished(seconds)
+        log.info("recovery done in %.3fs: %d observation(s)", seconds, len(notes))
         return notes
 
     # -- shared plumbing -----------------------------------------------------------------
@@ -322,7 +367,11 @@ class Runner:
         if store is None:
             raise DataLoss(f"journal unavailable: {self._unavailable}")
         self._crash.at(Phase.commit(PhaseKind.BEFORE_COMMIT, commit))
+        started = time.perf_counter()
         result = store.write(fn)
+        # "target:<operation>" is counted as "target": no operation id becomes a label.
+        boundary = str(commit).partition(":")[0]
+        self._metrics.journal_committed(boundary, time.perf_counter() - started)
         self._crash.at(Phase.commit(PhaseKind.AFTER_COMMIT, commit))
         return result
 
@@ -433,7 +482,12 @@ class Runner:
             with self._crash.scope(env.hook.value, env.operation_id):
                 inserted = self._commit(Commit.INTENT, intent)
                 if refusal is not None:
+                    effect_transition(
+                        self._metrics, inserted, effects[0], "capture_failed", refusal[0]
+                    )
                     _raise_effect_error(plan.effects[0], refusal[1])
+                if effects:
+                    effect_transition(self._metrics, inserted, effects[0])  # its Applying
                 return self._execute(inserted, plan, respond)
 
     def _execute(
@@ -474,20 +528,30 @@ class Runner:
             ctx = effect_context(op, plan, planned.id, outputs)
             with self._crash.scope(op.hook.value, op.operation_id, planned.id):
                 try:
+                    was = rec.state
                     rec = self._start(rec, executor, ctx, carried)
+                    if rec.state is not was:
+                        effect_transition(self._metrics, op, rec)  # its Applying
                     carried = []
                     result = dict(executor.apply(ctx, load_json(rec.before_json)))
                 except (NetworkPluginError, OSError) as exc:
-                    self._fail(op, _effect_message(planned, exc), carried, rec, exc)
+                    message = _effect_message(planned, exc)
+                    self._fail(op, message, carried, rec, exc)
+                    applying = rec.state is EffectState.APPLYING  # else its capture refused
+                    outcome = "apply_failed" if applying else "capture_failed"
+                    effect_transition(self._metrics, op, rec, outcome, message)
                     _raise_effect_error(planned, exc)
                 problem = output_problem(planned.outputs, result)
                 if problem:
                     # Mutation happened but its result is unusable: uncertain, never forgotten.
                     self._fail(op, f"{planned.id}: {problem}", (), rec)
+                    effect_transition(self._metrics, op, rec, "invalid_outputs", problem)
                     raise FailedPrecondition(
                         f"effect {planned.id} returned invalid outputs: {problem}"
                     )
                 carried = [tr.applied(rec, canonical_json(result))]
+                # Logged once the kernel changed; durable with the next commit.
+                effect_transition(self._metrics, op, carried[0], "applied")
                 outputs[planned.id] = result
         try:
             response = respond(plan, outputs)
@@ -535,7 +599,9 @@ class Runner:
         store = self._require_store()
         failed = tr.failed(op, _error_json(message, exc))
         noted = [tr.noted(rec, message)] if rec is not None else []
+        started = time.perf_counter()
         store.write(lambda t: _write(t, [*carried, *noted], failed))
+        self._metrics.journal_committed("failure", time.perf_counter() - started)
 
     def _new_record(
         self, reg: Registration, request: Request, semantic: str, plan_json: str, target: str = ""
