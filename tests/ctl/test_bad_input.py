@@ -2,7 +2,7 @@
 
 One line on stderr each, a non-zero exit, and nothing changed: every file of every
 state directory is byte-identical afterwards. The journals are copies (``clone``) of
-one module-wide node's, left by a SIGKILL mid-connect and one restart (the connect is
+one module-wide node's, left by a crash mid-connect and one restart (the connect is
 Failed and its macvlan child is still in the pod), so each test damages its own.
 """
 
@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labs import Node
+from harness.scenarios import Lifecycle
+from labs import FakeServerLab, Node
 from plugins.ctl import Exit
+from plugins.sdk.runner import CrashPoints, SimulatedCrash
 from plugins.sdk.store import DB_NAME, ID_NAME, LOCK_NAME, ScopeRecord, Store
 from tests.journal_damage import flip_first
 
-from .kit import LINKS, crashed_connect, ctl, files_of, process_node
+from .kit import LINKS, ctl, files_of
 from .test_reconcile_e2e import MARKED
 
 SERVICES = ("networkplugin-bond", LINKS, "networkplugin-vf")
@@ -33,28 +35,33 @@ SERVICES = ("networkplugin-bond", LINKS, "networkplugin-vf")
 
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    with process_node(tmp_path_factory.mktemp("crashed")) as node:
-        crashed_connect(node, MARKED)
-        links = node.processes.processes[LINKS]
-        links.start()  # recovery marks the connect Failed
-        for process in node.processes.processes.values():
-            process.stop()
+    """The services in this process over the fake kernel server (no processes to start):
+    crashed mid-connect, restarted once (recovery marks the connect Failed), closed."""
+    root = tmp_path_factory.mktemp("crashed")
+    with Node(FakeServerLab(), root, crash=CrashPoints(armed=MARKED)) as node:
+        life = Lifecycle("macvlan", node)
+        life.run(0, 1)
+        with pytest.raises(SimulatedCrash):
+            life.phase("connect")()
+        node.services.crash(CrashPoints())  # abandoned, then started from the journals
+        node.services.close()
         yield node
 
 
 def clone(node: Node, dest: Path) -> Path:
-    """Copies of every service's journal and token, configs naming them, and a node config.
+    """Copies of every service's journal, a token, configs naming them, a node config.
 
     Sockets go in a directory that does not exist: every service is down. Each keeps its
     lease in ``run`` beside its state (none yet: no process of this boot opened the copy).
     """
     sockets = dest / "sockets"
     services = {}
-    for name, process in node.processes.processes.items():
+    for name in SERVICES:
         root = dest / name
-        shutil.copytree(process.root / "state", root / "state")
+        shutil.copytree(node.services.state_dir(name), root / "state")
         token = root / "token"
-        shutil.copy2(process.root / "token", token)
+        token.write_text("a-token\n")
+        token.chmod(0o600)
         config = root / "service.yaml"
         config.write_text(
             yaml.safe_dump(
