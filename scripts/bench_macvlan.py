@@ -18,13 +18,18 @@ Per iteration, in rotating order so drift hits all three alike:
   that sits in the node namespace so the plugin resolves ``master`` there;
 * floor: the kernel operations our executors perform, as bare pyroute2 requests:
   create the child on ``benchparent`` straight into ``bench-pod`` (IFLA_NET_NS_FD)
-  under a temporary name, look up its ifindex, set its alias, rename it, set it up,
-  delete it.
+  under a temporary name, look up its ifindex, set its alias and final name (one
+  message), set it up, delete it.
 
 Prints medians (and p90/min) in ms and the ratios ours/CNI and ours/floor (medians).
 Not a test: nothing here asserts a timing.
 
+    sudo scripts/install-bench    # the CNI plugins (and strace, py-spy), once
     sudo uv run python scripts/bench_macvlan.py [--iterations 50] [--warmup 5]
+        [--rows ours,CNI,floor] [--print-service-pid]
+
+``measure()`` returns the per-iteration samples as data (``Measurement``), for a
+caller such as ``scripts/bench``.
 """
 
 from __future__ import annotations
@@ -289,7 +294,7 @@ class CNI:
 
 class Floor:
     name = "floor"
-    what = "pyroute2: newlink(netns)+get+alias+rename+up, del"
+    what = "pyroute2: newlink(netns)+get+alias&rename+up, del"
 
     def __init__(self, scene: Scene) -> None:
         self.scene = scene
@@ -314,8 +319,7 @@ class Floor:
         )
         (msg,) = scene.pod_ipr.link("get", ifname=temp)
         self.index = int(msg["index"])
-        scene.pod_ipr.link("set", index=self.index, ifalias=alias)
-        scene.pod_ipr.link("set", index=self.index, ifname=IFNAME)
+        scene.pod_ipr.link("set", index=self.index, ifalias=alias, ifname=IFNAME)
         scene.pod_ipr.link("set", index=self.index, state="up")
 
     def delete(self, label: str) -> None:

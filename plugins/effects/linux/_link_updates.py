@@ -69,7 +69,7 @@ class SetLinkUp:
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
     ) -> UndoResult:
-        if before["up"]:
+        if before is not None and before["up"]:
             return UndoResult(UndoOutcome.ABSENT, "it was up before: nothing to bring down")
         if deleted_by_this_cleanup(ctx, ctx.inputs["link"]):
             # No kernel call at all: whether it is still there and up, the create's

@@ -1,6 +1,7 @@
 """rtnetlink on the wire: request encoding and a synchronous, thread-safe socket.
 
-Replies are decoded by pyroute2's message classes (``ifinfmsg``, ``nsidmsg``).
+Link replies are decoded by ``_decode.decode_link``, the others by pyroute2's message
+classes (``ifinfmsg`` for VF tables, ``nsidmsg``).
 Requests are encoded here, byte for byte as the kernel's structs are laid out,
 because pyroute2 0.9 encodes ``struct ifla_vf_vlan_info`` two bytes short (the
 kernel answers EINVAL) and cannot send the zero-length ``IFLA_IFALIAS`` that
