@@ -18,6 +18,7 @@ from plugins.sdk import (
 # Every packaged schema, by (package, file): docs/file-formats.md lists the same.
 PACKAGED = [
     ("plugins.sdk", "service-config.schema.json"),
+    ("plugins.coordinator", "coordinator-config.schema.json"),
     ("plugins.coordinator", "network-topology.schema.json"),
     ("plugins.coordinator", "device-exposure-policy.schema.json"),
     ("plugins.coordinator", "device-inventory.schema.json"),
