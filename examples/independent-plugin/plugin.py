@@ -1,11 +1,12 @@
 """An independent macvlan NetworkPlugin: the wire contract, and nothing of the SDK.
 
     python plugin.py --socket S --token-file T --kernel fake:///path/kernel.sock --state DIR
+    python plugin.py ... --kernel linux:///path/of/the/host/netns ...
 
 It imports no project code: it speaks ``networkplugin.v1alpha1`` through stubs compiled
 into ``stubs/`` (``generate.py``), keeps its own journal (SQLite, in ``--state``), and
 reaches the fake kernel over that server's JSON-lines socket protocol with a client of
-its own. It exists to prove that the conformance suite checks a plugin over the wire
+its own, or Linux over netlink with pyroute2. It exists to prove that the conformance suite checks a plugin over the wire
 (docs/conformance.md), as a plugin written in another language would be checked.
 
 One logical plugin, ``independent-macvlan`` (an Allocation root): NodePrepare records an
@@ -21,9 +22,11 @@ NodeUnprepare releases the entitlement.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import hmac
 import json
+import os
 import signal
 import socket
 import sqlite3
@@ -69,24 +72,25 @@ class KernelRefused(Exception):
         self.errno = errno
 
 
-# -- the fake kernel, over its socket --------------------------------------------------------
+# -- the kernel: the fake one over its socket, or Linux through pyroute2 --------------------
+#
+# Both give links as {"name", "ifindex", "alias", "mac", "mtu"} and namespaces as an
+# opaque reference the plugin passes back; ``sandbox`` returns None for a namespace that
+# is gone or is not the one the handle names (path, device/inode and boot id).
 
 
 class FakeKernel:
     """One connection to ``python -m fakekernel``: a JSON object per line each way."""
 
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "fake" or not parts.path.startswith("/"):
-            raise SystemExit(f"--kernel {url!r}: this plugin speaks only fake:///socket/path")
+    def __init__(self, path: str) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(30)
-        self._sock.connect(parts.path)
+        self._sock.connect(path)
         self._reader = self._sock.makefile("rb")
         self._lock = threading.Lock()
         self._next = 0
 
-    def call(self, method: str, **params: Any) -> Any:
+    def _call(self, method: str, **params: Any) -> Any:
         with self._lock:
             self._next += 1
             request = {"id": self._next, "method": method, "params": params}
@@ -99,9 +103,175 @@ class FakeKernel:
             raise KernelRefused(int(error["errno"]), str(error["message"]))
         raise RuntimeError(f"fake kernel {method}: {error}")
 
+    def boot_id(self) -> str:
+        return str(self._call("boot_id"))
+
+    def host_link(self, name: str) -> dict[str, Any] | None:
+        link = self._call("get_link", ns=self._call("host_namespace"), name=name)
+        return None if link is None else dict(link)
+
+    def sandbox(self, handle: dict[str, Any]) -> Any:
+        try:
+            return self._call("open_namespace", handle=handle)
+        except KernelRefused:
+            return None
+
+    def link(self, ns: Any, name: str) -> dict[str, Any] | None:
+        link = self._call("get_link", ns=ns, name=name)
+        return None if link is None else dict(link)
+
+    def create_macvlan(
+        self, ns: Any, name: str, parent: dict[str, Any], mtu: int, alias: str
+    ) -> dict[str, Any]:
+        spec = {"kind": "macvlan", "name": name, "mtu": mtu, "mode": "bridge", "alias": alias}
+        spec |= {"parent": parent["ifindex"], "parent_ns": parent["ns"]}
+        link = self._call("create_link", ns=ns, spec=spec)
+        return dict(self._call("set_link", ns=ns, ifindex=link["ifindex"], changes={"up": True}))
+
+    def delete(self, ns: Any, ifindex: int) -> None:
+        self._call("delete_link", ns=ns, ifindex=ifindex)
+
     def close(self) -> None:
         self._reader.close()
         self._sock.close()
+
+
+class LinuxKernel:
+    """The running kernel over netlink (pyroute2); ``node`` is the host namespace's path.
+
+    A netlink socket belongs to the namespace of the thread that opens it, so each call
+    runs in a thread of its own that enters the namespace first and then ends (CPython
+    never reuses it). pyroute2's own ``netns=`` forks, which a process with gRPC's
+    threads must not do.
+
+    A macvlan is born in the node under a temporary name with its alias already set (the
+    ownership evidence travels with it), moved into the pod, then renamed and set up."""
+
+    BOOT_ID = "/proc/sys/kernel/random/boot_id"
+    CLONE_NEWNET = 0x40000000
+    THREAD_DEADLINE_S = 30.0
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    def _in(self, ns: str, work: Callable[[Any], Msg]) -> Msg:
+        import ctypes
+
+        from pyroute2 import IPRoute, NetlinkError
+
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fd = os.open(ns, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    if libc.setns(fd, self.CLONE_NEWNET) != 0:
+                        code = ctypes.get_errno()
+                        raise OSError(code, os.strerror(code))
+                finally:
+                    os.close(fd)
+                with IPRoute() as ip:
+                    outcome["result"] = work(ip)
+            except NetlinkError as exc:
+                outcome["error"] = KernelRefused(exc.code, str(exc))
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run, name="netns-call")
+        thread.start()
+        thread.join(self.THREAD_DEADLINE_S)
+        if thread.is_alive():
+            raise RuntimeError(f"a netlink call in {ns} took over {self.THREAD_DEADLINE_S}s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _describe(ip: Any, name: str) -> dict[str, Any] | None:
+        found = ip.link_lookup(ifname=name)
+        if not found:
+            return None
+        msg = ip.get_links(found[0])[0]
+        return {
+            "name": msg.get_attr("IFLA_IFNAME"),
+            "ifindex": msg["index"],
+            "alias": msg.get_attr("IFLA_IFALIAS"),
+            "mac": msg.get_attr("IFLA_ADDRESS"),
+            "mtu": msg.get_attr("IFLA_MTU"),
+        }
+
+    def boot_id(self) -> str:
+        return Path(self.BOOT_ID).read_text().strip()
+
+    def host_link(self, name: str) -> dict[str, Any] | None:
+        return self._in(self.node, lambda ip: self._describe(ip, name))
+
+    def sandbox(self, handle: dict[str, Any]) -> Any:
+        try:
+            st = os.stat(handle["path"])
+        except OSError:
+            return None
+        same = (st.st_dev, st.st_ino) == (handle["device"], handle["inode"])
+        return handle["path"] if same and handle["boot_id"] == self.boot_id() else None
+
+    def link(self, ns: Any, name: str) -> dict[str, Any] | None:
+        return self._in(str(ns), lambda ip: self._describe(ip, name))
+
+    def create_macvlan(
+        self, ns: Any, name: str, parent: dict[str, Any], mtu: int, alias: str
+    ) -> dict[str, Any]:
+        temporary = "ix" + hashlib.sha256(alias.encode()).hexdigest()[:12]
+
+        def born_in_node(ip: Any) -> None:
+            found = self._describe(ip, temporary)
+            if found is None:
+                ip.link(
+                    "add",
+                    ifname=temporary,
+                    kind="macvlan",
+                    link=parent["ifindex"],
+                    macvlan_mode="bridge",
+                    mtu=mtu,
+                )
+                # Linux ignores IFLA_IFALIAS in a create; the evidence is set before the move.
+                (index,) = ip.link_lookup(ifname=temporary)
+                ip.link("set", index=index, ifalias=alias)
+            elif found["alias"] != alias:
+                raise KernelRefused(errno.EEXIST, f"{temporary} in the node is not ours")
+            (index,) = ip.link_lookup(ifname=temporary)
+            fd = os.open(str(ns), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                ip.link("set", index=index, net_ns_fd=fd)
+            finally:
+                os.close(fd)
+
+        def named_in_pod(ip: Any) -> dict[str, Any] | None:
+            (index,) = ip.link_lookup(ifname=temporary)
+            ip.link("set", index=index, ifname=name, state="up")
+            return self._describe(ip, name)
+
+        self._in(self.node, born_in_node)
+        link = self._in(str(ns), named_in_pod)
+        assert link is not None, f"{name} vanished after its creation"
+        return link
+
+    def delete(self, ns: Any, ifindex: int) -> None:
+        self._in(str(ns), lambda ip: ip.link("del", index=ifindex))
+
+    def close(self) -> None:
+        pass
+
+
+def open_kernel(url: str) -> FakeKernel | LinuxKernel:
+    parts = urlsplit(url)
+    if parts.netloc or not parts.path.startswith("/"):
+        raise SystemExit(f"--kernel {url!r}: expected fake:///socket or linux:///netns/path")
+    if parts.scheme == "fake":
+        return FakeKernel(parts.path)
+    if parts.scheme == "linux":
+        return LinuxKernel(parts.path)
+    raise SystemExit(f"--kernel {url!r}: this plugin speaks fake:// and linux:// only")
 
 
 # -- the journal ------------------------------------------------------------------------------
@@ -254,7 +424,9 @@ def marker(env: Any) -> str:
 
 
 class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
-    def __init__(self, token: str, kernel: FakeKernel, journal: Journal, broken: str) -> None:
+    def __init__(
+        self, token: str, kernel: FakeKernel | LinuxKernel, journal: Journal, broken: str
+    ) -> None:
         self.token = token
         self.kernel = kernel
         self.journal = journal
@@ -299,17 +471,10 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
         return response
 
     def _host_link(self, name: str) -> dict[str, Any]:
-        host = self.kernel.call("host_namespace")
-        link = self.kernel.call("get_link", ns=host, name=name)
+        link = self.kernel.host_link(name)
         if link is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"no parent {name} on the host")
-        return dict(link)
-
-    def _sandbox(self, handle: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            return dict(self.kernel.call("open_namespace", handle=handle))
-        except KernelRefused:
-            return None
+        return link
 
     # -- GetInfo / InspectOperation ------------------------------------------------------------
 
@@ -384,7 +549,7 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
                     type="SharedParent/v1",
                     owner_scope=env.scope,
                     owner_step=env.step,
-                    boot_id=self.kernel.call("boot_id"),
+                    boot_id=self.kernel.boot_id(),
                     root_provenance=allocation.root_id,
                     description_json=json.dumps(description, sort_keys=True),
                 )
@@ -438,10 +603,10 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
     def _create(
         self, env: Any, handle: dict[str, Any], name: str, owned: str, parent_name: str, mtu: int
     ) -> Any:
-        sandbox = self._sandbox(handle)
+        sandbox = self.kernel.sandbox(handle)
         if sandbox is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "the sandbox namespace is gone")
-        link = self.kernel.call("get_link", ns=sandbox, name=name)
+        link = self.kernel.link(sandbox, name)
         if link is not None and link.get("alias") != owned:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -449,15 +614,10 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
             )
         if link is None:  # else: our own, from a run that was interrupted after creating it
             parent = self._host_link(parent_name)
-            spec = {"kind": "macvlan", "name": name, "mtu": mtu, "mode": "bridge"}
-            spec |= {"parent": parent["ifindex"], "parent_ns": parent["ns"], "alias": owned}
             try:
-                link = self.kernel.call("create_link", ns=sandbox, spec=spec)
+                link = self.kernel.create_macvlan(sandbox, name, parent, mtu, owned)
             except KernelRefused as exc:
                 raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
-        link = self.kernel.call(
-            "set_link", ns=sandbox, ifindex=link["ifindex"], changes={"up": True}
-        )
         description = {
             "ifName": link["name"],
             "ifIndex": link["ifindex"],
@@ -512,18 +672,14 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
 
     def _release(self, op_id: str, record: dict[str, Any]) -> Any:
         status = pb.EffectStatus(effect_id=f"{op_id}/macvlan", kind="independent/macvlan")
-        sandbox = self._sandbox(record["sandbox"])
-        link = (
-            None
-            if sandbox is None
-            else self.kernel.call("get_link", ns=sandbox, name=record["name"])
-        )
+        sandbox = self.kernel.sandbox(record["sandbox"])
+        link = None if sandbox is None else self.kernel.link(sandbox, record["name"])
         if (
             link is not None
             and link.get("alias") == record["alias"]
             and self.broken != "skip-release"
         ):
-            self.kernel.call("delete_link", ns=sandbox, ifindex=link["ifindex"])
+            self.kernel.delete(sandbox, link["ifindex"])
         status.state = pb.UNDONE
         status.detail = "absent" if link is None else "deleted"
         return status
@@ -533,14 +689,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--token-file", required=True, type=Path)
-    parser.add_argument("--kernel", required=True, help="fake:///path/to/kernel.sock")
+    parser.add_argument("--kernel", required=True, help="fake:///kernel.sock or linux:///netns")
     parser.add_argument("--state", required=True, type=Path, help="the journal's directory")
     parser.add_argument("--broken", choices=BROKEN, default="", help="one deliberate fault")
     args = parser.parse_args(argv)
     token = args.token_file.read_text().strip()
     if not token:
         raise SystemExit(f"--token-file {args.token_file}: empty")
-    kernel = FakeKernel(args.kernel)
+    kernel = open_kernel(args.kernel)
     journal = Journal(args.state)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pb_grpc.add_NetworkPluginServicer_to_server(Plugin(token, kernel, journal, args.broken), server)

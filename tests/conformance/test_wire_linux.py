@@ -1,8 +1,8 @@
-"""The project's own macvlan plugin (networkplugin-links, on the SDK) through the wire
-suite, on this machine's kernel: the checks that run in process run over the wire too,
-and the wire driver's ``linux://`` kernel (a netns lab per check) is exercised.
+"""The wire suite on this machine's kernel (``linux://``: a netns lab per check), against
+the independent plugin (its pyroute2 backend) and the project's own macvlan plugin
+(networkplugin-links, on the SDK): the same checks as on the fake kernel.
 
-``conformance/targets/macvlan.yaml`` names ``fake://``; here its kernel is ``linux://``.
+Both target files name ``fake://``; here their kernel is ``linux://``.
 """
 
 from __future__ import annotations
@@ -20,25 +20,37 @@ from labs.netns import missing
 
 pytestmark = pytest.mark.netns
 
-TARGET = Path(__file__).resolve().parents[2] / "conformance" / "targets" / "macvlan.yaml"
+REPO = Path(__file__).resolve().parents[2]
+TARGETS = {
+    "independent": REPO / "examples" / "independent-plugin" / "target.yaml",
+    "project-macvlan": REPO / "conformance" / "targets" / "macvlan.yaml",
+}
 
 
 @pytest.fixture(scope="module")
-def run(request: pytest.FixtureRequest) -> Iterator[tuple[WireTarget, WireLabs]]:
+def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, tuple[WireTarget, WireLabs]]]:
     require_lab(request.config, "netns", missing())
-    target = dataclasses.replace(load_wire_target(TARGET), kernel_url="linux://", lab=None)
-    with WireLabs(target) as labs:
-        yield target, labs
+    opened: dict[str, tuple[WireTarget, WireLabs]] = {}
+    try:
+        for name, path in TARGETS.items():
+            target = dataclasses.replace(load_wire_target(path), kernel_url="linux://", lab=None)
+            opened[name] = (target, WireLabs(target))
+        yield opened
+    finally:
+        for _, labs in opened.values():
+            labs.close()
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("check", list(WIRE_CHECKS))
-def test_project_macvlan_over_the_wire(check: str, run: tuple[WireTarget, WireLabs]) -> None:
-    target, labs = run
+@pytest.mark.parametrize("plugin", list(TARGETS))
+def test_wire_check_on_linux(
+    plugin: str, check: str, runs: dict[str, tuple[WireTarget, WireLabs]]
+) -> None:
+    target, labs = runs[plugin]
     verdict = run_check(target, check, labs)
     print(verdict.line())
-    # The report shows each variant's verdict per check, the failure's detail included.
-    allure.dynamic.title(f"wire {target.name} ({target.source.rsplit('/', 1)[-1]}): {check}")
+    allure.dynamic.title(f"wire {target.name} on linux://: {check}")
     allure.attach(verdict.line(), "verdict", allure.attachment_type.TEXT)
     if verdict.outcome == "not applicable":
         pytest.skip(f"{check} does not apply to {target.name}: {verdict.detail}")
