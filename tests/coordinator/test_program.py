@@ -24,10 +24,13 @@ from labs import SANDBOX
 from plugins.coordinator import (
     CoordinatorCallError,
     CoordinatorClient,
+    CoordinatorConfig,
     CoordinatorJournal,
     CoordinatorStatus,
+    load_manifests,
 )
 from plugins.sdk import NamespaceHandle, SandboxHandle
+from plugins.sdk.service import StartupRefused
 
 REPO = Path(__file__).resolve().parents[2]
 VF_BOND_VLAN = "sdk-vf-bond-vlan"
@@ -327,3 +330,63 @@ def test_the_coordinator_contract_is_generated_and_current() -> None:
     spec.loader.exec_module(gen)
     assert gen.COORDINATOR_PROTO_REL in gen.PROTOS
     assert gen.stale_files(proto_rel=gen.COORDINATOR_PROTO_REL) == []
+
+
+def write_config(tmp_path: Path, **changes: object) -> Path:
+    document: dict[str, object] = {
+        "stateDir": "state",
+        "socket": "run/coordinator.sock",
+        "tokenFile": "token",
+        "topologies": [str(REPO / "topologies" / "macvlan.yaml")],
+        "inventory": str(REPO / "topologies" / "inventory.yaml"),
+        "policies": str(REPO / "topologies" / "policies.yaml"),
+        "plugins": {"macvlan": {"socket": "macvlan.sock", "tokenFile": "macvlan.token"}},
+        **changes,
+    }
+    path = tmp_path / "coordinator.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_the_config_resolves_paths_against_its_directory(tmp_path: Path) -> None:
+    config = CoordinatorConfig.load(write_config(tmp_path, epoch=3, callTimeoutSeconds=None))
+    assert config.socket == tmp_path / "run" / "coordinator.sock"
+    assert config.lease_dir == tmp_path / "run"  # no runtimeDir: the socket's directory
+    assert [(p.name, p.socket, p.token_file) for p in config.plugins] == [
+        ("macvlan", tmp_path / "macvlan.sock", tmp_path / "macvlan.token")
+    ]
+    assert (config.epoch, config.call_timeout_seconds) == (3, 60.0)  # null: the default
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            {"socket": "run/coordinator"},
+            "$.socket: 'coordinator' must be a plain socket name like 'coordinator.sock'",
+        ),
+        ({"socket": "d" * 100 + "/coordinator.sock"}, "/coordinator.sock is longer than 97 bytes"),
+        ({"topologies": []}, "$.topologies: must have at least 1 items, got 0 [size]"),
+        ({"epoch": 0}, "$.epoch: must be >= 1, got 0 [range]"),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_key(
+    tmp_path: Path, changes: dict[str, object], problem: str
+) -> None:
+    path = write_config(tmp_path, **changes)
+    with pytest.raises(StartupRefused) as refused:
+        CoordinatorConfig.load(path)
+    assert refused.value.message.startswith(f"coordinator config {path}: ")
+    assert problem in refused.value.message
+    assert "\n" not in refused.value.message
+
+
+def test_a_topology_naming_an_unlisted_plugin_is_refused(tmp_path: Path) -> None:
+    vf_bond_vlan = REPO / "topologies" / "vf-bond-vlan.yaml"
+    config = CoordinatorConfig.load(write_config(tmp_path, topologies=[str(vf_bond_vlan)]))
+    with pytest.raises(StartupRefused) as refused:
+        load_manifests(config)
+    assert refused.value.message == (
+        f"topology {vf_bond_vlan}: names plugins the config does not list: bond, sriov, vlan"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coordinator.yaml"]
