@@ -27,7 +27,7 @@ _RESERVED = frozenset({"time", "level", "logger", "message", "exception"})
 
 
 def log_event(
-    logger: logging.Logger, level: int, what: str, **fields: str | int | float | None
+    logger: logging.Logger, level: int, what: str, /, **fields: str | int | float | None
 ) -> None:
     """Log ``what`` with ``fields`` (``None`` and ``""`` left out)."""
     if not logger.isEnabledFor(level):
