@@ -8,6 +8,7 @@ service process cannot be steered into cheaply (a quarantine, a refusal).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from plugins.sdk import CleanupStatus, FailedPrecondition
+from plugins.sdk import CleanupStatus, FailedPrecondition, Hook, NetworkPluginError
 from plugins.sdk.runner import Runner
 from plugins.sdk.telemetry import PrometheusMetrics
 
@@ -266,3 +267,22 @@ def test_no_metrics_loads_no_prometheus_and_no_health_module() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]", result
+
+
+def test_a_hook_is_counted_under_its_rpc_whatever_its_envelope_claims(
+    metered: tuple[Runner, ToyKernel, PrometheusMetrics],
+) -> None:
+    runner, _, metrics = metered
+    lying = dataclasses.replace(
+        n.prepare(), envelope=n.envelope(Hook.CONNECT_NETWORK, "op-lie", "prep-1")
+    )
+    with pytest.raises(NetworkPluginError) as info:
+        runner.endpoint("toy.sock").node_prepare(lying)
+    samples = parse(metrics.render().decode())
+    refused = {"plugin": "toy", "hook": "NodePrepare", "outcome": info.value.code.name}
+    assert value(samples, "networkplugin_hook_duration_seconds_count", **refused) == 1
+    assert not [
+        labels
+        for name, labels in samples
+        if name.startswith("networkplugin_hook") and ("hook", "ConnectNetwork") in labels
+    ]

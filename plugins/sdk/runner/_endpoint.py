@@ -52,24 +52,24 @@ class EndpointRunner:
                 f"{reg.name}: {hook.value} is not a hook of an Operation-only plugin"
             )
 
-    def _observed(self, req: Request) -> contextlib.AbstractContextManager[None]:
+    def _observed(self, hook: Hook, req: Request) -> contextlib.AbstractContextManager[None]:
         """Each hook's one log line and latency, whatever it answers."""
-        return hook_call(self._runner.metrics, self.registration.name, req)
+        return hook_call(self._runner.metrics, self.registration.name, hook, req)
 
     def node_prepare(self, req: PrepareRequest) -> PrepareResponse:
-        with self._observed(req):
+        with self._observed(Hook.NODE_PREPARE, req):
             return self._node_prepare(req)
 
     def connect_network(self, req: ConnectRequest) -> ConnectResponse:
-        with self._observed(req):
+        with self._observed(Hook.CONNECT_NETWORK, req):
             return self._connect_network(req)
 
     def remove_network(self, req: CleanupRequest) -> CleanupResponse:
-        with self._observed(req):
+        with self._observed(Hook.REMOVE_NETWORK, req):
             return self._remove_network(req)
 
     def node_unprepare(self, req: CleanupRequest) -> CleanupResponse:
-        with self._observed(req):
+        with self._observed(Hook.NODE_UNPREPARE, req):
             return self._node_unprepare(req)
 
     def _node_prepare(self, req: PrepareRequest) -> PrepareResponse:

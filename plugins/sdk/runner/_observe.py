@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 
 from .._errors import NetworkPluginError
 from .._requests import CleanupRequest, ConnectRequest, PrepareRequest
+from .._types import Hook
 from ..store import EffectRecord, OperationRecord
 from ..telemetry import Metrics, log_event
 
@@ -37,8 +38,8 @@ _CALL: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar
 )
 
 
-def call_ids(plugin: str, request: Request) -> dict[str, str]:
-    """The ids of one call, by the names the log lines use."""
+def call_ids(plugin: str, hook: Hook, request: Request) -> dict[str, str]:
+    """The ids of one call to ``hook`` (the RPC's, whatever the envelope claims)."""
     env = request.envelope
     claim = sandbox = ""
     if isinstance(request, PrepareRequest | ConnectRequest) and request.allocation is not None:
@@ -47,7 +48,7 @@ def call_ids(plugin: str, request: Request) -> dict[str, str]:
         sandbox = request.sandbox.sandbox_id
     return {
         "plugin": plugin,
-        "hook": env.hook.value,
+        "hook": hook.value,
         "operation": env.operation_id,
         "scope": env.scope,
         "step": env.step,
@@ -58,9 +59,9 @@ def call_ids(plugin: str, request: Request) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def hook_call(metrics: Metrics, plugin: str, request: Request) -> Iterator[None]:
+def hook_call(metrics: Metrics, plugin: str, hook: Hook, request: Request) -> Iterator[None]:
     """Time one hook, then log its line and report it, however it ends."""
-    ids = call_ids(plugin, request)
+    ids = call_ids(plugin, hook, request)
     token = _CALL.set(ids)
     started = time.perf_counter()
     outcome, reason, level = "OK", "", logging.INFO
