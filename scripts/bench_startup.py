@@ -177,6 +177,7 @@ class Contender:
     base: Path
     env: dict[str, str]
     journal: Path | None = None  # a state dir copied in before each start (recovery)
+    repo: Path = REPO  # the tree whose services run (another checkout, to compare two)
     count: int = 0
 
     def sample(self) -> float:
@@ -204,7 +205,7 @@ class Contender:
             start = time.perf_counter()
             proc = subprocess.Popen(
                 [sys.executable, "-m", *command],
-                cwd=REPO,
+                cwd=self.repo,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
