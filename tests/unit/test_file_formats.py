@@ -23,6 +23,7 @@ PACKAGED = [
     ("plugins.coordinator", "device-exposure-policy.schema.json"),
     ("plugins.coordinator", "device-inventory.schema.json"),
     ("fakekernel", "lab.schema.json"),
+    ("conformance", "wire-target.schema.json"),
 ]
 
 GOOD = "socketDir: sock\nstateDir: state\ntokenFile: token\nkernel: fake:///k.sock\n"
