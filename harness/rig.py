@@ -9,12 +9,14 @@ environment metadata, and ``reports/summary.json`` with the run's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,53 @@ def parallel_args(tier: str, pytest_args: list[str]) -> list[str]:
     return ["-n", "auto"]
 
 
+MEMORY_FS = Path("/dev/shm")
+
+
+def scratch_root(
+    tier: str, pytest_args: list[str], mounts: Path = Path("/proc/mounts")
+) -> Path | None:
+    """Where the fake tier's tests keep their journals and sockets: a RAM file system when
+    the machine has one (None: another tier, a ``--basetemp`` of the run's own, or none).
+
+    Every journal commit is an fsync (WAL, ``synchronous=FULL``), and the tier commits
+    some hundred thousand times: on a disk that was more than half of a crash run's time.
+    None of the tier's crashes needs it: an in-process crash or a SIGKILL leaves the page
+    cache as it was. The plug pulls that do need it (the vm tier's power-loss runs) keep
+    their guest's disk. SQLite, the journal's code and its pragmas are the same."""
+    if tier != "fake" or any(a.startswith("--basetemp") for a in pytest_args):
+        return None
+    try:
+        table = mounts.read_text()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == str(MEMORY_FS) and fields[2] == "tmpfs":
+            return MEMORY_FS if os.access(MEMORY_FS, os.W_OK) else None
+    return None
+
+
+@contextlib.contextmanager
+def scratch(root: Path | None) -> Iterator[list[str]]:
+    """The pytest arguments that put the run's temporary files under ``root`` (none: where
+    they were), and ``tempfile``'s default directory with them for the run."""
+    if root is None:
+        yield []
+        return
+    with tempfile.TemporaryDirectory(prefix="rig-", dir=root) as directory:
+        saved_env, saved_default = os.environ.get("TMPDIR"), tempfile.tempdir
+        os.environ["TMPDIR"] = tempfile.tempdir = directory  # xdist workers read TMPDIR
+        try:
+            yield [f"--basetemp={directory}/t"]
+        finally:
+            tempfile.tempdir = saved_default
+            if saved_env is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = saved_env
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.rig", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -106,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     collector = _Collector()
     workers = parallel_args(spec.tier, args.pytest_args)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir:
+    root = scratch_root(spec.tier, args.pytest_args)
+    if root is not None:
+        print(f"rig: the fake tier's temporary files are on {root} (tmpfs)", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir,
+        scratch(root) as basetemp,
+    ):
         os.environ[STATS_DIR_ENV] = stats_dir
         status = pytest.main(
             [
@@ -116,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--alluredir={results}",
                 "-q",
                 *workers,
+                *basetemp,
                 *args.pytest_args,
             ],
             plugins=[collector],
