@@ -1,4 +1,5 @@
-"""python -m conformance --target FILE [--check NAME ...]: the wire suite against one plugin.
+"""python -m conformance --target FILE [--check NAME ...] [--kernel URL]: the wire suite
+against one plugin.
 
 Prints one line per check (PASS, FAIL with what the plugin got wrong, SKIP with why it
 does not apply), then a summary naming the failed checks. Exit codes: 0 every check
@@ -8,6 +9,7 @@ passed or did not apply, 1 a check failed, 2 the target file or the arguments ar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -25,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="append", choices=list(WIRE_CHECKS), help="run only this check"
     )
+    parser.add_argument(
+        "--kernel",
+        choices=("fake://", "linux://"),
+        help="observe this kernel instead of the file's (linux://: a netns lab, root)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the suite does")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -36,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except (WireTargetError, DocumentError, YAMLLoadError) as exc:
         print(f"conformance: {exc}", file=sys.stderr)
         return 2
+    if args.kernel is not None and args.kernel != target.kernel_url:
+        lab = target.lab if args.kernel == "fake://" else None
+        target = dataclasses.replace(target, kernel_url=args.kernel, lab=lab)
     names = args.check or list(WIRE_CHECKS)
     print(f"wire conformance of {target.name} ({target.source}), kernel {target.kernel_url}")
     print(f"lab start-state seed {start_state_seed()} ({SEED_ENV} changes it)")

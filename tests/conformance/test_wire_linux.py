@@ -8,6 +8,8 @@ Both target files name ``fake://``; here their kernel is ``linux://``.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,3 +57,20 @@ def test_wire_check_on_linux(
     if verdict.outcome == "not applicable":
         pytest.skip(f"{check} does not apply to {target.name}: {verdict.detail}")
     assert verdict.outcome == "passed", verdict.line()
+
+
+@pytest.mark.timeout(300)
+def test_command_line_observes_the_kernel_it_is_given(request: pytest.FixtureRequest) -> None:
+    require_lab(request.config, "netns", missing())
+    argv = ["-m", "conformance", "--target", str(TARGETS["independent"])]
+    argv += ["--kernel", "linux://", "--check", "getinfo-identity"]
+    done = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kernel linux://" in done.stdout
+    assert "PASS  getinfo-identity" in done.stdout
