@@ -84,6 +84,7 @@ class Outcome:
 
 
 def skipped(goal_id: str, title: str, why: str) -> Outcome:
+    why = (why.strip().splitlines() or ["no reason given"])[0]  # one line, in a table cell
     print(f"{goal_id} skipped: {why}", flush=True)
     return Outcome(goal_id, title, skipped=why)
 

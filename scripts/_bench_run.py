@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,6 +79,26 @@ def needs_root(goal_id: str, title: str) -> Outcome | None:
     if os.geteuid() != 0:
         return skipped(goal_id, title, "needs root (network namespaces on the real kernel)")
     return None
+
+
+def run_in_session(command: list[str], log: Path, timeout: float) -> int | None:
+    """Run ``command`` in a session of its own, its output into ``log``; None if it ran
+    past ``timeout``, when the whole session is stopped (SIGTERM: the rig and the VM
+    benchmark close their labs on the way out), so nothing of it is left running."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None
 
 
 # -- P1 ----------------------------------------------------------------------------------
@@ -241,16 +262,19 @@ def p4_rig(summary: Path | None, log: Path) -> Outcome:
     if summary is None:
         with tempfile.TemporaryDirectory(prefix="bench-rig-") as tmp:
             print(f"P4: running the rig on fake:// (minutes; its output in {log})", flush=True)
-            with log.open("wb") as out:
-                done = subprocess.run(
-                    [sys.executable, "-m", "harness.rig", "--lab", "fake://",
-                     "--alluredir", f"{tmp}/allure", "--reports", tmp],
-                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                    timeout=RIG_TIMEOUT_S, check=False,
-                )  # fmt: skip
+            code = run_in_session(
+                [sys.executable, "-m", "harness.rig", "--lab", "fake://",
+                 "--alluredir", f"{tmp}/allure", "--reports", tmp],
+                log, RIG_TIMEOUT_S,
+            )  # fmt: skip
+            if code is None:
+                why = (
+                    f"the rig did not finish within {RIG_TIMEOUT_S // 60} min (stopped; see {log})"
+                )
+                return skipped("P4", title, why)
             path = summary_path(Path(tmp), "fake://")
             if not path.is_file():
-                return skipped("P4", title, f"the rig wrote no summary (exit {done.returncode})")
+                return skipped("P4", title, f"the rig wrote no summary (exit {code}; see {log})")
             data = json.loads(path.read_text())
     else:
         data = json.loads(summary.read_text())
@@ -331,17 +355,9 @@ def p6_vf(sizes: Sizes, log: Path) -> Outcome:
             str(REPO / "scripts/_bench_vf.py"), str(out),
             "--iterations", str(iterations), "--warmup", str(warmup),
         ]  # fmt: skip
-        with log.open("wb") as sink:
-            # Its own session, so a timeout stops flock, the benchmark and its guest
-            # together (SIGTERM: the benchmark closes the lab on its way out).
-            proc = subprocess.Popen(
-                command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            try:
-                code = proc.wait(GUEST_LOCK_WAIT_S + VM_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGTERM)
-                code = proc.wait(120)
+        code = run_in_session(command, log, GUEST_LOCK_WAIT_S + VM_TIMEOUT_S)
+        if code is None:
+            return skipped("P6", title, f"the VM lab run did not finish in time (see {log})")
         if code != 0 or not out.is_file():
             tail = log.read_text(errors="replace").strip().splitlines()[-1:]
             if not tail:  # flock gave up before the benchmark started
@@ -407,7 +423,11 @@ def main() -> int:
             continue
         t0 = time.monotonic()
         print(f"{goal}: running", flush=True)
-        outcome = benchmarks[goal]()
+        try:
+            outcome = benchmarks[goal]()
+        except Exception as exc:  # one benchmark's failure costs its row, not the run
+            traceback.print_exc()
+            outcome = skipped(goal, TITLES[goal], f"failed: {type(exc).__name__}: {exc}")
         outcome.facts.setdefault("seconds", round(time.monotonic() - t0, 1))
         outcomes.append(outcome)
         for row in outcome.rows:
