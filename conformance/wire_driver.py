@@ -82,6 +82,15 @@ class WireLabs:
             self.server = None
 
 
+def _dies_with_us(argv: list[str]) -> list[str]:
+    """``argv`` under ``setpriv --pdeathsig KILL`` where util-linux has it: a suite that is
+    itself killed (a timeout, a crashed worker) takes the plugin with it instead of
+    leaving it serving. The signal follows the thread that started the plugin, which is
+    the check's own and outlives it. ``setpriv`` execs, so the pid stays the plugin's."""
+    setpriv = shutil.which("setpriv")
+    return argv if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", *argv]
+
+
 class PluginProcess:
     """The plugin's program: started by the target's command, stopped, killed, restarted."""
 
@@ -101,7 +110,7 @@ class PluginProcess:
             out.write(f"--- start {self.starts + 1}\n".encode())
             out.flush()
             self.process = subprocess.Popen(
-                self._argv(self.target.commands.start),
+                _dies_with_us(self._argv(self.target.commands.start)),
                 cwd=self.target.directory,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
