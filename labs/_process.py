@@ -14,16 +14,18 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-from plugins.sdk.host import PluginClient
+from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = "labs.crashing_service"
+EXIT_CHECK_S = 1.0  # how often a start that is not ready yet looks whether the process died
 
 
 class ServiceProcess:
@@ -98,12 +100,28 @@ class ServiceProcess:
             )
         for socket in self.sockets:
             with self.client(socket) as client:
-                try:
-                    if wait_ready:
-                        client.wait_ready(timeout)
-                    else:
-                        client.wait_answering(timeout)
-                except Exception as exc:
+                self._wait_serving(client, timeout, wait_ready=wait_ready)
+
+    def _wait_serving(self, client: PluginClient, timeout: float, *, wait_ready: bool) -> None:
+        """Ready (or answering) within ``timeout``; a process that exits first fails at
+        once, naming its exit status, instead of when the deadline has passed."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if wait_ready:
+                    client.wait_ready(min(left, EXIT_CHECK_S))
+                else:
+                    client.wait_answering(min(left, EXIT_CHECK_S))
+                return
+            except PluginCallError as exc:
+                code = self.proc.poll()
+                if code is not None:
+                    raise RuntimeError(
+                        f"{self.name} exited with status {code} before it was ready: see {self.log}"
+                    ) from exc
+                if exc.code != "DEADLINE_EXCEEDED" or left <= EXIT_CHECK_S:
                     raise RuntimeError(f"{self.name} did not become ready: see {self.log}") from exc
 
     def client(self, socket: str, timeout: float = 60) -> PluginClient:
