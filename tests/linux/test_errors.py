@@ -41,6 +41,21 @@ def test_duplicate_name_is_eexist(kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef,
     assert moved.kind == "veth"
 
 
+def test_a_refused_rename_sets_no_alias_from_the_same_message(
+    kernel: LinuxKernel, ns_a: NsRef, va: int
+) -> None:
+    """The owned-link kit marks and renames in one RTM_SETLINK, relying on do_setlink to
+    rename before it sets the alias: a taken name must leave the link unmarked."""
+    with pytest.raises(KernelError) as exc:
+        kernel.set_link(ns_a, va, LinkChanges(alias="dranp:test:marker", name="va1"))
+    assert code_of(exc) == errno.EEXIST
+    left = kernel.get_link(ns_a, ifindex=va)
+    assert left is not None
+    assert (left.name, left.alias) == ("va", None)
+    both = kernel.set_link(ns_a, va, LinkChanges(alias="dranp:test:marker", name="net1"))
+    assert (both.name, both.alias) == ("net1", "dranp:test:marker")
+
+
 def test_move_into_a_clashing_name_without_rename_is_eexist(
     kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, va: int
 ) -> None:
