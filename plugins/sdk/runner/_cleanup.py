@@ -228,13 +228,15 @@ class Undo:
             cleanup_op.hook.value, cleanup_op.operation_id, f"{op.operation_id}:{rec.effect_id}"
         )
         with named:
-            if rec.state is not EffectState.UNDOING:
+            starting = rec.state is not EffectState.UNDOING
+            if starting:
                 rec = carried.add(tr.undoing(rec))
             if carried:
                 # Undoing durable before the first compensation, with what came before it.
                 self._commit(Commit.UNDOING, carried.write)
                 carried.clear()
-                effect_transition(self._metrics, op, rec)  # its Undoing
+            if starting:
+                effect_transition(self._metrics, op, rec)  # its Undoing, now durable
             try:
                 result = executor.undo(ctx, load_json(rec.before_json), outputs.get(rec.effect_id))
             except Exception as exc:  # stays Undoing: a later cleanup retries it
