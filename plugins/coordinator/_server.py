@@ -1,11 +1,9 @@
 """The coordinator program's socket: one authenticated gRPC server on one Unix socket.
 
-Bound the way the plugin services' host binds theirs (``plugins.sdk.host.Host``, whose
-servers serve only the NetworkPlugin contract): the directory is created 0700 (an
-existing one must be ours with no group/other bits), the socket is bound under umask
-0177 at a private staging name, chmod 0600, then hard-linked to its public name, so gRPC
-never unlinks a path someone else may own; a leftover socket is removed only if nothing
-answers on it; at stop only the socket this server linked is removed.
+Bound by the same functions as the plugin services' sockets (``plugins.sdk.host``:
+``prepare_socket_dir``, ``clear_stale_socket``, ``bind_linked_socket``,
+``remove_own_socket``): a 0700 directory, a 0600 socket linked into place from a staging
+name, so gRPC never unlinks a path someone else may own.
 
 Order of checks per RPC: the bearer token (constant time; a failure reaches nothing),
 then decoding, then the service (which gates on readiness and its journal). Every
@@ -14,13 +12,7 @@ exception becomes a status code in one place, ``plugins.sdk.host.status_for``.
 
 from __future__ import annotations
 
-import contextlib
-import hmac
 import logging
-import os
-import secrets
-import socket
-import stat
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +23,14 @@ import grpc
 
 from plugins.api.coordinator.v1alpha1 import pb, pb_grpc
 from plugins.sdk import RegistrationError
-from plugins.sdk.host import status_for
+from plugins.sdk.host import (
+    bearer_token_matches,
+    bind_linked_socket,
+    clear_stale_socket,
+    prepare_socket_dir,
+    remove_own_socket,
+    status_for,
+)
 
 from . import _wire as wire
 from ._program import CoordinatorService
@@ -52,16 +51,7 @@ class _Servicer(pb_grpc.CoordinatorServicer):
         self._token = token
 
     def _authenticated(self, context: grpc.ServicerContext) -> bool:
-        values = [v for k, v in context.invocation_metadata() if k.lower() == "authorization"]
-        if len(values) != 1:
-            return False
-        raw = values[0].encode("utf-8", "replace") if isinstance(values[0], str) else values[0]
-        scheme, sep, credential = raw.partition(b" ")
-        return (
-            bool(sep)
-            and scheme.lower() == b"bearer"
-            and hmac.compare_digest(credential, self._token)
-        )
+        return bearer_token_matches(context, self._token)
 
     def _handle(self, context: grpc.ServicerContext, rpc: str, call: Callable[[], _Out]) -> _Out:
         # context.abort raises, so it is only called outside the try block.
@@ -120,31 +110,13 @@ class CoordinatorServer:
         self._inode: int | None = None
 
     def start(self) -> None:
-        _prepare_dir(self.path.parent)
-        _clear_stale(self.path)
-        staging = self.path.parent / f".{secrets.token_hex(4)}.{self.path.name}"
+        prepare_socket_dir(self.path.parent)
+        clear_stale_socket(self.path, serving="coordinator")
         executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="coordinator")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self._service, self._token), server)
         try:
-            with _UMASK_LOCK:
-                previous = os.umask(_SOCKET_UMASK)
-                try:
-                    server.add_insecure_port(f"unix:{staging}")
-                finally:
-                    os.umask(previous)
-            try:
-                os.chmod(staging, 0o600)
-                try:
-                    os.link(staging, self.path)
-                except FileExistsError:
-                    raise RegistrationError(
-                        f"{self.path} appeared while starting; another coordinator may be serving it"
-                    ) from None
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging)
-            self._inode = os.lstat(self.path).st_ino
+            self._inode = bind_linked_socket(server, self.path, serving="coordinator")
             server.start()
         except Exception as exc:
             server.stop(None)
@@ -163,54 +135,5 @@ class CoordinatorServer:
         assert self._executor is not None
         self._executor.shutdown(wait=False)
         self._server = None
-        # Only unlink the file we linked: a successor may already own the path.
-        with contextlib.suppress(FileNotFoundError):
-            if os.lstat(self.path).st_ino == self._inode:
-                os.unlink(self.path)
+        remove_own_socket(self.path, self._inode)
         return done
-
-
-def _prepare_dir(d: Path) -> None:
-    try:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        else:
-            os.chmod(d, 0o700)  # mkdir's mode is filtered through the umask
-        st = os.lstat(d)
-    except OSError as exc:
-        raise RegistrationError(f"socket directory {d}: cannot create: {exc}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise RegistrationError(f"socket directory {d}: exists and is not a directory")
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise RegistrationError(
-            f"socket directory {d}: owned by uid {st.st_uid} with mode "
-            f"{stat.S_IMODE(st.st_mode):04o}; it must be owned by uid {os.geteuid()} with mode 0700"
-        )
-
-
-def _clear_stale(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise RegistrationError(f"{path} exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(_PROBE_TIMEOUT_S)
-    try:
-        probe.connect(os.fspath(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        log.info("removing stale socket %s", path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    except TimeoutError:
-        pass  # a full backlog still means someone is listening
-    except OSError as exc:
-        raise RegistrationError(f"cannot tell whether {path} is in use: {exc}") from None
-    finally:
-        probe.close()
-    raise RegistrationError(f"another coordinator is serving {path}")

@@ -5,6 +5,9 @@
 * :class:`PluginClient` is the coordinator's typed client for one socket.
 * The ``*_from_pb`` / ``*_to_pb`` functions are the only protobuf <-> SDK conversion.
 * :func:`status_for` is the only exception -> gRPC status mapping.
+* ``prepare_socket_dir``, ``clear_stale_socket``, ``bind_linked_socket`` and
+  ``remove_own_socket`` bind any authenticated node socket (the coordinator's too);
+  ``bearer_token_matches`` is its token check.
 """
 
 from ._client import PluginCallError, PluginClient
@@ -35,6 +38,13 @@ from ._convert import (
 )
 from ._server import SOCKET_NAME, Host, read_token, status_for
 from ._service import EndpointService
+from ._socket import (
+    bearer_token_matches,
+    bind_linked_socket,
+    clear_stale_socket,
+    prepare_socket_dir,
+    remove_own_socket,
+)
 
 __all__ = [
     "SOCKET_NAME",
@@ -42,11 +52,14 @@ __all__ = [
     "Host",
     "PluginCallError",
     "PluginClient",
+    "bearer_token_matches",
+    "bind_linked_socket",
     "check_identifier",
     "cleanup_request_from_pb",
     "cleanup_request_to_pb",
     "cleanup_response_from_pb",
     "cleanup_response_to_pb",
+    "clear_stale_socket",
     "connect_request_from_pb",
     "connect_request_to_pb",
     "connect_response_from_pb",
@@ -63,7 +76,9 @@ __all__ = [
     "prepare_request_to_pb",
     "prepare_response_from_pb",
     "prepare_response_to_pb",
+    "prepare_socket_dir",
     "read_token",
+    "remove_own_socket",
     "remove_request_to_pb",
     "status_for",
     "unprepare_request_to_pb",

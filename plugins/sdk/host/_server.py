@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import logging
 import os
 import re
-import secrets
-import socket
 import stat
 import threading
 import time
@@ -43,6 +40,14 @@ from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
 
 from . import _convert as convert
 from ._service import EndpointService
+from ._socket import (
+    STAGING_EXTRA,
+    bearer_token_matches,
+    bind_linked_socket,
+    clear_stale_socket,
+    prepare_socket_dir,
+    remove_own_socket,
+)
 
 __all__ = ["SOCKET_NAME", "Host", "read_token", "status_for"]
 
@@ -52,13 +57,8 @@ logger = logging.getLogger("plugins.sdk.host")
 SOCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\.sock")
 # AF_UNIX sun_path is 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
-# Sockets are bound as ".<8 hex>.<name>" first, then linked into place.
-_STAGING_EXTRA = 10
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 _MAX_TOKEN_FILE = 4096
-_PROBE_TIMEOUT_S = 1.0
-_SOCKET_UMASK = 0o177
-_UMASK_LOCK = threading.Lock()
 _STOP_SLACK_S = 5.0
 
 _Req = TypeVar("_Req")
@@ -202,15 +202,7 @@ class _Servicer(pb_grpc.NetworkPluginServicer):
         self._in_flight = in_flight
 
     def _authenticated(self, context: grpc.ServicerContext) -> bool:
-        values = [v for k, v in context.invocation_metadata() if k.lower() == "authorization"]
-        if len(values) != 1:
-            return False
-        value = values[0]
-        raw = value.encode("utf-8", "replace") if isinstance(value, str) else value
-        scheme, sep, credential = raw.partition(b" ")
-        if not sep or scheme.lower() != b"bearer":
-            return False
-        return hmac.compare_digest(credential, self._token)
+        return bearer_token_matches(context, self._token)
 
     def _handle(
         self,
@@ -410,9 +402,9 @@ class Host:
                 raise RegistrationError("a Host can be started only once")
             pairs = list(endpoints)
             self._validate(pairs)
-            self._prepare_dir()
+            prepare_socket_dir(self._dir)
             for name, _ in pairs:
-                self._clear_stale(self._dir / name)
+                clear_stale_socket(self._dir / name)
             try:
                 for name, service in pairs:
                     self._bound.append(self._bind(name, service))
@@ -448,62 +440,17 @@ class Host:
                     "EndpointService"
                 )
             path = self._dir / name
-            if len(os.fsencode(path)) + _STAGING_EXTRA > _MAX_SOCKET_PATH:
+            if len(os.fsencode(path)) + STAGING_EXTRA > _MAX_SOCKET_PATH:
                 problems.append(
                     f"endpoint {name!r}: socket path {path} exceeds {_MAX_SOCKET_PATH} bytes "
-                    f"(with {_STAGING_EXTRA} bytes of headroom for binding)"
+                    f"(with {STAGING_EXTRA} bytes of headroom for binding)"
                 )
         if problems:
             raise RegistrationError("invalid endpoint set: " + "; ".join(problems))
 
-    def _prepare_dir(self) -> None:
-        d = self._dir
-        try:
-            d.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.mkdir(d, 0o700)
-            except FileExistsError:
-                pass
-            else:
-                os.chmod(d, 0o700)  # mkdir's mode is filtered through the umask
-            st = os.lstat(d)
-        except OSError as exc:
-            raise RegistrationError(f"socket directory {d}: cannot create: {exc}") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise RegistrationError(f"socket directory {d}: exists and is not a directory")
-        if st.st_uid != os.geteuid():
-            raise RegistrationError(
-                f"socket directory {d}: owned by uid {st.st_uid}, not the service uid "
-                f"{os.geteuid()}; refusing to serve from it"
-            )
-        if st.st_mode & 0o077:
-            raise RegistrationError(
-                f"socket directory {d}: mode {stat.S_IMODE(st.st_mode):04o} gives group/other "
-                "access; it must be 0700"
-            )
-
-    @staticmethod
-    def _clear_stale(path: Path) -> None:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise RegistrationError(f"{path} exists and is not a socket; refusing to replace it")
-        if _answers(path):
-            raise RegistrationError(f"another service is serving {path}")
-        logger.info("removing stale socket %s", path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
     def _bind(self, name: str, service: EndpointService) -> _Bound:
-        # gRPC unlinks whatever socket sits at the address it binds, and again at
-        # shutdown. Binding a private staging name and hard-linking it into place
-        # means gRPC never touches the public path: a socket that appeared there
-        # since the stale check is not replaced, and a successor's socket at the same
-        # path is not removed when this server stops.
+        # Bound through a staging name (plugins/sdk/host/_socket.py says why).
         path = self._dir / name
-        staging = self._dir / f".{secrets.token_hex(4)}.{name}"
         executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=f"np-{name}")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_NetworkPluginServicer_to_server(
@@ -514,24 +461,7 @@ class Host:
 
         add_health(server, service)
         try:
-            with _UMASK_LOCK:
-                previous = os.umask(_SOCKET_UMASK)
-                try:
-                    server.add_insecure_port(f"unix:{staging}")
-                finally:
-                    os.umask(previous)
-            try:
-                os.chmod(staging, 0o600)
-                try:
-                    os.link(staging, path)
-                except FileExistsError:
-                    raise RegistrationError(
-                        f"{path} appeared while starting; another service may be serving it"
-                    ) from None
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging)
-            inode = os.lstat(path).st_ino
+            inode = bind_linked_socket(server, path)
             server.start()
         except Exception as exc:
             server.stop(None)
@@ -568,31 +498,5 @@ class Host:
             if not done.wait((grace or 0.0) + _STOP_SLACK_S):
                 logger.error("%s: server did not finish shutting down", bound.name)
             bound.executor.shutdown(wait=False)
-            _remove_own_socket(bound)
+            remove_own_socket(bound.path, bound.inode)
         self._bound = []
-
-
-def _answers(path: Path) -> bool:
-    """True if a process accepts connections on the Unix socket at ``path``."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(_PROBE_TIMEOUT_S)
-    try:
-        probe.connect(os.fspath(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except TimeoutError:
-        return True  # a full backlog still means someone is listening
-    except OSError as exc:
-        raise RegistrationError(f"cannot tell whether {path} is in use: {exc}") from None
-    finally:
-        probe.close()
-    return True
-
-
-def _remove_own_socket(bound: _Bound) -> None:
-    # Only unlink the file we bound: a successor may already own the path.
-    try:
-        if os.lstat(bound.path).st_ino == bound.inode:
-            os.unlink(bound.path)
-    except FileNotFoundError:
-        pass
