@@ -47,6 +47,10 @@ LAYERS: dict[str, frozenset[str]] = {
         {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.vf", "plugins.bond"}
         | {"plugins.links"}
     ),
+    # the operator's CLI reads journals and the kernel as the services do, never the rig
+    "plugins.ctl": frozenset(
+        {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.services"}
+    ),
     "examples": frozenset({"plugins.sdk", "plugins.kernel", "plugins.effects"}),
     # the test kit builds nodes from everything a node runs, never from the rig
     "labs": frozenset(
@@ -65,6 +69,7 @@ _PRODUCT_UNITS = (
     "plugins.links",
     "plugins.coordinator",
     "plugins.services",
+    "plugins.ctl",
     "fakekernel",
     "labs",
     "harness",
