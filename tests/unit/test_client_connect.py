@@ -72,7 +72,11 @@ class SlowProxy:
 
     def close(self) -> None:
         self.closing.set()
+        with contextlib.suppress(OSError):  # wakes the accept (close alone does not)
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        for thread in self.threads:
+            thread.join()
 
 
 @contextlib.contextmanager
