@@ -83,10 +83,15 @@ def parallel_args(tier: str, pytest_args: list[str]) -> list[str]:
     CPU (each its own kernel model, journal and sockets under its own tmp_path), and the
     counters each worker leaves are added up by ``gather``. The other tiers share one
     machine's kernel (the netns lab's names, the VM guest, a lab host) and run in one
-    process. A run that says ``-n`` itself (``-n 0``: one process) keeps its choice."""
+    process. A run that says ``-n`` itself (``-n 0``: one process) keeps its choice.
+
+    ``worksteal``: the tier's cases last from milliseconds to minutes, and with xdist's
+    default split one worker was left with the last long ones while the other idled."""
     if tier != "fake" or any(a.startswith(("-n", "--numprocesses")) for a in pytest_args):
         return []
-    return ["-n", "auto"]
+    if any(a.startswith(("--dist", "-d")) for a in pytest_args):
+        return ["-n", "auto"]
+    return ["-n", "auto", "--dist", "worksteal"]
 
 
 MEMORY_FS = Path("/dev/shm")

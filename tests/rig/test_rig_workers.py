@@ -15,8 +15,9 @@ from harness.rig import MEMORY_FS, parallel_args, scratch, scratch_root
 @pytest.mark.parametrize(
     ("tier", "given", "added"),
     [
-        ("fake", [], ["-n", "auto"]),
-        ("fake", ["-k", "bond"], ["-n", "auto"]),
+        ("fake", [], ["-n", "auto", "--dist", "worksteal"]),
+        ("fake", ["-k", "bond"], ["-n", "auto", "--dist", "worksteal"]),
+        ("fake", ["--dist", "loadfile"], ["-n", "auto"]),  # the caller's split stands
         ("fake", ["-n", "0"], []),  # the caller's choice stands: one process
         ("fake", ["-n3"], []),
         ("fake", ["--numprocesses=1"], []),
