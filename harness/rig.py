@@ -12,11 +12,12 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,24 @@ def parallel_args(tier: str, pytest_args: list[str]) -> list[str]:
 MEMORY_FS = Path("/dev/shm")
 
 
+MEMORY_FS_MIN_FREE = 2 << 30
+"""Free bytes a RAM file system needs before the fake tier uses it: a container's
+/dev/shm is often 64 MiB, which the tier's temporary files would fill (ENOSPC in the
+middle of a crash run reads as a product failure)."""
+
+
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
 def scratch_root(
-    tier: str, pytest_args: list[str], mounts: Path = Path("/proc/mounts")
+    tier: str,
+    pytest_args: list[str],
+    mounts: Path = Path("/proc/mounts"),
+    free_bytes: Callable[[Path], int] = _free_bytes,
 ) -> Path | None:
     """Where the fake tier's tests keep their journals and sockets: a RAM file system when
-    the machine has one (None: another tier, a ``--basetemp`` of the run's own, or none).
+    the machine has one with room (None: another tier, a ``--basetemp`` of the run's own, or none).
 
     Every journal commit is an fsync (WAL, ``synchronous=FULL``), and the tier commits
     some hundred thousand times: on a disk that was more than half of a crash run's time.
@@ -117,7 +131,8 @@ def scratch_root(
     for line in table.splitlines():
         fields = line.split()
         if len(fields) > 3 and fields[1] == str(MEMORY_FS) and fields[2] == "tmpfs":
-            return MEMORY_FS if os.access(MEMORY_FS, os.W_OK) else None
+            usable = os.access(MEMORY_FS, os.W_OK) and free_bytes(MEMORY_FS) >= MEMORY_FS_MIN_FREE
+            return MEMORY_FS if usable else None
     return None
 
 

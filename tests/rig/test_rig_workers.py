@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rig import MEMORY_FS, parallel_args, scratch, scratch_root
+from harness.rig import MEMORY_FS, MEMORY_FS_MIN_FREE, parallel_args, scratch, scratch_root
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,14 @@ def test_only_the_fake_tier_keeps_its_journals_in_memory(
 ) -> None:
     mounts = tmp_path / "mounts"
     mounts.write_text(table)
-    assert scratch_root(tier, given, mounts) == root
+    assert scratch_root(tier, given, mounts, lambda _: MEMORY_FS_MIN_FREE) == root
+
+
+def test_a_small_ram_file_system_is_not_used(tmp_path: Path) -> None:
+    # A container's /dev/shm of 64 MiB would fill up in the middle of the tier.
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS)
+    assert scratch_root("fake", [], mounts, lambda _: 64 << 20) is None
 
 
 def test_scratch_moves_tempfile_for_the_run_and_puts_it_back(tmp_path: Path) -> None:
