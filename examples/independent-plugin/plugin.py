@@ -685,6 +685,9 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
         return status
 
 
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, type=Path)
@@ -693,6 +696,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True, type=Path, help="the journal's directory")
     parser.add_argument("--broken", choices=BROKEN, default="", help="one deliberate fault")
     args = parser.parse_args(argv)
+    # Blocked before any thread exists, so every thread (gRPC's too) inherits the mask
+    # and the signals stay pending until the main thread takes them with sigwait below:
+    # a Python handler setting an event may deadlock on the event's own lock, or never
+    # run while the main thread sleeps (plugins/sdk/signals.py, which this program must
+    # not import, tells the story).
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     token = args.token_file.read_text().strip()
     if not token:
         raise SystemExit(f"--token-file {args.token_file}: empty")
@@ -704,11 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     args.socket.unlink(missing_ok=True)  # a killed run leaves its socket file behind
     server.add_insecure_port(f"unix://{args.socket}")
     server.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     print("serving", args.socket, flush=True)
-    stop.wait()
+    signal.sigwait(STOP_SIGNALS)
     server.stop(5).wait()
     journal.db.close()
     kernel.close()
