@@ -27,7 +27,6 @@ import contextlib
 import json
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,11 +34,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from labs import AgentSession, Node, ServiceProcess, VmLab, service_of
+from _bench_node import envelope, start_service
+
+from labs import AgentSession, VmLab
 from labs.netns import PARENTS
 from labs.vm import VmLabUnavailable, missing
-from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
+from plugins.coordinator import DRIVER_DOMAIN, root_id
 from plugins.kernel import LinkChanges
 from plugins.sdk import (
     AllocationBinding,
@@ -47,7 +49,6 @@ from plugins.sdk import (
     CleanupStatus,
     ConnectRequest,
     Hook,
-    OperationEnvelope,
     PrepareRequest,
     Sharing,
 )
@@ -60,10 +61,6 @@ POD, IFNAME, STEP, CLAIM = "bench-pod", "net1", "vf", "bench-vf"
 VF_CONFIG = json.dumps(
     {"mtu": 1500, "vf": {"vlan": 0, "spoofCheck": False, "trust": True}, "rdmaAccess": False}
 )
-
-
-def envelope(hook: Hook, scope: str) -> OperationEnvelope:
-    return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
 
 
 def vf_attributes(session: AgentSession, name: str) -> dict[str, str]:
@@ -89,7 +86,7 @@ class Ours:
         )
         self.scope = f"{CLAIM}.{STEP}"
         self.prepared = client.node_prepare(
-            PrepareRequest(envelope(Hook.NODE_PREPARE, self.scope), self.binding, VF_CONFIG)
+            PrepareRequest(envelope(Hook.NODE_PREPARE, self.scope, STEP), self.binding, VF_CONFIG)
         ).prepared_state
         self.live: str | None = None
 
@@ -98,7 +95,7 @@ class Ours:
         self.live = label
         self.client.connect_network(
             ConnectRequest(
-                envelope(Hook.CONNECT_NETWORK, label),
+                envelope(Hook.CONNECT_NETWORK, label, STEP),
                 self.pod,
                 VF_CONFIG,
                 interface_names={"interface": IFNAME},
@@ -110,7 +107,9 @@ class Ours:
         return time.perf_counter() - start
 
     def remove(self, label: str) -> None:
-        receipt = self.client.remove_network(CleanupRequest(envelope(Hook.REMOVE_NETWORK, label)))
+        receipt = self.client.remove_network(
+            CleanupRequest(envelope(Hook.REMOVE_NETWORK, label, STEP))
+        )
         if receipt.status is not CleanupStatus.CLEANED:
             raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
         self.live = None
@@ -119,7 +118,7 @@ class Ours:
         if self.live is not None:
             self.remove(self.live)
         receipt = self.client.node_unprepare(
-            CleanupRequest(envelope(Hook.NODE_UNPREPARE, self.scope))
+            CleanupRequest(envelope(Hook.NODE_UNPREPARE, self.scope, STEP))
         )
         if receipt.status is not CleanupStatus.CLEANED:
             print(f"note: NodeUnprepare: {receipt.status} {receipt.detail}", file=sys.stderr)
@@ -153,29 +152,6 @@ def check_home(session: AgentSession, vf: str, who: str) -> None:
         raise RuntimeError(f"{who}: the pod still holds {IFNAME}: {left}")
 
 
-def start_service(stack: contextlib.ExitStack, session: AgentSession, base: Path) -> ServiceProcess:
-    node = Node(
-        session,
-        base / "node",
-        services=[service_of("sriov")],
-        processes=True,
-        coordinator=False,
-        pod=POD,
-    )
-    stack.callback(node.close)
-    service = node.processes.of("sriov")
-
-    def stop() -> None:
-        if service.proc is not None:
-            try:
-                service.stop(timeout=10)
-            except subprocess.TimeoutExpired:
-                service.kill()
-
-    stack.callback(stop)  # unwound before node.close, which would SIGKILL it
-    return service
-
-
 def measure(iterations: int, warmup: int) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="bench-vf-", dir="/tmp"))
     samples: dict[str, list[float]] = {"ours": [], "floor": []}
@@ -189,7 +165,7 @@ def measure(iterations: int, warmup: int) -> dict[str, Any]:
         session = lab.session(lend=lend)
         stack.callback(session.close)
         vf = f"{PARENTS[0]}v0"
-        service = start_service(stack, session, base)
+        service = start_service(stack, session, base, "sriov", pod=POD)
         client = stack.enter_context(service.client("sriov.sock"))
         ours = Ours(client, session, vf)
         stack.callback(ours.release)

@@ -46,12 +46,14 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from labs import NetnsLab, Node, ServiceProcess, service_of
+from _bench_node import envelope, namespace_threads, start_service
+
+from labs import NetnsLab, ServiceProcess
 from labs.netns import NetnsLabUnavailable
-from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
+from plugins.coordinator import DRIVER_DOMAIN, root_id
 from plugins.kernel import NsRef
-from plugins.kernel.linux.netns import CLONE_NEWNET, THREAD_NETNS, check_call, libc
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -59,7 +61,6 @@ from plugins.sdk import (
     ConnectRequest,
     Hook,
     NamespaceHandle,
-    OperationEnvelope,
     PreparedState,
     PrepareRequest,
     SandboxHandle,
@@ -153,37 +154,6 @@ class Pod:
     prepare_scope: str
 
 
-def enter_namespace(path: str) -> Callable[[], None]:
-    def enter() -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            check_call(libc().setns(fd, CLONE_NEWNET), f"setns {path}")
-        finally:
-            os.close(fd)
-
-    return enter
-
-
-def node_threads(path: str, count: int) -> ThreadPoolExecutor:
-    """``count`` worker threads that enter ``path``'s namespace once and never leave it,
-    all started now (a barrier of ``count`` holds them), so no round pays a thread's
-    start and a child forked by any of them starts in the node namespace."""
-    pool = ThreadPoolExecutor(count, thread_name_prefix="burst", initializer=enter_namespace(path))
-    want = os.stat(path)
-    gate = threading.Barrier(count, timeout=BARRIER_TIMEOUT_S)
-
-    def where() -> tuple[int, int]:
-        gate.wait()
-        got = os.stat(THREAD_NETNS)
-        return got.st_dev, got.st_ino
-
-    seen = [f.result() for f in [pool.submit(where) for _ in range(count)]]
-    if any(s != (want.st_dev, want.st_ino) for s in seen):
-        pool.shutdown()
-        raise RuntimeError(f"a worker thread did not enter {path}")
-    return pool
-
-
 def burst(
     pool: ThreadPoolExecutor, calls: Sequence[Callable[[], None]]
 ) -> tuple[float, list[float]]:
@@ -229,16 +199,16 @@ class Scene:
             )
             handle = NamespaceHandle(ref.path, ref.device, ref.inode, ref.boot_id)
             self.pods.append(Pod(name, handle, ref, binding, f"{claim}.{STEP}"))
-        self.pool = node_threads(k.host_namespace().path, size)
+        self.pool = namespace_threads(k.host_namespace().path, size)
         stack.callback(self.pool.shutdown)
-        self.service = start_service(stack, self.lab, base)
+        self.service = start_service(stack, self.lab, base, "macvlan")
         self.client = stack.enter_context(self.service.client("macvlan.sock"))
         self.prepared: dict[str, PreparedState] = {}
         stack.callback(self.release)  # unwound before the client and the service
         for pod in self.pods:
             self.prepared[pod.name] = self.client.node_prepare(
                 PrepareRequest(
-                    envelope(Hook.NODE_PREPARE, pod.prepare_scope), pod.binding, PLUGIN_CONFIG
+                    envelope(Hook.NODE_PREPARE, pod.prepare_scope, STEP), pod.binding, PLUGIN_CONFIG
                 )
             ).prepared_state
         self.cni_env = {
@@ -254,7 +224,7 @@ class Scene:
         self.live.add(label)
         self.client.connect_network(
             ConnectRequest(
-                envelope(Hook.CONNECT_NETWORK, label),
+                envelope(Hook.CONNECT_NETWORK, label, STEP),
                 SandboxHandle(pod.name, pod.handle),
                 PLUGIN_CONFIG,
                 interface_names={"interface": IFNAME},
@@ -264,7 +234,9 @@ class Scene:
         )
 
     def remove(self, label: str) -> None:
-        receipt = self.client.remove_network(CleanupRequest(envelope(Hook.REMOVE_NETWORK, label)))
+        receipt = self.client.remove_network(
+            CleanupRequest(envelope(Hook.REMOVE_NETWORK, label, STEP))
+        )
         if receipt.status is not CleanupStatus.CLEANED:
             raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
         self.live.discard(label)
@@ -336,47 +308,13 @@ class Scene:
             for pod in self.pods:
                 if pod.name in self.prepared:
                     receipt = self.client.node_unprepare(
-                        CleanupRequest(envelope(Hook.NODE_UNPREPARE, pod.prepare_scope))
+                        CleanupRequest(envelope(Hook.NODE_UNPREPARE, pod.prepare_scope, STEP))
                     )
                     if receipt.status is not CleanupStatus.CLEANED:
                         raise RuntimeError(f"{pod.name}: {receipt.status} {receipt.detail}")
         except (PluginCallError, RuntimeError) as exc:
             # The namespaces and the service's state are deleted next anyway.
             print(f"note: releasing the macvlan shares failed: {exc}", file=sys.stderr)
-
-
-def envelope(hook: Hook, scope: str) -> OperationEnvelope:
-    return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
-
-
-def start_service(stack: contextlib.ExitStack, lab: NetnsLab, base: Path) -> ServiceProcess:
-    node = Node(
-        lab,
-        base / "node",
-        services=[service_of("macvlan")],
-        processes=True,
-        coordinator=False,
-        pod=None,
-    )
-    stack.callback(node.close)
-    service = node.processes.of("macvlan")
-
-    def stop() -> None:  # a clean stop first, so a failing exit shows in its log
-        if service.proc is None:
-            return
-        try:
-            code = service.stop(timeout=10)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            code = -signal.SIGKILL
-        if code != 0:
-            tail = service.log.read_text(errors="replace").splitlines()[-5:]
-            print(f"note: the service exited with {code}; its log ends:", file=sys.stderr)
-            for line in tail:
-                print(f"  {line}", file=sys.stderr)
-
-    stack.callback(stop)  # unwound before node.close, which would SIGKILL it
-    return service
 
 
 # -- fsyncs and commit batches -------------------------------------------------------------

@@ -56,11 +56,14 @@ from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from labs import NetnsLab, Node, ServiceProcess, service_of
+from _bench_node import envelope, namespace_threads, start_service
+
+from labs import NetnsLab
 from labs.netns import NetnsLabUnavailable
-from plugins.coordinator import DRIVER_DOMAIN, operation_id, root_id
-from plugins.kernel.linux.netns import CLONE_NEWNET, THREAD_NETNS, check_call, libc, run_in_netns
+from plugins.coordinator import DRIVER_DOMAIN, root_id
+from plugins.kernel.linux.netns import run_in_netns
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -68,7 +71,6 @@ from plugins.sdk import (
     ConnectRequest,
     Hook,
     NamespaceHandle,
-    OperationEnvelope,
     PreparedState,
     PrepareRequest,
     SandboxHandle,
@@ -100,30 +102,6 @@ IFF_UP = 0x1
 
 
 # -- namespaces -------------------------------------------------------------------------
-
-
-def in_namespace_thread(path: str) -> ThreadPoolExecutor:
-    """One dedicated worker thread that enters ``path``'s namespace and never leaves it.
-
-    A child forked by that thread starts in that namespace (the namespace is per
-    thread), so the CNI plugin runs in the node namespace without nsenter's extra exec,
-    and no other thread of this process ever changes namespace.
-    """
-
-    def enter() -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            check_call(libc().setns(fd, CLONE_NEWNET), f"setns {path}")
-        finally:
-            os.close(fd)
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-node", initializer=enter)
-    want = os.stat(path)
-    got = pool.submit(os.stat, THREAD_NETNS).result()
-    if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino):
-        pool.shutdown()
-        raise RuntimeError(f"the worker thread did not enter {path}")
-    return pool
 
 
 def netlink_socket_in(stack: contextlib.ExitStack, path: str) -> socket.socket:
@@ -194,12 +172,9 @@ class Ours:
         self.prepared: PreparedState | None = None
         self.live: str | None = None  # an attachment that may exist (for cleanup)
 
-    def _envelope(self, hook: Hook, scope: str) -> OperationEnvelope:
-        return OperationEnvelope(operation_id(scope, STEP, hook), hook, scope, STEP, 1, 1)
-
     def prepare(self) -> None:
         request = PrepareRequest(
-            self._envelope(Hook.NODE_PREPARE, self.prepare_scope), self.binding, PLUGIN_CONFIG
+            envelope(Hook.NODE_PREPARE, self.prepare_scope, STEP), self.binding, PLUGIN_CONFIG
         )
         self.prepared = self.client.node_prepare(request).prepared_state
 
@@ -210,7 +185,7 @@ class Ours:
                 self.delete(self.live)
             if self.prepared is not None:
                 receipt = self.client.node_unprepare(
-                    CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, self.prepare_scope))
+                    CleanupRequest(envelope(Hook.NODE_UNPREPARE, self.prepare_scope, STEP))
                 )
                 if receipt.status is not CleanupStatus.CLEANED:
                     raise RuntimeError(f"{receipt.status} {receipt.detail}")
@@ -222,7 +197,7 @@ class Ours:
         self.live = label
         self.client.connect_network(
             ConnectRequest(
-                self._envelope(Hook.CONNECT_NETWORK, f"bench-att-{label}"),
+                envelope(Hook.CONNECT_NETWORK, f"bench-att-{label}", STEP),
                 self.sandbox,
                 PLUGIN_CONFIG,
                 interface_names={"interface": IFNAME},
@@ -233,7 +208,7 @@ class Ours:
 
     def delete(self, label: str) -> None:
         receipt = self.client.remove_network(
-            CleanupRequest(self._envelope(Hook.REMOVE_NETWORK, f"bench-att-{label}"))
+            CleanupRequest(envelope(Hook.REMOVE_NETWORK, f"bench-att-{label}", STEP))
         )
         if receipt.status is not CleanupStatus.CLEANED:
             raise RuntimeError(f"RemoveNetwork {label}: {receipt.status} {receipt.detail}")
@@ -400,41 +375,10 @@ def build_scene(stack: contextlib.ExitStack) -> Scene:
     stack.callback(os.close, pod_fd)
     host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, host_path)))
     pod_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, pod.path)))
-    host_thread = in_namespace_thread(host_path)
+    host_thread = namespace_threads(host_path)
     stack.callback(host_thread.shutdown)
     (parent,) = lab.parents
     return Scene(lab, pod, host_ipr, pod_ipr, pod_fd, parent.ifindex, host_thread)
-
-
-def start_service(stack: contextlib.ExitStack, base: Path, scene: Scene) -> ServiceProcess:
-    """The real networkplugin-links service on the lab, as a process (a ``labs.Node``)."""
-    node = Node(
-        scene.lab,
-        base / "node",
-        services=[service_of("macvlan")],
-        processes=True,
-        coordinator=False,
-        pod=None,  # bench-pod is the scene's, bare
-    )
-    stack.callback(node.close)
-    service = node.processes.of("macvlan")
-
-    def stop() -> None:  # a clean stop first, so a failing exit shows in its log
-        if service.proc is None:
-            return
-        try:
-            code = service.stop(timeout=10)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            code = -signal.SIGKILL
-        if code != 0:  # its log is deleted with the temp dir: show its end now
-            tail = service.log.read_text(errors="replace").splitlines()[-5:]
-            print(f"note: the service exited with {code}; its log ends:", file=sys.stderr)
-            for line in tail:
-                print(f"  {line}", file=sys.stderr)
-
-    stack.callback(stop)  # unwound before node.close, which would SIGKILL it
-    return service
 
 
 def summarize(samples: list[float]) -> tuple[float, float, float]:
@@ -505,7 +449,7 @@ def measure(
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         scene = build_scene(stack)
-        service = start_service(stack, base, scene)
+        service = start_service(stack, scene.lab, base, "macvlan")  # bench-pod is the scene's, bare
         client = stack.enter_context(service.client("macvlan.sock"))
         ours = Ours(scene, client)
         stack.callback(ours.release)  # unwound first: before the client and the service
