@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import grpc
 
 from plugins.api.coordinator.v1alpha1 import pb, pb_grpc
 from plugins.sdk import SandboxHandle
+from plugins.sdk.host import poll_until_ready
 
 from . import _wire as wire
 from ._program_values import ApplyRequest, ApplyResult, CoordinatorStatus, RemoveResult
 
 _Msg = TypeVar("_Msg")
 _Out = TypeVar("_Out")
-_POLL_INITIAL_S: Final = 0.05
-_POLL_MAX_S: Final = 1.0
 
 
 class CoordinatorCallError(Exception):
@@ -113,37 +111,26 @@ class CoordinatorClient:
         it is recovering. A damaged journal (``fault``) or any error but ``UNAVAILABLE`` is
         raised at once; ``DEADLINE_EXCEEDED`` when the deadline passes.
         """
-        deadline = time.monotonic() + deadline_s
-        delay = _POLL_INITIAL_S
-        last = "no answer"
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CoordinatorCallError(
-                    "DEADLINE_EXCEEDED",
-                    f"{self._path} not ready within {deadline_s}s (last: {last})",
-                )
-            try:
-                status = self._call(
-                    self._stub.GetStatus,
-                    pb.GetStatusRequest(),
-                    wire.status_from_pb,
-                    timeout=remaining,
-                    wait_for_ready=True,
-                )
-            except CoordinatorCallError as exc:
-                if exc.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-                    raise
-                last = str(exc)
-            else:
-                if status.fault:
-                    raise CoordinatorCallError("DATA_LOSS", status.fault)
-                if status.ready:
-                    return status
-                last = "recovering (ready=false)"
-            if self._closed.wait(min(delay, max(deadline - time.monotonic(), 0.0))):
-                raise CoordinatorCallError("CANCELLED", f"client for {self._path} was closed")
-            delay = min(delay * 2, _POLL_MAX_S)
+
+        def ask(remaining: float) -> CoordinatorStatus | str:
+            status = self._call(
+                self._stub.GetStatus,
+                pb.GetStatusRequest(),
+                wire.status_from_pb,
+                timeout=remaining,
+                wait_for_ready=True,
+            )
+            if status.fault:
+                raise CoordinatorCallError("DATA_LOSS", status.fault)
+            return status if status.ready else "recovering (ready=false)"
+
+        return poll_until_ready(
+            ask,
+            path=self._path,
+            deadline_s=deadline_s,
+            closed=self._closed,
+            error=CoordinatorCallError,
+        )
 
     def close(self) -> None:
         self._closed.set()

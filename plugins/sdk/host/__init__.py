@@ -36,6 +36,7 @@ from ._convert import (
     remove_request_to_pb,
     unprepare_request_to_pb,
 )
+from ._polling import poll_until_ready
 from ._server import SOCKET_NAME, Host, read_token, status_for
 from ._service import EndpointService
 from ._socket import (
@@ -72,6 +73,7 @@ __all__ = [
     "inspect_request_to_pb",
     "inspect_response_from_pb",
     "inspect_response_to_pb",
+    "poll_until_ready",
     "prepare_request_from_pb",
     "prepare_request_to_pb",
     "prepare_response_from_pb",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -25,14 +24,13 @@ from plugins.sdk._requests import (
 )
 
 from . import _convert as convert
+from ._polling import poll_until_ready
 
 __all__ = ["PluginCallError", "PluginClient"]
 
 _Msg = TypeVar("_Msg")
 _Out = TypeVar("_Out")
 
-_POLL_INITIAL_S = 0.05
-_POLL_MAX_S = 1.0
 _CONNECT_TIMEOUT_MS = 20_000  # gRPC's own default; a call's deadline still bounds it
 
 
@@ -174,37 +172,21 @@ class PluginClient:
         (e.g. ``UNAUTHENTICATED``) is raised at once. Raises ``DEADLINE_EXCEEDED`` when
         the deadline passes.
         """
-        deadline = time.monotonic() + deadline_s
-        delay = _POLL_INITIAL_S
-        last = "no answer"
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise PluginCallError(
-                    "DEADLINE_EXCEEDED",
-                    f"{self._path} not ready within {deadline_s}s (last: {last})",
-                )
-            try:
-                info = self._call(
-                    "GetInfo",
-                    self._stub.GetInfo,
-                    pb.GetInfoRequest(),
-                    convert.info_from_pb,
-                    timeout=remaining,
-                    wait_for_ready=True,
-                )
-            except PluginCallError as exc:
-                if exc.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-                    raise
-                last = str(exc)
-            else:
-                if info.ready:
-                    return info
-                last = f"{info.plugin_name} reports ready=false"
-            # Bounded wait between polls; close() ends it early.
-            if self._closed.wait(min(delay, max(deadline - time.monotonic(), 0.0))):
-                raise PluginCallError("CANCELLED", f"client for {self._path} was closed")
-            delay = min(delay * 2, _POLL_MAX_S)
+
+        def ask(remaining: float) -> EndpointInfo | str:
+            info = self._call(
+                "GetInfo",
+                self._stub.GetInfo,
+                pb.GetInfoRequest(),
+                convert.info_from_pb,
+                timeout=remaining,
+                wait_for_ready=True,
+            )
+            return info if info.ready else f"{info.plugin_name} reports ready=false"
+
+        return poll_until_ready(
+            ask, path=self._path, deadline_s=deadline_s, closed=self._closed, error=PluginCallError
+        )
 
     def close(self) -> None:
         self._closed.set()
