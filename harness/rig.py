@@ -23,9 +23,12 @@ from typing import Any
 
 import pytest
 
+from labs import METRICS_DIR_ENV
+
 from .labs import LabURLError, parse_lab_url, summary_path
 from .report import write_environment
 from .scenarios import start_state_seed
+from .scraped_metrics import HookMetrics, scrape_textfiles
 from .stats import STATS_DIR_ENV, Gathered, gather
 
 SUMMARY_COUNTS = (
@@ -47,6 +50,7 @@ class _Collector:
     def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
         self.stats = Gathered()
+        self.metrics = HookMetrics()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
@@ -63,6 +67,9 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
     # and facts (the guest's kernel release, its boot seconds) follow the common ones.
     summary.update({key: counts[key] for key in sorted(counts) if key not in summary})
     summary.update(collector.stats.facts)
+    # What a scraper read from the service processes' metrics after the run (the test
+    # kit's processes publish a textfile each: labs.METRICS_DIR_ENV).
+    summary["metrics"] = collector.metrics.summary()
     runs = (
         summary["crash_runs_inprocess"]
         + summary["crash_runs_sigkill"]
@@ -180,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rig: the fake tier's temporary files are on {root} (tmpfs)", flush=True)
     with (
         tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir,
+        tempfile.TemporaryDirectory(prefix="rig-metrics-") as metrics_dir,
         scratch(root) as basetemp,
     ):
         os.environ[STATS_DIR_ENV] = stats_dir
+        os.environ[METRICS_DIR_ENV] = metrics_dir
         status = pytest.main(
             [
                 "-m",
@@ -197,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             plugins=[collector],
         )
         collector.stats = gather(Path(stats_dir))
+        collector.metrics = scrape_textfiles(Path(metrics_dir))
     # After the run, which knows its facts (the guest's kernel release, its QEMU).
     write_environment(results, args.lab, collector.stats.facts)
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)

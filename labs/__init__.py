@@ -15,7 +15,7 @@ from ._agent_lab import AgentLab, AgentRootKernel, AgentSession
 from ._console import AgentUnavailable
 from ._lab import SANDBOX, Lab, LabKernel
 from ._node import Node
-from ._process import ServiceProcess
+from ._process import METRICS_DIR_ENV, ServiceProcess
 from ._seed import DEFAULT_SEED, SEED_ENV, start_state_seed
 from ._services import (
     PROJECT_SERVICES,
@@ -37,6 +37,7 @@ from .vm import VmLab
 __all__ = [
     "DEFAULT_LAB",
     "DEFAULT_SEED",
+    "METRICS_DIR_ENV",
     "PROJECT_SERVICES",
     "SANDBOX",
     "SEED_ENV",

@@ -6,6 +6,11 @@ main is started through the test kit's launcher instead
 (``python -m labs.crashing_service <module> [args] ...``), which reads
 ``NETWORKPLUGIN_CRASH_AT`` / ``_MODE`` / ``_TRACE``; a service program never does.
 Readiness is waited for over the real socket (GetInfo ready=true), with a deadline.
+
+Under the rig (``METRICS_DIR_ENV`` set), every start of a service publishes its metrics
+to a textfile of its own in that directory, as a deployment with ``metrics: {textfile}``
+does: a restarted process starts its counters from zero, so one file per process
+lifetime keeps what the killed ones reported, and the rig adds them up afterwards.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = "labs.crashing_service"
+METRICS_DIR_ENV = "RIG_METRICS_DIR"
+METRICS_INTERVAL_S = 0.5  # a SIGKILLed process loses at most this much of its counts
 EXIT_CHECK_S = 1.0  # how often a start that is not ready yet looks whether the process died
 
 
 class ServiceProcess:
     """One service over a persistent state dir; start, crash and restart it at will."""
+
+    publishes_metrics = True  # under the rig (METRICS_DIR_ENV); the coordinator has none
 
     def __init__(
         self,
@@ -62,6 +71,7 @@ class ServiceProcess:
                 }
             )
         )
+        self._rig_metrics: dict[str, object] | None = None  # what the last start published to
         self.log = root / "service.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -82,6 +92,7 @@ class ServiceProcess:
         # Unarmed, the rig runs exactly the deployed command; only an armed or traced
         # run goes through the launcher, the one place that reads the crash variables.
         program = [LAUNCHER, *self.command] if crash_at or trace else self.command
+        self._publish_metrics_if_asked()
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -101,6 +112,26 @@ class ServiceProcess:
         for socket in self.sockets:
             with self.client(socket) as client:
                 self._wait_serving(client, timeout, wait_ready=wait_ready)
+
+    def _publish_metrics_if_asked(self) -> None:
+        """Under the rig, point this start's metrics at a textfile no other start uses.
+
+        A config a test has damaged on purpose, or given metrics of its own, is left as it is."""
+        directory = os.environ.get(METRICS_DIR_ENV)
+        if not directory or not self.publishes_metrics:
+            return
+        try:
+            config = yaml.safe_load(self.config.read_text())
+        except (OSError, yaml.YAMLError):
+            return
+        if not isinstance(config, dict) or config.get("metrics") not in (None, self._rig_metrics):
+            return
+        textfile = Path(directory) / f"{self.name}-{secrets.token_hex(6)}.prom"
+        self._rig_metrics = {
+            "textfile": str(textfile),
+            "textfileIntervalSeconds": METRICS_INTERVAL_S,
+        }
+        self.config.write_text(yaml.safe_dump({**config, "metrics": self._rig_metrics}))
 
     def _wait_serving(self, client: PluginClient, timeout: float, *, wait_ready: bool) -> None:
         """Ready (or answering) within ``timeout``; a process that exits first fails at

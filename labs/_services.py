@@ -246,6 +246,8 @@ class CoordinatorProcess(ServiceProcess):
     means its status says so (recovery finished), asked over its own socket.
     """
 
+    publishes_metrics = False  # the coordinator program has no metrics of its own yet
+
     def __init__(
         self,
         root: Path,
