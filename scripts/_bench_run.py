@@ -149,10 +149,16 @@ def p2_burst(sizes: Sizes) -> Outcome:
     rounds, warmup, curve_sizes = sizes.burst
     m = bench_burst.measure(64, rounds, warmup, curve_sizes)
     walls = {c: ms(m.walls(c, m.size)) for c in bench_burst.CONTENDERS}
-    ours, cni = stat(walls["ours"], "ms"), stat(walls["CNI"], "ms")
+    ours, cni, floor = (stat(walls[c], "ms") for c in ("ours", "CNI", "floor"))
     rows = [
         Row("P2", f"wall time, {m.size} attach + {m.size} detach", ours, "CNI", cni,
             ratio(ours, cni), "<= 0.5x CNI", ratio(ours, cni) <= 0.5),
+        Row("P2", f"wall time, {m.size} attach + {m.size} detach", ours, "pyroute2 floor",
+            floor, ratio(ours, floor), "", None,
+            f"CNI/floor {ratio(cni, floor):.2f}x: the goal is 0.5x CNI = "
+            f"{0.5 * ratio(cni, floor):.2f}x the floor"),
+        Row("P2", f"wall time, {m.size} attach + {m.size} detach (CNI)", cni, "pyroute2 floor",
+            floor, ratio(cni, floor), "", None),
     ]  # fmt: skip
     for f in m.fsyncs:
         rows.append(
@@ -169,6 +175,8 @@ def p2_burst(sizes: Sizes) -> Outcome:
         "ours RemoveNetwork": ms(m.calls("ours", "detach", m.size)),
         "CNI ADD": ms(m.calls("CNI", "attach", m.size)),
         "CNI DEL": ms(m.calls("CNI", "detach", m.size)),
+        "floor create": ms(m.calls("floor", "attach", m.size)),
+        "floor delete": ms(m.calls("floor", "detach", m.size)),
     }
     curve = Curve(
         "burst-scaling",

@@ -11,7 +11,13 @@ One round of a contender at burst size N, every one of the N calls started toget
 * ours: N ``ConnectNetwork`` (one per pod, ``net1``) over the real Unix socket of a real
   ``networkplugin-links`` service process, then N ``RemoveNetwork``;
 * CNI: N execs of ``/usr/lib/cni/macvlan`` with ``CNI_COMMAND=ADD`` (no IPAM), then N
-  with ``DEL``, each from its thread in the node namespace (where ``master`` resolves).
+  with ``DEL``, each from its thread in the node namespace (where ``master`` resolves);
+* floor: the kernel's own bound, the same N creates then N deletes as bare pyroute2
+  requests, one pair of netlink sockets per pod (node namespace, sandbox), from the same
+  N threads: ``RTM_NEWLINK`` born in the sandbox under a temporary name, a ``GETLINK``,
+  one ``SETLINK`` (alias and ``net1``), one ``SETLINK`` up; then ``DELLINK`` while up.
+  Deletes take RTNL and each unregister waits for RCU grace periods, so this is about
+  the least that N attaches and detaches cost on this kernel however they are issued.
 
 The wall time of a phase runs from the barrier's release to the last call's return.
 Contenders alternate first place every round (ABAB), after warm-up rounds; every
@@ -28,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -44,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
@@ -54,6 +63,7 @@ from labs import NetnsLab, ServiceProcess
 from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import DRIVER_DOMAIN, root_id
 from plugins.kernel import NsRef
+from plugins.kernel.linux.netns import run_in_netns
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -87,7 +97,7 @@ BARRIER_TIMEOUT_S = 120.0
 STRACE_ATTACH_DEADLINE_S = 30.0
 # With -y strace names each descriptor's file: "fsync(5</.../journal.db-wal>) = 0".
 FSYNC_CALL = re.compile(r"\b(?:fsync|fdatasync)\((?:\d+<(?P<path>[^>]*)>)?")
-CONTENDERS = ("ours", "CNI")
+CONTENDERS = ("ours", "CNI", "floor")
 PHASES = ("attach", "detach")
 
 
@@ -154,24 +164,49 @@ class Pod:
     prepare_scope: str
 
 
+def netlink_socket_in(path: str) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside ``path``'s namespace on a throwaway thread
+    (not pyroute2's ``netns=``, which forks a Python child: bench_macvlan says why)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return run_in_netns(
+            fd,
+            lambda: socket.socket(
+                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+            ),
+            cleanup=lambda s: s.close(),
+        )
+    finally:
+        os.close(fd)
+
+
 def burst(
     pool: ThreadPoolExecutor, calls: Sequence[Callable[[], None]]
 ) -> tuple[float, list[float]]:
     """Run every call at once (each on its own thread, released by one barrier); return
     the wall time from the release to the last return, and each call's own time."""
+    return staged_burst(pool, [partial(lambda c: c, c) for c in calls])
+
+
+def staged_burst(
+    pool: ThreadPoolExecutor, stages: Sequence[Callable[[], Callable[[], None]]]
+) -> tuple[float, list[float]]:
+    """``burst``, where each thread first runs its stage (untimed, before the barrier)
+    and then times the call the stage returned."""
     released: list[float] = []
     gate = threading.Barrier(
-        len(calls), timeout=BARRIER_TIMEOUT_S, action=lambda: released.append(time.perf_counter())
+        len(stages), timeout=BARRIER_TIMEOUT_S, action=lambda: released.append(time.perf_counter())
     )
 
-    def timed(call: Callable[[], None]) -> tuple[float, float]:
+    def timed(stage: Callable[[], Callable[[], None]]) -> tuple[float, float]:
+        call = stage()
         gate.wait()
         start = time.perf_counter()
         call()
         end = time.perf_counter()
         return end - start, end
 
-    results = [f.result() for f in [pool.submit(timed, c) for c in calls]]
+    results = [f.result() for f in [pool.submit(timed, s) for s in stages]]
     return max(end for _, end in results) - released[0], [took for took, _ in results]
 
 
@@ -217,6 +252,13 @@ class Scene:
             "CNI_PATH": str(CNI_DIR),
         }
         self.live: set[str] = set()  # attachments that may exist, for cleanup
+        (parent,) = self.lab.parents
+        self.parent_index = parent.ifindex
+        self.pod_fds: dict[str, int] = {}  # for IFLA_NET_NS_FD (the floor)
+        for pod in self.pods:
+            self.pod_fds[pod.name] = os.open(pod.handle.path, os.O_RDONLY | os.O_CLOEXEC)
+            stack.callback(os.close, self.pod_fds[pod.name])
+        self.floor_index: dict[str, int] = {}  # the floor's child in each pod
 
     # -- ours ------------------------------------------------------------------------
 
@@ -282,6 +324,63 @@ class Scene:
                 self.check_attached(pods, "CNI")
             else:
                 self.check_detached(pods, "CNI")
+        return phases[0], phases[1]
+
+    # -- floor -----------------------------------------------------------------------
+
+    def floor_stage(
+        self, pod: Pod, work: Callable[[Any, Any, Pod], None]
+    ) -> Callable[[], Callable[[], None]]:
+        """Run before the barrier, on the thread that then makes the timed call: its
+        two pyroute2 ``IPRoute``s (pyroute2 ties each to the thread that made it), one on
+        a socket of this thread (the node namespace), one on a socket made in the pod's."""
+
+        def stage() -> Callable[[], None]:
+            from pyroute2 import IPRoute
+
+            host_ipr = IPRoute()
+            pod_ipr = IPRoute(use_socket=netlink_socket_in(pod.handle.path))
+
+            def timed() -> None:
+                try:
+                    work(host_ipr, pod_ipr, pod)
+                finally:
+                    host_ipr.close()
+                    pod_ipr.close()
+
+            return timed
+
+        return stage
+
+    def floor_add(self, host_ipr: Any, pod_ipr: Any, pod: Pod) -> None:
+        digest = hashlib.sha256(pod.name.encode()).hexdigest()
+        temp = "np" + digest[:13]
+        host_ipr.link(
+            "add",
+            ifname=temp,
+            kind="macvlan",
+            link=self.parent_index,
+            macvlan_mode="bridge",
+            mtu=MTU,
+            net_ns_fd=self.pod_fds[pod.name],
+        )
+        (msg,) = pod_ipr.link("get", ifname=temp)
+        index = self.floor_index[pod.name] = int(msg["index"])
+        pod_ipr.link("set", index=index, ifalias="dranp:" + digest[13:29], ifname=IFNAME)
+        pod_ipr.link("set", index=index, state="up")
+
+    def floor_delete(self, host_ipr: Any, pod_ipr: Any, pod: Pod) -> None:
+        pod_ipr.link("del", index=self.floor_index[pod.name])
+
+    def floor_round(self, pods: Sequence[Pod], round_label: str) -> tuple[Phase, Phase]:
+        phases = []
+        for phase, work in (("attach", self.floor_add), ("detach", self.floor_delete)):
+            wall, calls = staged_burst(self.pool, [self.floor_stage(p, work) for p in pods])
+            phases.append(Phase("floor", phase, len(pods), wall, calls))
+            if phase == "attach":
+                self.check_attached(pods, "floor")
+            else:
+                self.check_detached(pods, "floor")
         return phases[0], phases[1]
 
     # -- checks and cleanup ----------------------------------------------------------
@@ -426,14 +525,15 @@ def measure(
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         scene = Scene(stack, base, every[-1])
-        runs = {"ours": scene.ours, "CNI": scene.cni_round}
+        runs = {"ours": scene.ours, "CNI": scene.cni_round, "floor": scene.floor_round}
         for w in range(warmup):
             for name in CONTENDERS:
                 runs[name](scene.pods[:size], f"warm{w}")
         for n in every:
             pods = scene.pods[:n]
             for r in range(rounds):
-                order = CONTENDERS if r % 2 == 0 else CONTENDERS[::-1]
+                k = r % len(CONTENDERS)  # each contender goes first in turn
+                order = CONTENDERS[k:] + CONTENDERS[:k]
                 for name in order:
                     result.phases.extend(runs[name](pods, f"{n}-{r}"))
         if shutil.which("strace") is None:
@@ -450,11 +550,21 @@ def report(m: BurstMeasurement) -> None:
         f"burst of {m.size} sandboxes, {m.rounds} interleaved rounds after {m.warmup} "
         f"warm-up(s); wall ms, medians"
     )
-    print(f"{'size':>5} {'ours':>9} {'CNI':>9} {'ours/CNI':>9}")
+    print(
+        f"{'size':>5} {'ours':>9} {'CNI':>9} {'floor':>9} {'ours/CNI':>9} {'CNI/floor':>9}"
+        f" {'ours/floor':>10}"
+    )
     for n in m.sizes:
-        ours = statistics.median(m.walls("ours", n)) * 1000
-        cni = statistics.median(m.walls("CNI", n)) * 1000
-        print(f"{n:>5} {ours:9.1f} {cni:9.1f} {ours / cni:9.2f}")
+        ours, cni, floor = (statistics.median(m.walls(c, n)) * 1000 for c in CONTENDERS)
+        print(
+            f"{n:>5} {ours:9.1f} {cni:9.1f} {floor:9.1f} {ours / cni:9.2f} {cni / floor:9.2f}"
+            f" {ours / floor:10.2f}"
+        )
+    for c in CONTENDERS:
+        att, det = (statistics.median(p.wall for p in m.phases
+                    if (p.contender, p.phase, p.size) == (c, ph, m.size)) * 1000
+                    for ph in PHASES)  # fmt: skip
+        print(f"{c} at {m.size}: attach {att:.1f} ms, detach {det:.1f} ms (medians)")
     for f in m.fsyncs:
         print(
             f"ours {f.phase} of {f.hooks}: {f.fsyncs} fsyncs, {f.commit_batches} commit "
