@@ -14,6 +14,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from plugins.sdk.host import PluginCallError
-from plugins.sdk.telemetry import JsonFormatter, log_event
+from plugins.sdk.telemetry import BackgroundHandler, JsonFormatter, log_event
 
 from ..runner import node as n
 from ..runner.test_journal_loss_service import ToyDeployment
@@ -205,3 +206,85 @@ def test_a_line_below_the_level_builds_nothing() -> None:
 
     log_event(logger, logging.INFO, "quiet", value=Exploding())  # type: ignore[arg-type]
     assert stream.getvalue() == ""
+
+
+# -- the service's handler: lines formatted and written on a thread of its own ------------
+
+
+class _Recording(logging.Handler):
+    """Formats like a real handler and records each line with the thread that wrote it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((self.format(record), threading.current_thread().name))
+
+
+def background(level: int = logging.DEBUG) -> tuple[logging.Logger, BackgroundHandler, _Recording]:
+    target = _Recording()
+    handler = BackgroundHandler(target)
+    logger = logging.getLogger(f"test_logs.bg.{id(handler)}")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    return logger, handler, target
+
+
+def test_the_logging_thread_neither_formats_nor_writes() -> None:
+    logger, handler, target = background()
+    formatted_on: list[str] = []
+
+    class Field:
+        def __str__(self) -> str:
+            formatted_on.append(threading.current_thread().name)
+            return "v"
+
+    try:
+        log_event(logger, logging.INFO, "hook X OK", field=Field())  # type: ignore[arg-type]
+        handler.flush()  # returns once the line is written
+        assert target.lines == [("hook X OK field=v", "log-writer")]
+        assert formatted_on == ["log-writer"]
+    finally:
+        handler.close()
+
+
+def test_lines_keep_their_order_and_a_flush_waits_for_them() -> None:
+    logger, handler, target = background()
+    try:
+        for i in range(500):
+            log_event(logger, logging.INFO, f"line {i}", n=i)
+        logger.warning("plain %s", "args")  # formatted at once: its args may change later
+        handler.flush()
+        assert [line for line, _ in target.lines] == [
+            *(f"line {i} n={i}" for i in range(500)),
+            "plain args",
+        ]
+    finally:
+        handler.close()
+
+
+def test_a_full_queue_makes_the_caller_wait_and_drops_nothing() -> None:
+    target = _Recording()
+    handler = BackgroundHandler(target, capacity=2)
+    logger = logging.getLogger(f"test_logs.full.{id(handler)}")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        for i in range(200):
+            logger.info("line %d", i)
+        handler.flush()
+        assert [line for line, _ in target.lines] == [f"line {i}" for i in range(200)]
+    finally:
+        handler.close()
+
+
+def test_close_writes_what_is_queued_then_lines_go_straight_through() -> None:
+    logger, handler, target = background()
+    log_event(logger, logging.INFO, "before close")
+    handler.close()
+    assert [line for line, _ in target.lines] == ["before close"]
+    log_event(logger, logging.INFO, "after close")
+    assert target.lines[-1] == ("after close", threading.current_thread().name)

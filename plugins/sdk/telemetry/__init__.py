@@ -5,14 +5,22 @@
 * :class:`PrometheusMetrics` and :class:`MetricsPublisher` (a localhost port or a
   textfile) are imported on first use (start-up time matters: docs/observability.md).
 * :func:`log_event` writes a line that is text and fields at once; :class:`JsonFormatter`
-  renders it as one JSON object.
+  renders it as one JSON object; :class:`BackgroundHandler` (what ``configure_logging``
+  installs) formats and writes lines on a thread of its own, so a hook never does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._logs import LOG_FORMATS, JsonFormatter, LogFormat, configure_logging, log_event
+from ._logs import (
+    LOG_FORMATS,
+    BackgroundHandler,
+    JsonFormatter,
+    LogFormat,
+    configure_logging,
+    log_event,
+)
 from ._metrics import NO_METRICS, JournalGauges, Metrics, MetricsConfig, NoMetrics
 
 if TYPE_CHECKING:
@@ -21,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOG_FORMATS",
     "NO_METRICS",
+    "BackgroundHandler",
     "JournalGauges",
     "JsonFormatter",
     "LogFormat",
