@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from plugins.sdk import YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
 
@@ -121,10 +122,10 @@ class ServiceProcess:
         if not directory or not self.publishes_metrics:
             return
         try:
-            config = yaml.safe_load(self.config.read_text())
-        except (OSError, yaml.YAMLError):
+            config = load_yaml_mapping(self.config)
+        except YAMLLoadError:
             return
-        if not isinstance(config, dict) or config.get("metrics") not in (None, self._rig_metrics):
+        if config.get("metrics") not in (None, self._rig_metrics):
             return
         textfile = Path(directory) / f"{self.name}-{secrets.token_hex(6)}.prom"
         self._rig_metrics = {
