@@ -74,6 +74,9 @@ class ServiceProcess:
         )
         self._rig_metrics: dict[str, object] | None = None  # what the last start published to
         self.log = root / "service.log"
+        # The rig's services log warnings only; a benchmark measuring the deployed
+        # default (the service's own, INFO) sets this before a (re)start.
+        self.log_level = "WARNING"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(
@@ -103,7 +106,7 @@ class ServiceProcess:
                     "--config",
                     str(self.config),
                     "--log-level",
-                    "WARNING",
+                    self.log_level,
                 ],
                 cwd=REPO,
                 env=env,

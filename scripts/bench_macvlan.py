@@ -21,12 +21,16 @@ Per iteration, in rotating order so drift hits all three alike:
   under a temporary name, look up its ifindex, set its alias and final name (one
   message), set it up, delete it.
 
+The service runs at ``--log-level INFO`` unless asked otherwise: the level a deployed
+service runs at (its default), which writes a line per hook and per effect transition
+to its log. ``--log-level WARNING`` measures it without those lines.
+
 Prints medians (and p90/min) in ms and the ratios ours/CNI and ours/floor (medians).
 Not a test: nothing here asserts a timing.
 
     sudo scripts/install-bench    # the CNI plugins (and strace, py-spy), once
     sudo uv run python scripts/bench_macvlan.py [--iterations 50] [--warmup 5]
-        [--rows ours,CNI,floor] [--print-service-pid]
+        [--rows ours,CNI,floor] [--log-level INFO] [--print-service-pid]
 
 ``measure()`` returns the per-iteration samples as data (``Measurement``), for a
 caller such as ``scripts/bench``.
@@ -99,6 +103,8 @@ CNI_CONFIG = json.dumps(
     }
 ).encode()
 IFF_UP = 0x1
+DEPLOYED_LOG_LEVEL = "INFO"  # the service's default (plugins.sdk.service.main)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 # -- namespaces -------------------------------------------------------------------------
@@ -404,6 +410,7 @@ class Measurement:
     kernel: str
     cni_version: str
     service_pid: int | None  # the service's process, for a profiler to attach to
+    log_level: str = DEPLOYED_LOG_LEVEL  # the service's --log-level
 
     def medians_ms(self) -> dict[str, float]:
         return {row: summarize(s)[0] for row, s in self.samples.items()}
@@ -414,7 +421,8 @@ def report(measurement: Measurement, rows: list[Contender]) -> None:
     print(
         f"macvlan ADD+DEL on Linux {m.kernel} ({os.cpu_count()} CPUs), "
         f"containernetworking-plugins {m.cni_version}: {m.iterations} iterations "
-        f"after {m.warmup} warm-ups, interleaved; load average {m.load_at_start:.2f} at start"
+        f"after {m.warmup} warm-ups, interleaved; load average {m.load_at_start:.2f} at start; "
+        f"service at --log-level {m.log_level}"
     )
     print(f"{'':6} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}  measures")
     medians = m.medians_ms()
@@ -434,22 +442,30 @@ def measure(
     warmup: int = 5,
     rows: tuple[str, ...] = ROWS,
     on_ready: Callable[[Measurement], None] | None = None,
+    log_level: str = DEPLOYED_LOG_LEVEL,
 ) -> tuple[Measurement, list[Contender]]:
     """Set the lab up, run every row ``iterations`` times (after ``warmup``), tear down.
 
     Needs root and ``/usr/lib/cni/macvlan`` when the CNI row is asked for (see
     ``preflight``). ``on_ready`` is called once the service is up and checked, before
     the warm-ups, with an empty ``Measurement`` naming the service's pid (a profiler
-    attaches there).
+    attaches there). ``log_level``: the service's ``--log-level`` (default: a deployed
+    service's, INFO).
     """
     unknown = sorted(set(rows) - set(ROWS))
     if unknown or not rows:
         raise ValueError(f"rows must be a non-empty subset of {ROWS}, not {list(rows)}")
+    if log_level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {LOG_LEVELS}, not {log_level!r}")
     base = Path(tempfile.mkdtemp(prefix="bench-mv-", dir="/tmp"))  # short socket paths
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         scene = build_scene(stack)
         service = start_service(stack, scene.lab, base, "macvlan")  # bench-pod is the scene's, bare
+        if service.log_level != log_level:  # the lab starts it at the rig's level
+            service.stop(timeout=10)
+            service.log_level = log_level
+            service.start()
         client = stack.enter_context(service.client("macvlan.sock"))
         ours = Ours(scene, client)
         stack.callback(ours.release)  # unwound first: before the client and the service
@@ -462,7 +478,7 @@ def measure(
 
         def result(samples: dict[str, list[float]], load: float) -> Measurement:
             return Measurement(
-                samples, iterations, warmup, load, platform.release(), cni_version(), pid
+                samples, iterations, warmup, load, platform.release(), cni_version(), pid, log_level
             )
 
         if on_ready is not None:
@@ -502,6 +518,13 @@ def main() -> int:
         help="comma-separated subset of ours,CNI,floor (default: all three)",
     )
     parser.add_argument(
+        "--log-level",
+        default=DEPLOYED_LOG_LEVEL,
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help=f"the service's log level (default {DEPLOYED_LOG_LEVEL}, a deployed service's)",
+    )
+    parser.add_argument(
         "--print-service-pid",
         action="store_true",
         help="print the service's pid to stderr once it is ready (to attach py-spy or strace)",
@@ -524,7 +547,9 @@ def main() -> int:
             print(f"bench_macvlan: service pid {ready.service_pid}", file=sys.stderr, flush=True)
 
     try:
-        measurement, contenders = measure(args.iterations, args.warmup, rows, announce)
+        measurement, contenders = measure(
+            args.iterations, args.warmup, rows, announce, log_level=args.log_level
+        )
     except NetnsLabUnavailable as exc:  # e.g. no macvlan module: one line, like preflight
         print(f"bench_macvlan: {exc}", file=sys.stderr)
         return 2
