@@ -306,6 +306,27 @@ def test_seq_is_monotonic_insertion_order_and_filters_apply(store: Store) -> Non
     assert names(store.read(lambda r: r.operations("links/macvlan"))) == ["x"]
 
 
+def test_operations_filter_by_allocation_root_and_excluded_scope(store: Store) -> None:
+    def request(root: str | None) -> str:
+        return (
+            '{"allocation": null}' if root is None else f'{{"allocation": {{"root_id": "{root}"}}}}'
+        )
+
+    rows = [("a", "s1", "r1"), ("b", "s2", "r2"), ("c", "s3", "r1"), ("d", "s4", None)]
+    for i, scope, root in rows:
+        insert(store, replace(op(i, scope=scope), request_json=request(root)))
+    insert(store, replace(op("e", scope="s5"), request_json="not json"))
+
+    def names(**filters: Any) -> list[str]:
+        return [r.operation_id for r in store.read(lambda r: r.operations(P, **filters))]
+
+    # A request that is not JSON is kept (its reader, not SQLite, judges the row).
+    assert names(allocation_root="r1") == ["a", "c", "e"]
+    assert names(allocation_root="r1", not_scope="s1") == ["c", "e"]
+    assert names(allocation_root="r3") == ["e"]
+    assert names(not_scope="s2") == ["a", "c", "d", "e"]
+
+
 def test_nonterminal_operations_are_running_failed_and_cleanup_pending(store: Store) -> None:
     assert {
         OperationState.RUNNING,

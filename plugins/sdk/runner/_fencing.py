@@ -91,10 +91,15 @@ def allocation_root(op: OperationRecord) -> str | None:
 def check_single_attachment(t: Reader, partition: str, root: str, attachment: str) -> None:
     """SinglePod: one allocation root realizes at most one attachment at a time."""
     active = set(OperationState) - {OperationState.CLEANED}
-    for op in t.operations(partition, hook=Hook.CONNECT_NETWORK, states=active):
-        if op.scope == attachment:
-            continue
-        if allocation_root(op) == root:
+    # Filtered in SQL (on the single writer, once per attach): only this root's rows.
+    for op in t.operations(
+        partition,
+        hook=Hook.CONNECT_NETWORK,
+        states=active,
+        allocation_root=root,
+        not_scope=attachment,
+    ):
+        if op.scope != attachment and allocation_root(op) == root:
             raise FailedPrecondition(
                 f"root {root} is still attached as {op.scope} ({op.state.value}); "
                 "remove that attachment before connecting it again"

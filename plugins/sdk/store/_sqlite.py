@@ -46,7 +46,10 @@ log = logging.getLogger(__name__)
 MAX_BATCH: Final = 512
 """Most write functions committed together in one transaction."""
 
-MAX_IDLE_READERS: Final = 8
+MAX_IDLE_READERS: Final = 64
+"""Reader connections kept for reuse: as many as the host's handler threads (its
+``DEFAULT_MAX_WORKERS``), so a burst of concurrent hooks reuses them instead of opening
+(and configuring) a connection per read beyond the first 8 and closing it after."""
 
 _OP_COLUMNS: Final = ", ".join(OPERATION_COLUMNS)
 _EFFECT_COLUMNS: Final = ", ".join(EFFECT_COLUMNS)
@@ -150,13 +153,31 @@ class Reader:
         scope: str | None = None,
         hook: Hook | None = None,
         states: Collection[OperationState] | None = None,
+        allocation_root: str | None = None,
+        not_scope: str | None = None,
     ) -> list[OperationRecord]:
-        """Operations of ``partition`` matching every given filter, in insertion order."""
+        """Operations of ``partition`` matching every given filter, in insertion order.
+
+        ``allocation_root`` keeps those whose request names that allocation root
+        (``request_json``'s ``allocation.root_id``), ``not_scope`` drops one scope's: both
+        filtered by SQLite, so a caller looking for one root among many live operations
+        decodes and verifies only the rows that match, not every row of the partition. A
+        row whose request is not JSON is kept, so reading it fails its checksum as before.
+        """
         where = ["partition = ?"]
         params: list[object] = [partition]
         if scope is not None:
             where.append("scope = ?")
             params.append(scope)
+        if not_scope is not None:
+            where.append("scope != ?")
+            params.append(not_scope)
+        if allocation_root is not None:
+            where.append(
+                "CASE WHEN json_valid(request_json) "
+                "THEN json_extract(request_json, '$.allocation.root_id') IS ? ELSE 1 END"
+            )
+            params.append(allocation_root)
         if hook is not None:
             where.append("hook = ?")
             params.append(Hook(hook).value)
