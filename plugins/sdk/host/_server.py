@@ -336,6 +336,13 @@ class _Servicer(pb_grpc.NetworkPluginServicer):
         )
 
 
+# Handler threads per socket (started on demand, kept while the server runs). A node's
+# burst (64 pods attached at once, issue 13's P2) used to queue behind 8: each call
+# spends most of its time waiting for a group commit or the kernel, so the calls that
+# wait together are the batch, and 8 threads capped every commit at 8 writes.
+DEFAULT_MAX_WORKERS = 64
+
+
 @dataclass
 class _Bound:
     name: str
@@ -364,7 +371,9 @@ class Host:
     the process exits); ``in_flight()`` names the service calls still running.
     """
 
-    def __init__(self, socket_dir: Path, token: str, *, max_workers: int = 8) -> None:
+    def __init__(
+        self, socket_dir: Path, token: str, *, max_workers: int = DEFAULT_MAX_WORKERS
+    ) -> None:
         if max_workers < 1:
             raise RegistrationError(f"max_workers must be at least 1, got {max_workers}")
         self._dir = Path(socket_dir)
