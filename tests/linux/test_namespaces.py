@@ -135,23 +135,70 @@ def test_close_releases_every_descriptor(netns_dir: Path, make_ns: MakeNamespace
 
 
 def test_release_namespace_and_reopen_on_use(kernel: LinuxKernel, ns_a: NsRef) -> None:
-    kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
-    before = fd_count()
-    kernel.release_namespace(ns_a)
-    assert fd_count() == before  # nothing of ns_a was held between calls anyway
-    assert all(ref.key != ns_a.key for ref in kernel.cached_namespaces())
-    assert kernel.get_link(ns_a, name="va") is not None  # reopened from its verified path
-
-
-def test_a_namespace_is_held_only_during_a_call(kernel: LinuxKernel, ns_a: NsRef) -> None:
     host = kernel.host_namespace()
     kernel.list_links(host)
     before = fd_count()
     kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
-    assert kernel.get_link(ns_a, name="va") is not None
-    assert fd_count() == before  # the descriptor and socket of ns_a are closed again
+    assert fd_count() == before + 2  # ns_a's descriptor and socket, for the next calls
+    kernel.release_namespace(ns_a)
+    assert fd_count() == before  # let go at once
     assert [ref.key for ref in kernel.held_namespaces()] == [host.key]
-    assert ns_a.key in [ref.key for ref in kernel.cached_namespaces()]  # still known
+    assert all(ref.key != ns_a.key for ref in kernel.cached_namespaces())
+    assert kernel.get_link(ns_a, name="va") is not None  # reopened from its verified path
+
+
+def test_without_linger_a_namespace_is_held_only_during_a_call(
+    netns_dir: Path, make_ns: MakeNamespace
+) -> None:
+    with LinuxKernel(HOST_NS, linger_s=0) as kernel:
+        host = kernel.host_namespace()
+        ns_a = kernel.open_namespace(make_ns())
+        kernel.list_links(host)
+        before = fd_count()
+        kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+        assert kernel.get_link(ns_a, name="va") is not None
+        assert fd_count() == before  # the descriptor and socket of ns_a are closed again
+        assert [ref.key for ref in kernel.held_namespaces()] == [host.key]
+        assert ns_a.key in [ref.key for ref in kernel.cached_namespaces()]  # still known
+        assert not [t for t in threading.enumerate() if t.name == "netns-idle"]
+
+
+def test_calls_in_a_row_share_the_namespace_s_socket(
+    netns_dir: Path, make_ns: MakeNamespace
+) -> None:
+    with LinuxKernel(HOST_NS, linger_s=60) as kernel:
+        ns_a = kernel.open_namespace(make_ns())
+        kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+        held, threads = fd_count(), threading.active_count()
+        for _ in range(5):
+            assert kernel.get_link(ns_a, name="va") is not None
+        assert (fd_count(), threading.active_count()) == (held, threads)  # no new socket
+        assert ns_a.key in [ref.key for ref in kernel.held_namespaces()]
+
+
+def test_at_most_max_held_namespaces_stay_held(netns_dir: Path, make_ns: MakeNamespace) -> None:
+    with LinuxKernel(HOST_NS, linger_s=60, max_held=2) as kernel:
+        host = kernel.host_namespace()
+        refs = [kernel.open_namespace(make_ns()) for _ in range(4)]
+        for ref in refs:
+            kernel.list_links(ref)
+        held = {ref.key for ref in kernel.held_namespaces()}
+        assert held == {host.key, refs[2].key, refs[3].key}  # the most recently used
+
+
+def test_a_reused_inode_number_is_estale(netns_dir: Path, make_ns: MakeNamespace) -> None:
+    """Let go, a namespace can die and another get its inode number under its path: the
+    namespace cookie of the next socket tells them apart."""
+    with LinuxKernel(HOST_NS, linger_s=0) as kernel:
+        ref = kernel.open_namespace(make_ns())
+        kernel.list_links(ref)  # the first socket: its cookie is recorded; then let go
+        before = fd_count()
+        # As if the namespace first seen had died and this one had got its inode number:
+        kernel._spaces[(ref.device, ref.inode)].cookie = 1
+        with pytest.raises(KernelError) as exc:
+            kernel.list_links(ref)
+        assert exc.value.code == errno.ESTALE
+        assert fd_count() == before  # nothing of the impostor is kept
 
 
 def test_a_deleted_namespace_dies_without_another_call(
@@ -175,13 +222,18 @@ def test_a_deleted_namespace_dies_without_another_call(
 
 def test_no_thread_of_ours_changes_namespace(kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef) -> None:
     mine = os.stat("/proc/thread-self/ns/net")
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="vb", peer_ns=ns_b))
     kernel.list_links(ns_b)
     after = os.stat("/proc/thread-self/ns/net")
     assert (after.st_dev, after.st_ino) == (mine.st_dev, mine.st_ino)
-    # the throwaway threads that entered ns_a/ns_b have ended
-    assert threading.active_count() == threads
+    # the throwaway threads that entered ns_a/ns_b have ended; the one left (it lets the
+    # namespaces go once idle) is in ours
+    new = set(threading.enumerate()) - threads
+    assert [t.name for t in new] == ["netns-idle"]
+    (idle,) = new
+    theirs = os.stat(f"/proc/self/task/{idle.native_id}/ns/net")
+    assert (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def test_concurrent_calls_share_one_socket_safely(kernel: LinuxKernel, ns_a: NsRef) -> None:

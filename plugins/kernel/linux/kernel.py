@@ -11,16 +11,28 @@ a namespace go to that namespace's socket; a link is created in, or moved to,
 another namespace with ``IFLA_NET_NS_FD`` in the same message.
 
 Both the descriptor and the socket keep the namespace alive, so a namespace other than
-the host is *held* only while a call needs it: when the last call in progress returns,
-the descriptor and socket of every namespace but the host's are closed, and the next
-call reopens them from a path verified to still name the namespace. A pod deleted by
-the runtime therefore dies as soon as no call of ours is using it, even in a service
-that never calls again (the cost, a descriptor and a socket per call, is measured in
-docs/benchmarks.md). The namespaces seen stay *known* (their identity, paths and
-netnsids, ``cached_namespaces``): every call re-checks the mount paths of the known
-ones, and a namespace none of whose paths still names it is forgotten; a call that
-names it fails with ENOENT (path gone) or ESTALE (path names another namespace), as
-``open_namespace`` would. ``release_namespace`` forgets one explicitly, ``close`` all.
+the host is *held* only while calls use it, and for ``linger_s`` (``NAMESPACE_LINGER_S``)
+after: once no call is in progress, a namespace that no call has used for that long has
+its descriptor and socket closed, by the call that returns last or, when no call comes,
+by the kernel's one idle thread (``netns-idle``, which waits for that deadline and never
+enters a namespace). The next call reopens them from a path verified to still name the
+namespace. A pod deleted by the runtime therefore dies within ``linger_s`` of our last
+call in it, even in a service that never calls again, while the calls of one hook (and
+of hooks that follow each other closely) share one socket instead of paying a thread,
+a descriptor and a socket each (measured in docs/benchmarks.md). At most
+``max_held`` namespaces besides the host's stay held between calls (the least recently
+used are let go first).
+
+The namespaces seen stay *known* (their identity, paths and netnsids,
+``cached_namespaces``): every call re-checks the mount paths of the known ones, and a
+namespace none of whose paths still names it is forgotten (and let go at once); a call
+that names it fails with ENOENT (path gone) or ESTALE (path names another namespace), as
+``open_namespace`` would. A held namespace cannot die, so its inode number cannot be
+given to another namespace while we hold it: the check of the path's (st_dev, st_ino)
+is exact then. Once let go, a namespace could die and a new one get its inode number
+under the same path; so each socket's namespace cookie (``SO_NETNS_COOKIE``, 64 bits,
+never reused in a boot) is compared with the one the namespace's first socket had, and
+a mismatch is ESTALE. ``release_namespace`` forgets one explicitly, ``close`` all.
 
 ``list_namespaces`` finds namespaces without holding them: it stats (and, for a
 mount path seen for the first time, opens, checks and closes) every candidate
@@ -42,6 +54,7 @@ import functools
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -80,7 +93,14 @@ from ._nsfs import (
     stat_identity,
 )
 
-__all__ = ["DEFAULT_NAMESPACE_DIRS", "PROC_DIR", "UNKNOWN_NAMESPACE_INODE", "LinuxKernel"]
+__all__ = [
+    "DEFAULT_NAMESPACE_DIRS",
+    "MAX_HELD_NAMESPACES",
+    "NAMESPACE_LINGER_S",
+    "PROC_DIR",
+    "UNKNOWN_NAMESPACE_INODE",
+    "LinuxKernel",
+]
 
 U32_MAX = 0xFFFFFFFF
 # parent_ns of a link whose lower device lives in a namespace this kernel has not
@@ -91,6 +111,12 @@ _NSID_UNASSIGNED = (-1, U32_MAX)
 # namespaces; /var/run is usually a link to /run, and duplicates are dropped by identity.
 DEFAULT_NAMESPACE_DIRS = ("/run/netns", "/var/run/netns")
 PROC_DIR = "/proc"
+# How long a namespace other than the host's stays held after the last call that used
+# it: long enough for the calls of a hook (milliseconds apart) and of the hooks that
+# follow it at once to share a socket; short enough that a deleted pod dies promptly.
+NAMESPACE_LINGER_S = 0.25
+MAX_HELD_NAMESPACES = 64  # besides the host's, between calls
+SO_NETNS_COOKIE = 71  # <asm-generic/socket.h>, Linux 5.14
 
 
 @dataclass(eq=False)
@@ -105,12 +131,19 @@ class _Namespace:
     nsids: dict[int, Identity] = field(default_factory=dict)  # nsid seen from here -> ns
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    used: float = 0.0  # time.monotonic() of the last use of the descriptor or socket
+    cookie: int | None = None  # SO_NETNS_COOKIE of its first socket (None: not known)
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None or self.sock is not None
 
     def held_fd(self) -> int:
         """The descriptor, reopened from a path still naming this namespace if needed
         (ENOENT if none does any more). Call with ``lock`` held."""
         if self.closed:
             raise netlink_error(errno.ENOENT, f"namespace {self.key} was released")
+        self.used = time.monotonic()
         if self.fd is None:
             for path in self.paths:
                 try:
@@ -183,6 +216,16 @@ def _new_rtnl_socket() -> socket.socket:
     )
 
 
+def _netns_cookie(sock: socket.socket) -> int | None:
+    """The cookie of the namespace ``sock`` lives in; None on a kernel without one."""
+    try:
+        return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
+    except OSError as exc:
+        if exc.errno in (errno.ENOPROTOOPT, errno.EINVAL):
+            return None
+        raise
+
+
 class LinuxKernel:
     """The ``Kernel`` protocol on the running Linux kernel (root or CAP_NET_ADMIN).
 
@@ -191,7 +234,9 @@ class LinuxKernel:
     never guessed. ``namespace_dirs`` and ``proc_dir`` say where ``list_namespaces``
     looks: the directories where namespaces are mounted, and the proc filesystem
     whose processes' namespaces it lists (e.g. ``/host/proc`` in a container that
-    mounts the node's; ``None``: no process scan).
+    mounts the node's; ``None``: no process scan). ``linger_s`` and ``max_held``: how
+    long, and how many, namespaces other than the host's stay held after the calls that
+    used them (the module's docstring; ``linger_s=0``: let go when the last call returns).
     """
 
     def __init__(
@@ -200,6 +245,8 @@ class LinuxKernel:
         *,
         namespace_dirs: Iterable[str | os.PathLike[str]] = DEFAULT_NAMESPACE_DIRS,
         proc_dir: str | os.PathLike[str] | None = PROC_DIR,
+        linger_s: float = NAMESPACE_LINGER_S,
+        max_held: int = MAX_HELD_NAMESPACES,
     ) -> None:
         if isinstance(namespace_dirs, str | os.PathLike):
             # a str is an Iterable[str] too: its characters would be scanned as directories
@@ -211,6 +258,11 @@ class LinuxKernel:
         self._calls = 0  # public calls in progress (any thread)
         self._host_key: Identity | None = None
         self._closed = False
+        self._linger_s = max(0.0, linger_s)
+        self._max_held = max(0, max_held)
+        self._idle = threading.Condition(self._lock)  # wakes the idle thread
+        self._idle_deadline: float | None = None  # when the next held namespace expires
+        self._idle_thread: threading.Thread | None = None
         with kernel_errors("LinuxKernel"):
             self._boot_id = read_boot_id()
             if isinstance(host_namespace, NamespaceHandle):
@@ -229,6 +281,7 @@ class LinuxKernel:
             self._closed = True
             spaces = list(self._spaces.values())
             self._spaces.clear()
+            self._idle.notify_all()  # the idle thread ends
         for space in spaces:
             space.close()
 
@@ -258,20 +311,65 @@ class LinuxKernel:
             return [self._ref_of(s, s.paths[0]) for s in self._spaces.values()]
 
     def held_namespaces(self) -> list[NsRef]:
-        """The namespaces whose descriptor is open now: between calls, the host's only."""
+        """The namespaces whose descriptor or socket is open now: between calls, the
+        host's and those used in the last ``linger_s``."""
         with self._lock:
-            return [self._ref_of(s, s.paths[0]) for s in self._spaces.values() if s.fd is not None]
+            return [self._ref_of(s, s.paths[0]) for s in self._spaces.values() if s.held]
 
     def _call_returned(self) -> None:
-        """Let go of every namespace but the host's once no call is in progress. Done
-        under the kernel's lock, which a call takes to start: none starts meanwhile."""
+        """Once no call is in progress, let go of the namespaces (but the host's) idle for
+        ``linger_s``. Done under the kernel's lock, which a call takes to start: none
+        starts meanwhile, so none is using what is closed."""
         with self._lock:
             self._calls -= 1
-            if self._calls:
-                return
-            for space in self._spaces.values():
-                if space.key != self._host_key:
-                    space.let_go()
+            if not self._calls:
+                self._let_go_idle()
+
+    def _let_go_idle(self) -> None:
+        """With the lock held and no call in progress: close what expired (and the least
+        recently used beyond ``max_held``); tell the idle thread when the rest expires."""
+        now = time.monotonic()
+        held = sorted(
+            (s for s in self._spaces.values() if s.key != self._host_key and s.held),
+            key=lambda s: s.used,
+            reverse=True,
+        )
+        kept: list[_Namespace] = []
+        for space in held:
+            if now - space.used >= self._linger_s or len(kept) >= self._max_held:
+                space.let_go()
+            else:
+                kept.append(space)
+        if not kept:
+            self._idle_deadline = None
+            return
+        deadline = min(s.used for s in kept) + self._linger_s
+        earlier = self._idle_deadline is None or deadline < self._idle_deadline
+        self._idle_deadline = deadline
+        if self._idle_thread is None:
+            self._idle_thread = threading.Thread(
+                target=self._wait_idle, name="netns-idle", daemon=True
+            )
+            self._idle_thread.start()
+        elif earlier:
+            self._idle.notify()
+
+    def _wait_idle(self) -> None:
+        """The idle thread: at each deadline, let go of what expired if no call is in
+        progress (else the call that returns last does). It never enters a namespace,
+        and it ends once nothing but the host is held (the next hold starts another)."""
+        with self._lock:
+            try:
+                while not self._closed and self._idle_deadline is not None:
+                    left = self._idle_deadline - time.monotonic()
+                    if left > 0:
+                        self._idle.wait(left)
+                    elif self._calls:
+                        self._idle_deadline = None  # the call that returns last decides
+                    else:
+                        self._let_go_idle()
+            finally:
+                self._idle_thread = None
 
     # -- Kernel: namespaces ----------------------------------------------------------------
 
@@ -604,7 +702,23 @@ class LinuxKernel:
                     raw = _new_rtnl_socket()
                 else:
                     raw = run_in_netns(fd, _new_rtnl_socket, cleanup=socket.socket.close)
-                space.sock = w.RtnlSocket(raw)
+                try:
+                    cookie = _netns_cookie(raw)
+                    if space.cookie is None:
+                        space.cookie = cookie
+                    elif cookie is not None and cookie != space.cookie:
+                        # The namespace we knew died and another got its inode number:
+                        # nothing of that other namespace is kept.
+                        os.close(fd)
+                        space.fd = None
+                        raise netlink_error(
+                            errno.ESTALE,
+                            f"{space.paths[0]} names a new namespace with the inode of {space.key}",
+                        )
+                    space.sock = w.RtnlSocket(raw)
+                except BaseException:
+                    raw.close()
+                    raise
             return space.sock
 
     def _request(self, space: _Namespace, msg_type: int, flags: int, body: bytes) -> list[bytes]:
