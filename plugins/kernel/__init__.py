@@ -7,6 +7,7 @@ from plugins.sdk import kernel_name_problem as check_interface_name
 
 from ._crashing import CrashingKernel
 from ._protocol import Kernel
+from ._snapshot import ReadSharingKernel
 from ._types import (
     BondInfo,
     KernelError,
@@ -33,6 +34,7 @@ __all__ = [
     "LinkKind",
     "LinkSpec",
     "NsRef",
+    "ReadSharingKernel",
     "VFChanges",
     "VFConfig",
     "check_interface_name",

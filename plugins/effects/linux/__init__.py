@@ -7,7 +7,7 @@ its spec (docs/writing-a-plugin.md).
 
 from __future__ import annotations
 
-from plugins.kernel import Kernel
+from plugins.kernel import Kernel, ReadSharingKernel
 from plugins.sdk.runner import EffectRegistry
 
 from ._common import IFNAME_SCHEMA, MTU_SCHEMA, NAMESPACE_SCHEMA, MarkedByAnotherKind, temp_name
@@ -25,21 +25,27 @@ from ._vf import MoveLink, RenameLink, SetLinkMTU, SetVFConfig
 
 
 def linux_effects(kernel: Kernel) -> EffectRegistry:
-    """Every executor the three services are approved to run, bound to one kernel."""
+    """Every executor the three services are approved to run, bound to one kernel.
+
+    Their reads go through a ``ReadSharingKernel``: recovery's probes share one dump per
+    namespace (``EffectRegistry.shared_reads``); every other call reads the kernel.
+    """
+    shared = ReadSharingKernel(kernel)
     return EffectRegistry(
         [
-            SetVFConfig(kernel),
-            SetLinkMTU(kernel),
-            MoveLink(kernel),
-            RenameLink(kernel),
-            SetLinkUp(kernel),
-            CreateBond(kernel),
-            AttachMember(kernel),
-            CreateVLAN(kernel),
-            CreateSharedChild(kernel),
-            HoldSharedParent(kernel),
+            SetVFConfig(shared),
+            SetLinkMTU(shared),
+            MoveLink(shared),
+            RenameLink(shared),
+            SetLinkUp(shared),
+            CreateBond(shared),
+            AttachMember(shared),
+            CreateVLAN(shared),
+            CreateSharedChild(shared),
+            HoldSharedParent(shared),
         ],
         evidence=evidence_scan(kernel),
+        shared_reads=shared.shared_reads,
     )
 
 

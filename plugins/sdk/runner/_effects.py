@@ -7,11 +7,13 @@ The runner only sequences them and makes each boundary durable.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -132,14 +134,25 @@ def _compiled(kind: str, executor: EffectExecutor) -> jsonschema.Draft202012Vali
         ) from exc
 
 
+SharedReads = Callable[[], AbstractContextManager[None]]
+"""``with shared_reads():`` the executors' kernel may answer a repeated read from the
+first answer (one dump per namespace); only recovery, which never mutates, opens it."""
+
+
 class EffectRegistry:
     """The executors a service is approved to run, by versioned kind."""
 
     def __init__(
-        self, executors: Iterable[EffectExecutor], *, evidence: EvidenceScan | None = None
+        self,
+        executors: Iterable[EffectExecutor],
+        *,
+        evidence: EvidenceScan | None = None,
+        shared_reads: SharedReads | None = None,
     ) -> None:
         # Scans the node for ownership evidence (None: these executors leave none to scan).
         self.evidence = evidence
+        # None: the executors' reads are never shared (each probe asks the kernel).
+        self._shared_reads = shared_reads
         self._executors: dict[str, EffectExecutor] = {}
         # Each kind's payload validator is compiled (and its schema checked against the
         # metaschema) when a plan first uses the kind: at start-up that was ~5 ms per
@@ -151,6 +164,12 @@ class EffectRegistry:
             if ex.kind in self._executors:
                 raise RegistrationError(f"effect kind {ex.kind!r} registered twice")
             self._executors[ex.kind] = ex
+
+    def shared_reads(self) -> AbstractContextManager[None]:
+        """A block in which the executors' kernel reads may be shared (recovery's probes)."""
+        if self._shared_reads is None:
+            return contextlib.nullcontext()
+        return self._shared_reads()
 
     @property
     def kinds(self) -> frozenset[str]:

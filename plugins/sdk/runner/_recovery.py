@@ -9,7 +9,10 @@ Recovery reads what it needs in one snapshot (the non-terminal operations by the
 state index, their effects by their operation's key: two queries, not one per
 operation), probes, then writes every observation and interruption in one
 transaction: one fsync for the whole journal instead of one per record, which is
-what made a start with many operations in flight slow. Each record keeps its own
+what made a start with many operations in flight slow. The probes run inside the
+executors' ``shared_reads()``: the probes of one namespace share one open and one
+dump of it (``plugins.kernel.ReadSharingKernel`` says why that is sound), not two
+kernel requests each. Each record keeps its own
 crash points (``probe``, ``interrupted``); a crash at any of them leaves nothing of
 this recovery behind but kernel reads, and the next start recovers again.
 """
@@ -78,20 +81,23 @@ def recover(
     operations, by_operation, damaged = store.read(
         lambda r: (r.nonterminal_operations(), *r.nonterminal_effects())
     )
-    for op in operations:
-        if op.partition not in partitions:
-            notes.append(f"{op.partition}/{op.operation_id}: no registration can clean it; kept")
-            continue
-        key = (op.partition, op.operation_id)
-        damage = damaged.get(key)
-        if damage is not None:  # a damaged effect record: never acted on
-            note_damage(op.partition, op.scope, damage)
-            notes.append(f"{op.operation_id}: not recovered, {damage.reason}")
-            continue
-        written = _recover_operation(effects, op, by_operation.get(key, []), notes)
-        if written:
-            touched[op.operation_id] = op
-            records.extend(written)
+    with effects.shared_reads():  # the probes of one namespace share its dump
+        for op in operations:
+            if op.partition not in partitions:
+                notes.append(
+                    f"{op.partition}/{op.operation_id}: no registration can clean it; kept"
+                )
+                continue
+            key = (op.partition, op.operation_id)
+            damage = damaged.get(key)
+            if damage is not None:  # a damaged effect record: never acted on
+                note_damage(op.partition, op.scope, damage)
+                notes.append(f"{op.operation_id}: not recovered, {damage.reason}")
+                continue
+            written = _recover_operation(effects, op, by_operation.get(key, []), notes)
+            if written:
+                touched[op.operation_id] = op
+                records.extend(written)
     try:
         _write_together(crash, commit, records)
     except JournalUnavailable as exc:  # found damaged when writing: nothing was written
