@@ -27,6 +27,7 @@ import json
 import logging
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +36,7 @@ __all__ = ["KernelRelay", "RelayClosed"]
 log = logging.getLogger(__name__)
 CLOSED = "the relay is closed"
 MAX_LINE = 64 * 1024 * 1024  # a snapshot of many links is large; a runaway line is not
+MAX_METHODS_KEPT = 4096
 
 
 class RelayClosed(RuntimeError):
@@ -59,6 +61,9 @@ class KernelRelay:
         self._threads: set[threading.Thread] = set()
         self.failure: str | None = None
         self.exchanges = 0
+        # (session, method) of the latest exchanges, oldest first: what a benchmark counts
+        # as round trips to the guest (each one costs milliseconds under TCG).
+        self.methods: deque[tuple[str | None, str]] = deque(maxlen=MAX_METHODS_KEPT)
 
     # -- listeners ---------------------------------------------------------------------------
 
@@ -132,7 +137,8 @@ class KernelRelay:
                         break  # the end of the stream, or a client dying mid-line: unsent
                     if not line.strip():
                         continue
-                    answer = self._forward(_in_session(line, listener.session))
+                    line, method = _in_session(line, listener.session)
+                    answer = self._forward(line, (listener.session, method))
                     if answer is None:
                         break  # the upstream failed: every client is being hung up on
                     try:
@@ -147,7 +153,7 @@ class KernelRelay:
                 self._threads.discard(threading.current_thread())
                 self._state.notify_all()
 
-    def _forward(self, line: bytes) -> bytes | None:
+    def _forward(self, line: bytes, method: tuple[str | None, str]) -> bytes | None:
         """One exchange with the agent: the answer line, or None once the upstream failed."""
         with self._exchange:
             if self.failure is not None:
@@ -162,6 +168,7 @@ class KernelRelay:
                 self._fail("the guest agent closed its stream")
                 return None
             self.exchanges += 1
+            self.methods.append(method)
             return answer
 
     def _fail(self, why: str) -> None:
@@ -213,20 +220,22 @@ class _Listener:
         self.clients: set[socket.socket] = set()
 
 
-def _in_session(line: bytes, session: str | None) -> bytes:
-    """The request line with ``session`` set (None: as it came). A line that is not a
-    JSON object goes as it came: the agent answers it with a protocol error and calls
-    nothing, so it cannot reach the guest's own namespaces."""
-    if session is None:
-        return line
+def _in_session(line: bytes, session: str | None) -> tuple[bytes, str]:
+    """The request line with ``session`` set (None: as it came), and its method ("?" if
+    it names none). A line that is not a JSON object goes as it came: the agent answers
+    it with a protocol error and calls nothing, so it cannot reach the guest's own
+    namespaces."""
     try:
         request = json.loads(line)
     except ValueError:
-        return line
+        return line, "?"
     if not isinstance(request, dict):
-        return line
+        return line, "?"
+    method = str(request.get("method", "?"))
+    if session is None:
+        return line, method
     request["session"] = session
-    return json.dumps(request).encode() + b"\n"
+    return json.dumps(request).encode() + b"\n", method
 
 
 def _shut(sock: socket.socket) -> None:

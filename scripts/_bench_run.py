@@ -379,7 +379,8 @@ def p6_vf(sizes: Sizes, log: Path) -> Outcome:
     rows = [
         Row("P6", "ConnectNetwork+RemoveNetwork of a VF", ours, "floor through the agent",
             floor, ratio(ours, floor), "<= 1.2x floor", ratio(ours, floor) <= 1.2,
-            f"guest {data['guest_kernel']}, boot {data['boot_seconds']} s"),
+            f"guest {data['guest_kernel']}, boot {data['boot_seconds']} s; round trips "
+            + ", ".join(f"{k} {len(v)}" for k, v in data.get("round_trips", {}).items())),
     ]  # fmt: skip
     facts = {k: v for k, v in data.items() if k != "samples"}
     return Outcome("P6", title, rows, samples, facts=facts)

@@ -14,6 +14,10 @@ Per iteration, in alternating order (ABAB), after warm-ups:
   agent (pyroute2 in the guest): the VF moved into the pod under its final name in one
   message and set up, then moved home under its own name in one message.
 
+Before the timed iterations, one untimed run of each counts its round trips to the
+guest (the relay's exchanges, by method: each costs milliseconds under TCG), ours per
+hook, into ``round_trips`` of the output.
+
 Run as its own process, under ``flock /tmp/dranp-guest.lock`` (one QEMU guest per
 machine), by scripts/bench: ``python scripts/_bench_vf.py OUT.json [--iterations N]``.
 Writes the samples (seconds) as JSON; exit status 2 with one line when the VM lab is
@@ -30,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +97,11 @@ class Ours:
 
     def run(self, label: str) -> float:
         start = time.perf_counter()
+        self.connect(label)
+        self.remove(label)
+        return time.perf_counter() - start
+
+    def connect(self, label: str) -> None:
         self.live = label
         self.client.connect_network(
             ConnectRequest(
@@ -103,8 +113,6 @@ class Ours:
                 allocation=self.binding,
             )
         )
-        self.remove(label)
-        return time.perf_counter() - start
 
     def remove(self, label: str) -> None:
         receipt = self.client.remove_network(
@@ -131,11 +139,13 @@ class Floor:
         self.pod = self.kernel.namespace(POD)
         self.home = vf
 
-    def run(self, label: str) -> float:
+    def run(self, label: str, counted: Callable[[], object] = lambda: None) -> float:
+        """``counted`` is called once the untimed lookup is done: the timed part starts."""
         k = self.kernel
         found = k.get_link(self.host, name=self.home)  # untimed: the floor knows its VF
         if found is None:
             raise RuntimeError(f"floor: {self.home} is not in the session's node")
+        counted()
         start = time.perf_counter()
         moved = k.move_link(self.host, found.ifindex, self.pod, new_name=IFNAME)
         k.set_link(self.pod, moved.ifindex, LinkChanges(up=True))
@@ -150,6 +160,27 @@ def check_home(session: AgentSession, vf: str, who: str) -> None:
     left = sorted(link.name for link in k.list_links(k.namespace(POD)))
     if IFNAME in left:
         raise RuntimeError(f"{who}: the pod still holds {IFNAME}: {left}")
+
+
+def round_trips(lab: VmLab, ours: Ours, floor: Floor) -> dict[str, list[str]]:
+    """The methods each contender's run sends to the guest, in order (untimed)."""
+    relay = lab.relay
+    if relay is None:
+        raise RuntimeError("the VM lab's relay is closed")
+    found: dict[str, list[str]] = {}
+
+    def since(mark: int) -> list[str]:  # the exchanges since the count was ``mark``
+        latest = list(relay.methods)
+        return [method for _, method in latest[len(latest) - (relay.exchanges - mark) :]]
+
+    for hook, call in (("ConnectNetwork", ours.connect), ("RemoveNetwork", ours.remove)):
+        mark = relay.exchanges
+        call("round-trips")
+        found[hook] = since(mark)
+    marks: list[int] = []
+    floor.run("round-trips", lambda: marks.append(relay.exchanges))
+    found["floor"] = since(marks[0])
+    return found
 
 
 def measure(iterations: int, warmup: int) -> dict[str, Any]:
@@ -174,6 +205,8 @@ def measure(iterations: int, warmup: int) -> dict[str, Any]:
         for name, contender in rows:
             contender.run(f"check-{name}")
             check_home(session, vf, name)
+        trips = round_trips(lab, ours, floor)
+        check_home(session, vf, "round trips")
         for w in range(warmup):
             for name, contender in rows:
                 contender.run(f"warm-{w}-{name}")
@@ -191,6 +224,7 @@ def measure(iterations: int, warmup: int) -> dict[str, Any]:
         "guest_kernel": release,
         "boot_seconds": round(boot_s, 1),
         "vf": vf,
+        "round_trips": trips,
     }
 
 

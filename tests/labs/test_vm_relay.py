@@ -138,6 +138,7 @@ def test_a_client_dying_mid_call_does_not_wedge_the_relay(
         assert relay.wait_clients(1, DEADLINE_S)
         assert other.boot_id() == model.boot_id()
     assert relay.exchanges == 3  # the dead client's call, and the other's two
+    assert list(relay.methods) == [(None, "boot_id"), (None, "host_namespace"), (None, "boot_id")]
 
 
 def test_a_session_socket_reaches_only_its_session(
