@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -27,21 +28,23 @@ import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeAlias, TypeVar, cast
-
-import jsonschema.validators
-from jsonschema import Draft202012Validator
-from jsonschema._utils import find_evaluated_property_keys_by_schema
-from jsonschema.exceptions import SchemaError, ValidationError
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
 from plugins.sdk._errors import ConfigError
+from plugins.sdk._fastschema import instance_valid, schema_valid
+
+if TYPE_CHECKING:
+    # jsonschema is imported only when a document is not certainly valid (to decide and
+    # explain) or a schema not certainly valid (``SchemaCheck``): not at start-up.
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
     "ConfigValidator",
     "JSONValue",
+    "SchemaCheck",
     "SchemaProblem",
     "compile_schema",
     "decode_into",
@@ -266,19 +269,27 @@ def _schema_number(_checker: object, instance: object) -> bool:
 
 
 def _unknown_key(key: str, value: object) -> ValidationError:
+    from jsonschema.exceptions import ValidationError
+
     return ValidationError(f"unknown key {_quote(key)}", path=(key,), instance=value)
+
+
+def _original(keyword: str) -> Any:
+    """Draft 2020-12's own implementation of ``keyword`` (the overrides below defer to it)."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator.VALIDATORS[keyword]
 
 
 # These two are overridden only for their `false` form so that each unexpected key
 # becomes its own error located at the key, not at the enclosing object.
-_ORIGINAL = Draft202012Validator.VALIDATORS
 
 
 def _additional_properties(
     validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
     if value is not False:
-        yield from _ORIGINAL["additionalProperties"](validator, value, instance, schema)
+        yield from _original("additionalProperties")(validator, value, instance, schema)
         return
     if not validator.is_type(instance, "object"):
         return
@@ -293,11 +304,13 @@ def _unevaluated_properties(
     validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
     if value is not False:
-        yield from _ORIGINAL["unevaluatedProperties"](validator, value, instance, schema)
+        yield from _original("unevaluatedProperties")(validator, value, instance, schema)
         return
     if not validator.is_type(instance, "object"):
         return
     # Private jsonschema helper (stable since 4.0): the only exact source of this set.
+    from jsonschema._utils import find_evaluated_property_keys_by_schema
+
     evaluated = find_evaluated_property_keys_by_schema(validator, instance, schema)
     for key in instance:
         if key not in evaluated:
@@ -311,12 +324,14 @@ def _properties(
     # usual way to forbid a key, so report it at the key. Elsewhere `false` is rare.
     if not validator.is_type(instance, "object"):
         return
+    from jsonschema.exceptions import ValidationError
+
     for key, subschema in value.items():
         if key in instance and subschema is False:
             message = f"key {_quote(key)} is not allowed"
             yield ValidationError(message, path=(key,), instance=instance[key])
     allowed = {key: subschema for key, subschema in value.items() if subschema is not False}
-    yield from _ORIGINAL["properties"](validator, allowed, instance, schema)
+    yield from _original("properties")(validator, allowed, instance, schema)
 
 
 def _property_names(
@@ -331,18 +346,27 @@ def _property_names(
         yield from descend(instance=key, schema=value, path=key)
 
 
-_StrictValidator: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    validators={
-        "additionalProperties": _additional_properties,
-        "properties": _properties,
-        "propertyNames": _property_names,
-        "unevaluatedProperties": _unevaluated_properties,
-    },
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
-        {"integer": _schema_integer, "number": _schema_number}
-    ),
-)
+@functools.cache
+def _strict_validator() -> type[Validator]:
+    """Draft 2020-12 with the overrides above: integers exclude floats, each unknown key
+    its own error (built once, when a schema is first compiled)."""
+    import jsonschema.validators
+    from jsonschema import Draft202012Validator
+
+    strict: type[Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator,
+        validators={
+            "additionalProperties": _additional_properties,
+            "properties": _properties,
+            "propertyNames": _property_names,
+            "unevaluatedProperties": _unevaluated_properties,
+        },
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
+            {"integer": _schema_integer, "number": _schema_number}
+        ),
+    )
+    return strict
+
 
 _COMPARISONS = {
     "minimum": ">=",
@@ -445,14 +469,23 @@ class SchemaProblem:
         return self.line()
 
 
-def compile_schema(schema: Mapping[str, Any]) -> Validator:
-    """A strict Draft 2020-12 validator for ``schema``; ValueError if it is no valid schema."""
-    schema = copy.deepcopy(dict(schema))
+def _check_schema(schema: Mapping[str, Any]) -> None:
+    """ValueError if ``schema`` fails the Draft 2020-12 metaschema (jsonschema decides)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
-    validator: Validator = _StrictValidator(schema)
+
+
+def compile_schema(schema: Mapping[str, Any]) -> Validator:
+    """A strict Draft 2020-12 validator for ``schema``; ValueError if it is no valid schema."""
+    schema = copy.deepcopy(dict(schema))
+    if not schema_valid(schema):
+        _check_schema(schema)
+    validator: Validator = _strict_validator()(schema)
     return validator
 
 
@@ -461,6 +494,32 @@ def schema_problems(validator: Validator, value: object) -> tuple[SchemaProblem,
     errors = itertools.islice(validator.iter_errors(cast(Any, value)), _MAX_SCHEMA_ERRORS)
     candidates = sorted({c for e in errors for c in _candidates(e)}, key=_precedence)
     return tuple(SchemaProblem(*candidate) for candidate in candidates)
+
+
+class SchemaCheck:
+    """A schema checked against the metaschema now, compiled by jsonschema when needed.
+
+    ``problems(value)`` is ``schema_problems`` of the strict validator: ``()`` for a
+    value ``plugins.sdk._fastschema`` finds certainly valid, which it answers without
+    jsonschema; any other value is decided and explained by jsonschema, compiled on the
+    first such value. A schema that is not certainly valid is checked by jsonschema
+    here, so an invalid one still raises ValueError at construction. Safe to share
+    between threads (two first uses may both compile; either result is the same).
+    """
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = copy.deepcopy(dict(schema))
+        if not schema_valid(self.schema):
+            _check_schema(self.schema)
+        self._validator: Validator | None = None
+
+    def problems(self, value: object) -> tuple[SchemaProblem, ...]:
+        if instance_valid(self.schema, value) is True:
+            return ()
+        validator = self._validator
+        if validator is None:
+            validator = self._validator = _strict_validator()(self.schema)
+        return schema_problems(validator, value)
 
 
 # --- step 4: cross-field rules ------------------------------------------------------------
@@ -575,7 +634,7 @@ class ConfigValidator:
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         _check_limits(max_bytes, max_depth)
-        self._validator = compile_schema(schema)
+        self._schema = SchemaCheck(schema)
         rules = tuple(_CrossFieldRule.parse(spec) for spec in cross_field_rules)
         ids = [rule.id for rule in rules]
         if len(set(ids)) != len(ids):
@@ -587,7 +646,7 @@ class ConfigValidator:
     def validate(self, raw: bytes | str) -> dict[str, JSONValue]:
         """Steps 1-4; returns the plain JSON object."""
         doc = parse_config_json(raw, max_bytes=self._max_bytes, max_depth=self._max_depth)
-        problems = schema_problems(self._validator, doc)
+        problems = self._schema.problems(doc)
         if problems:
             first = problems[0]
             raise ConfigError(first.path(), first.rule, first.message)

@@ -15,11 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from ._config import ConfigValidator
 from ._descriptor import Descriptor, PortSpec, Preparation
 from ._errors import ConfigError, RegistrationError
+from ._fastschema import instance_valid
 from ._types import Hook, StepKind
 
 DEFAULT_BUNDLE_ROOT = Path(__file__).resolve().parent.parent / "contracts"
@@ -235,6 +234,10 @@ def _parse_bundle(schema_id: str, raw: bytes) -> dict[str, Any]:
         data = parse_config_json(raw, max_bytes=MAX_BUNDLE_BYTES, max_depth=32)
     except ConfigError as exc:
         raise RegistrationError(f"contract bundle {schema_id!r}: {exc}") from exc
+    if instance_valid(BUNDLE_SCHEMA, data) is True:
+        return data  # certainly valid: jsonschema (its import) only to explain a bad one
+    import jsonschema
+
     errors = sorted(
         jsonschema.Draft202012Validator(BUNDLE_SCHEMA).iter_errors(data),
         key=lambda e: list(e.absolute_path),

@@ -20,9 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema.protocols import Validator
-
-from ._config import SchemaProblem, compile_schema, schema_problems
+from ._config import SchemaCheck, SchemaProblem
 from ._errors import InvalidArgument
 from ._yaml import load_yaml_mapping
 
@@ -44,12 +42,12 @@ class DocumentError(InvalidArgument):
 
 
 class DocumentSchema:
-    """One file format's JSON Schema, compiled once."""
+    """One file format's JSON Schema, checked once (jsonschema only for a bad document)."""
 
     def __init__(self, schema: Mapping[str, Any], *, root: str = "$") -> None:
         self.schema = schema
         self.root = root
-        self._validator: Validator = compile_schema(schema)
+        self._check = SchemaCheck(schema)
 
     @classmethod
     def packaged(cls, package: str, filename: str, *, root: str = "$") -> DocumentSchema:
@@ -57,7 +55,7 @@ class DocumentSchema:
         return _packaged(package, filename, root)
 
     def problems(self, document: object) -> tuple[SchemaProblem, ...]:
-        return schema_problems(self._validator, document)
+        return self._check.problems(document)
 
     def check(self, document: object, source: str) -> None:
         """Raise :class:`DocumentError` naming ``source`` and every problem, if any."""
