@@ -1,11 +1,13 @@
 """Benchmark: what metrics and INFO logs add to a hook, against the same runner without.
 
 The toy plugin's runner in process (an in-memory resource, the real journal on disk),
-ConnectNetwork + RemoveNetwork pairs, in rounds that alternate three peers measured in
+ConnectNetwork + RemoveNetwork pairs, in rounds that alternate four peers measured in
 the same run: no metrics and WARNING logs (the default a service without ``metrics``
-runs at, but for its INFO lines), Prometheus metrics on, and metrics plus INFO JSON
-lines (to /dev/null). Prints the median pair time of each and its ratio to the first.
-Not a test: nothing here asserts a timing.
+runs at, but for its INFO lines), Prometheus metrics on, metrics plus INFO JSON lines
+(to /dev/null) through the service's own handler (``BackgroundHandler``: formatted and
+written on its thread, as ``configure_logging`` sets it up), and the same lines
+written by a plain ``StreamHandler`` on the hook's thread. Prints the median pair time
+of each and its ratio to the first. Not a test: nothing here asserts a timing.
 
     uv run python scripts/bench_telemetry.py [--pairs 50] [--rounds 7]
 """
@@ -27,7 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_runner import MemoryToy
 
 from plugins.sdk.runner import Runner
-from plugins.sdk.telemetry import NO_METRICS, JsonFormatter, Metrics, PrometheusMetrics
+from plugins.sdk.telemetry import (
+    NO_METRICS,
+    BackgroundHandler,
+    JsonFormatter,
+    Metrics,
+    PrometheusMetrics,
+)
 from tests.runner import node as n
 from tests.runner.toy import toy_effects, toy_registry
 
@@ -56,11 +64,13 @@ def pair_seconds(directory: Path, metrics: Metrics, pairs: int) -> float:
     return statistics.median(samples)
 
 
-def with_logs(level: int) -> Callable[[], None]:
-    """Route the runner's lines at ``level`` to /dev/null as JSON; returns the undo."""
+def with_logs(level: int, background: bool = True) -> Callable[[], None]:
+    """Route the runner's lines at ``level`` to /dev/null as JSON, through the service's
+    handler (``background``) or written on the logging thread; returns the undo."""
     sink = open(os.devnull, "w")  # noqa: SIM115 - closed by the returned undo
-    handler = logging.StreamHandler(sink)
-    handler.setFormatter(JsonFormatter())
+    stream = logging.StreamHandler(sink)
+    stream.setFormatter(JsonFormatter())
+    handler: logging.Handler = BackgroundHandler(stream) if background else stream
     root = logging.getLogger()
     previous = root.level
     root.addHandler(handler)
@@ -68,6 +78,7 @@ def with_logs(level: int) -> Callable[[], None]:
 
     def undo() -> None:
         root.removeHandler(handler)
+        handler.close()  # the background one writes what it holds first
         root.setLevel(previous)
         sink.close()
 
@@ -79,18 +90,19 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    peers: dict[str, tuple[Callable[[], Metrics], int]] = {
-        "off (no metrics, WARNING)": (lambda: NO_METRICS, logging.WARNING),
-        "metrics on": (PrometheusMetrics, logging.WARNING),
-        "metrics + INFO JSON lines": (PrometheusMetrics, logging.INFO),
+    peers: dict[str, tuple[Callable[[], Metrics], int, bool]] = {
+        "off (no metrics, WARNING)": (lambda: NO_METRICS, logging.WARNING, True),
+        "metrics on": (PrometheusMetrics, logging.WARNING, True),
+        "metrics + INFO JSON lines": (PrometheusMetrics, logging.INFO, True),
+        "  the same, written inline": (PrometheusMetrics, logging.INFO, False),
     }
     results: dict[str, list[float]] = {name: [] for name in peers}
     with tempfile.TemporaryDirectory(prefix="bench-telemetry-", dir=Path.cwd()) as tmp:
         for round_ in range(args.rounds):
-            for peer, (name, (make, level)) in enumerate(
+            for peer, (name, (make, level, background)) in enumerate(
                 peers.items()
             ):  # interleaved: drift hits all alike
-                undo = with_logs(level)
+                undo = with_logs(level, background)
                 try:
                     seconds = pair_seconds(Path(tmp) / f"{round_}-{peer}", make(), args.pairs)
                 finally:
