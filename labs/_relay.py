@@ -13,6 +13,13 @@ A listener may be bound to a lab *session* (``session="s1"``): every request of 
 clients is forwarded with ``"session": "s1"`` set, so the agent runs it in that
 session's namespaces (``labs.kernel_agent``); a client cannot reach another session.
 
+``host_namespace`` is a constant of a kernel (``LinuxKernel`` answers it from memory,
+without a syscall), so a listener forwards it once and answers it again itself while
+the upstream is healthy: under TCG every exchange with the guest costs milliseconds, and
+the lab should not charge a service for what a node's kernel answers for free (the sriov
+executors ask it in each capture, apply and undo). A session's listener lives as long
+as its session, whose node namespace it names; an error is never kept.
+
 A client that hangs up mid-call does not wedge the relay: the exchange it started is
 completed (the answer is read from upstream and dropped), so the stream stays in step;
 a partial request line at hang-up is dropped unsent. An upstream failure (the guest
@@ -37,6 +44,7 @@ log = logging.getLogger(__name__)
 CLOSED = "the relay is closed"
 MAX_LINE = 64 * 1024 * 1024  # a snapshot of many links is large; a runaway line is not
 MAX_METHODS_KEPT = 4096
+CONSTANT_METHODS = frozenset({"host_namespace"})  # answered once per listener
 
 
 class RelayClosed(RuntimeError):
@@ -137,10 +145,15 @@ class KernelRelay:
                         break  # the end of the stream, or a client dying mid-line: unsent
                     if not line.strip():
                         continue
-                    line, method = _in_session(line, listener.session)
-                    answer = self._forward(line, (listener.session, method))
+                    line, request = _in_session(line, listener.session)
+                    if self.failure is not None:
+                        break  # every client is being hung up on, even one a constant serves
+                    answer = listener.constant(request)
                     if answer is None:
-                        break  # the upstream failed: every client is being hung up on
+                        answer = self._forward(line, (listener.session, _method(request)))
+                        if answer is None:
+                            break  # the upstream failed: every client is being hung up on
+                        listener.remember(request, answer)
                     try:
                         client.sendall(answer)
                     except OSError:
@@ -218,24 +231,61 @@ class _Listener:
         self.session = session
         self.sock = sock
         self.clients: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._constants: dict[str, object] = {}  # method -> its result, once answered
+
+    def constant(self, request: dict[str, object] | None) -> bytes | None:
+        """The answer line to ``request`` from what this listener was answered before, or
+        None to forward it (not a constant's request, or not answered yet)."""
+        method = _constant_method(request)
+        if request is None or method is None:
+            return None
+        with self._lock:
+            if method not in self._constants:
+                return None
+            result = self._constants[method]
+        return json.dumps({"id": request.get("id"), "result": result}).encode() + b"\n"
+
+    def remember(self, request: dict[str, object] | None, answer: bytes) -> None:
+        method = _constant_method(request)
+        if method is None:
+            return
+        try:
+            reply = json.loads(answer)
+        except ValueError:
+            return
+        if isinstance(reply, dict) and reply.get("error") is None and "result" in reply:
+            with self._lock:
+                self._constants[method] = reply["result"]
 
 
-def _in_session(line: bytes, session: str | None) -> tuple[bytes, str]:
-    """The request line with ``session`` set (None: as it came), and its method ("?" if
-    it names none). A line that is not a JSON object goes as it came: the agent answers
-    it with a protocol error and calls nothing, so it cannot reach the guest's own
-    namespaces."""
+def _method(request: dict[str, object] | None) -> str:
+    return "?" if request is None else str(request.get("method", "?"))
+
+
+def _constant_method(request: dict[str, object] | None) -> str | None:
+    """The method of a request for one of a kernel's constants (no parameters), or None."""
+    if request is None or request.get("params"):
+        return None
+    method = request.get("method")
+    return method if isinstance(method, str) and method in CONSTANT_METHODS else None
+
+
+def _in_session(line: bytes, session: str | None) -> tuple[bytes, dict[str, object] | None]:
+    """The request line with ``session`` set (None: as it came), and the request (None if
+    the line is not a JSON object). A line that is not a JSON object goes as it came: the
+    agent answers it with a protocol error and calls nothing, so it cannot reach the
+    guest's own namespaces."""
     try:
         request = json.loads(line)
     except ValueError:
-        return line, "?"
+        return line, None
     if not isinstance(request, dict):
-        return line, "?"
-    method = str(request.get("method", "?"))
+        return line, None
     if session is None:
-        return line, method
+        return line, request
     request["session"] = session
-    return json.dumps(request).encode() + b"\n", method
+    return json.dumps(request).encode() + b"\n", request
 
 
 def _shut(sock: socket.socket) -> None:
