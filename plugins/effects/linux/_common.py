@@ -100,15 +100,16 @@ def owned_among(links: Iterable[Link], ctx: EffectContext, kind: str) -> Link | 
     temporary name. Raises ``MarkedByAnotherKind`` when the marker sits on a link of
     another kind."""
     unmarked = None
+    marker, temp = ctx.marker, temp_name(ctx)  # once, not once per link
     for link in links:
-        if link.alias == ctx.marker:
+        if link.alias == marker:
             if link.kind != kind:
                 raise MarkedByAnotherKind(
                     f"{link.kind} {link.name} carries the marker of our {kind} link; "
                     "it is not ours and is left alone"
                 )
             return link
-        if link.name == temp_name(ctx) and link.kind == kind and not link.alias:
+        if link.name == temp and link.kind == kind and not link.alias:
             unmarked = link  # the marker decides if both exist: keep looking for it
     return unmarked
 

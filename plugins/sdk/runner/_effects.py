@@ -60,7 +60,7 @@ class EffectContext:
     payload: Mapping[str, JSON]
     inputs: Mapping[str, Mapping[str, JSON]] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property  # a digest: computed once per context, not per link compared
     def marker(self) -> str:
         """Ownership evidence deterministic from the operation identity (stable across restarts).
 
