@@ -25,12 +25,18 @@ macvlan NodePrepare + ConnectNetwork through an in-process ``labs.Node`` on the 
 fake lab, whose ConnectNetwork records are then copied under new operation ids and
 attachment scopes in one ``Store.write``.
 
-Prints median, p90 and min per row and the ratios of medians against the floor (and
-recovery against the empty links start). Not a test: nothing here asserts a timing.
-``measure()`` returns the samples as data (``StartupMeasurement``) for ``scripts/bench``.
+Prints median, p90 and min per row, the median CPU time of the process to ready (user +
+system, every thread: it moves far less with the machine's load than the wall time), and
+the ratios of medians against the floor (and recovery against the empty links start).
+``--tree LABEL=DIR`` (twice or more) is an A/B of checkouts in the same interleaved run:
+each row but the floor runs once per tree as ``LABEL:row``, with each row's ratio to the
+first tree's. Not a test: nothing here asserts a timing. ``measure()`` returns the
+samples as data (``StartupMeasurement``) for ``scripts/bench``.
 
     uv run python scripts/bench_startup.py [--runs 15] [--in-flight 1000]
+    uv run python scripts/bench_startup.py --tree before=/tmp/old --tree after=.   # A/B
     uv run python scripts/bench_startup.py --profile networkplugin-links   # cProfile to ready
+    uv run python scripts/bench_startup.py --profile recovery   # links over the journal
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -109,6 +115,8 @@ class StartupMeasurement:
     python: str
     bytecode: bool  # run from compiled modules (else compiled from source at every exec)
     tier: str = "fake"  # the services' kernel: "fake" (fake://) or "netns" (linux://)
+    load_at_end: float | None = None  # /proc/loadavg's 1-minute figure when the run ended
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # CPU s to ready, as samples
 
     def median_ms(self, row: str) -> float:
         return statistics.median(self.samples[row]) * 1000
@@ -179,6 +187,12 @@ class Contender:
     journal: Path | None = None  # a state dir copied in before each start (recovery)
     repo: Path = REPO  # the tree whose services run (another checkout, to compare two)
     count: int = 0
+    cpu: list[float] = field(default_factory=list)  # CPU seconds to ready, one per sample
+    label: str = ""  # the row's name in the samples ("" : ``name``; "before:recovery")
+
+    @property
+    def row(self) -> str:
+        return self.label or self.name
 
     def sample(self) -> float:
         self.count += 1
@@ -213,6 +227,7 @@ class Contender:
             service.proc = proc
             try:
                 ready = wait_ready(proc, paths, service.token, time.monotonic() + READY_TIMEOUT_S)
+                self.cpu.append(cpu_seconds(proc.pid))
             except RuntimeError as exc:
                 raise RuntimeError(f"{self.name}: {exc}; its log: {_tail(service.log)}") from None
             finally:
@@ -231,9 +246,22 @@ class Contender:
         proc = subprocess.Popen([*argv, _service_name()], env=self.env, stderr=subprocess.PIPE)
         try:
             ready = wait_ready(proc, [path], token, time.monotonic() + READY_TIMEOUT_S)
+            self.cpu.append(cpu_seconds(proc.pid))
         finally:
             _stop(proc)
         return ready - start
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, every thread (10 ms steps).
+
+    Read the moment the process is ready: unlike the wall time, it barely moves with the
+    machine's load, so an A/B of two trees on a shared machine compares it too."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def service_plugin(service: str) -> str:
@@ -385,8 +413,13 @@ def measure(
     *,
     bytecode: bool = True,
     tier: str = "fake",
+    trees: Sequence[tuple[str, Path]] = (),
 ) -> StartupMeasurement:
     """Start every row ``runs`` times (after ``warmup`` untimed rounds), interleaved.
+
+    ``trees``: ``(label, checkout)`` pairs to compare in one run (an A/B of two trees):
+    every row but the floor runs once per tree, as ``label:row``, the services from
+    that checkout (with this run's interpreter and venv). Empty: this tree, rows as named.
 
     ``tier``: the services' kernel, ``fake`` (the model behind its server) or ``netns``
     (this machine's kernel, in a ``labs.NetnsLab``: root; the services then import
@@ -407,15 +440,24 @@ def measure(
         stack.callback(lab.close)
         journal = build_in_flight_journal(lab, base, in_flight) if RECOVERY in rows else None
         env = child_env(bytecode, base)
-        contenders = [
-            Contender(row, lab, base, env, journal if row == RECOVERY else None) for row in rows
-        ]
-        samples: dict[str, list[float]] = {row: [] for row in rows}
+        contenders = []
+        for row in rows:
+            journal_of = journal if row == RECOVERY else None
+            if not trees or row == FLOOR:
+                contenders.append(Contender(row, lab, base, env, journal_of))
+                continue
+            for label, tree in trees:
+                contenders.append(
+                    Contender(row, lab, base, env, journal_of, tree, label=f"{label}:{row}")
+                )
+        samples: dict[str, list[float]] = {c.row: [] for c in contenders}
+        cpu: dict[str, list[float]] = {c.row: [] for c in contenders}
         for i in range(warmup + runs):
             for c in _rotated(contenders, i):
                 seconds = c.sample()
                 if i >= warmup:
-                    samples[c.name].append(seconds)
+                    samples[c.row].append(seconds)
+                    cpu[c.row].append(c.cpu[-1])
     return StartupMeasurement(
         samples,
         runs,
@@ -425,6 +467,8 @@ def measure(
         platform.python_version(),
         bytecode,
         tier,
+        os.getloadavg()[0],
+        cpu,
     )
 
 
@@ -434,20 +478,34 @@ def report(m: StartupMeasurement) -> None:
         f"{m.runs} runs per row on the {m.tier} lab, interleaved, "
         f"{'from bytecode' if m.bytecode else 'in this environment (no bytecode written)'}; "
         f"load average {m.load_at_start:.2f} at start"
+        + (f", {m.load_at_end:.2f} at the end" if m.load_at_end is not None else "")
     )
-    print(f"{'':20} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}")
+    width = max(20, *(len(row) + 7 for row in m.samples))
+    print(f"{'':{width}} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'CPU ms':>8}")
     for row in m.samples:
         median, p90, low = m.summary_ms(row)
-        label = f"{row} ({m.in_flight})" if row == RECOVERY else row
-        print(f"{label:20} {median:10.1f} {p90:8.1f} {low:8.1f}")
+        label = f"{row} ({m.in_flight})" if row.endswith(RECOVERY) else row
+        cpu = f"{statistics.median(m.cpu[row]) * 1000:8.0f}" if m.cpu.get(row) else f"{'-':>8}"
+        print(f"{label:{width}} {median:10.1f} {p90:8.1f} {low:8.1f} {cpu}")
     if FLOOR in m.samples:
         floor = m.median_ms(FLOOR)
         for row in m.samples:
             if row != FLOOR:
                 print(f"{row}/floor = {m.median_ms(row) / floor:.2f}  (medians)")
-    if RECOVERY in m.samples and RECOVERING_SERVICE in m.samples:
-        extra = m.median_ms(RECOVERY) - m.median_ms(RECOVERING_SERVICE)
-        print(f"recovery - {RECOVERING_SERVICE} = {extra:.1f} ms  (medians: the recovery itself)")
+    # The trees in the order given (the first is the reference of each ratio).
+    prefixes = list(dict.fromkeys(row.rpartition(":")[0] for row in m.samples if ":" in row))
+    for prefix in prefixes or [""]:
+        recovery, links = (f"{prefix}:{r}" if prefix else r for r in (RECOVERY, RECOVERING_SERVICE))
+        if recovery in m.samples and links in m.samples:
+            extra = m.median_ms(recovery) - m.median_ms(links)
+            print(f"{recovery} - {links} = {extra:.1f} ms  (medians: the recovery itself)")
+    for prefix in prefixes[1:]:
+        for row in m.samples:
+            label, _, base = row.partition(":")
+            reference = f"{prefixes[0]}:{base}"
+            if label == prefix and reference in m.samples:
+                ratio = m.median_ms(row) / m.median_ms(reference)
+                print(f"{row} / {reference} = {ratio:.2f}  (medians)")
 
 
 # ---------------------------------------------------------------------- profile
@@ -461,23 +519,32 @@ def profile(
     callers: str = "",
     keep: Path | None = None,
     tier: str = "fake",
+    in_flight: int = 1000,
 ) -> None:
-    """cProfile one start of ``service`` to serving (an empty journal), top by cumulative."""
+    """cProfile one start of ``service`` to serving, top by cumulative.
+
+    ``service`` is a service (an empty journal) or ``recovery`` (``networkplugin-links``
+    over a fresh copy of the ``in_flight`` journal each start).
+    """
     base = Path(tempfile.mkdtemp(prefix="bench-st-", dir="/tmp"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         lab = open_lab(tier)
         stack.callback(lab.close)
-        spec = service_of(service_plugin(service))
+        journal = build_in_flight_journal(lab, base, in_flight) if service == RECOVERY else None
+        name = RECOVERING_SERVICE if service == RECOVERY else service
+        spec = service_of(service_plugin(name))
         sockets = base / "s"
         svc = ServiceProcess(
-            service, spec.command, base / "svc", sockets, _kernel_url(lab), spec.sockets
+            name, spec.command, base / "svc", sockets, _kernel_url(lab), spec.sockets
         )
         out = base / "startup.prof"
         command = [*spec.command, "--config", str(svc.config), "--log-level", "WARNING"]
         env = child_env(bytecode, base)
         for _ in range(2 if bytecode else 1):  # the first compiles
             out.unlink(missing_ok=True)
+            if journal is not None:
+                shutil.copytree(journal, svc.root / "state", copy_function=shutil.copy2)
             proc = subprocess.Popen(
                 [sys.executable, "-c", _PROFILED, str(out), *command], cwd=REPO, env=env
             )
@@ -525,7 +592,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--lab", choices=LABS, default="fake", help="the services' kernel")
-    parser.add_argument("--profile", choices=SERVICES, help="cProfile one start to ready")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="compare checkouts in one interleaved run (repeat: --tree before=/tmp/a "
+        "--tree after=/tmp/b); each row but the floor runs once per tree as LABEL:row",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=(*SERVICES, RECOVERY),
+        help="cProfile one start to serving (recovery: links over the --in-flight journal)",
+    )
     parser.add_argument("--callers", default="", help="with --profile: who calls this function")
     parser.add_argument("--top", type=int, default=30, help="with --profile: how many rows")
     parser.add_argument("--profile-out", type=Path, help="with --profile: keep the stats here")
@@ -544,12 +623,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             callers=args.callers,
             keep=args.profile_out,
             tier=args.lab,
+            in_flight=args.in_flight,
         )
         return 0
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a p90 needs two samples)")
+    trees = []
+    for spec in args.tree:
+        label, sep, tree = spec.partition("=")
+        if not sep or not label or ":" in label or not (Path(tree) / "plugins").is_dir():
+            parser.error(f"--tree {spec!r}: LABEL=DIR, DIR a checkout of this repository")
+        trees.append((label, Path(tree).resolve()))
     m = measure(
-        args.runs, args.in_flight, args.rows, args.warmup, bytecode=args.bytecode, tier=args.lab
+        args.runs,
+        args.in_flight,
+        args.rows,
+        args.warmup,
+        bytecode=args.bytecode,
+        tier=args.lab,
+        trees=trees,
     )
     report(m)
     return 0
