@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from hypothesis import strategies as st
@@ -66,6 +67,31 @@ def schema_keys(schema: object) -> list[str]:
 def keys_for(schema: object) -> st.SearchStrategy[str]:
     names = schema_keys(schema)
     return st.sampled_from(names) | st.text(max_size=8) if names else st.text(max_size=8)
+
+
+def config_values(schema: object, *, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
+    """``json_values`` with object keys biased towards ``schema``'s names, built once per
+    schema: a property test that built it in its body got a new recursive strategy for
+    every example, and Hypothesis validated each one again, which cost more than decoding
+    the example (13.8 s of CPU against 5.3 s for 1,000 examples of one bundle)."""
+    return _config_values(json.dumps(schema, sort_keys=True), allow_non_finite)
+
+
+def arbitrary_configs(schema: object, *, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
+    """An object of up to 6 of ``schema``'s keys (or others) with any JSON values, or any
+    JSON value at all (built once per schema, like ``config_values``)."""
+    return _arbitrary_configs(json.dumps(schema, sort_keys=True), allow_non_finite)
+
+
+@cache
+def _config_values(schema_json: str, allow_non_finite: bool) -> st.SearchStrategy[Any]:
+    return json_values(keys_for(json.loads(schema_json)), allow_non_finite=allow_non_finite)
+
+
+@cache
+def _arbitrary_configs(schema_json: str, allow_non_finite: bool) -> st.SearchStrategy[Any]:
+    values = _config_values(schema_json, allow_non_finite)
+    return st.dictionaries(keys_for(json.loads(schema_json)), values, max_size=6) | values
 
 
 def raw_inputs() -> st.SearchStrategy[bytes | str]:

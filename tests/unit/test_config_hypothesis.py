@@ -17,7 +17,13 @@ from jsonschema import Draft202012Validator
 
 from plugins.sdk._config import ConfigValidator, JSONValue, decode_into
 from plugins.sdk._errors import ConfigError
-from tests.strategies import CROSS_FIELD_RULES, json_values, keys_for, mutated_configs, raw_inputs
+from tests.strategies import (
+    CROSS_FIELD_RULES,
+    arbitrary_configs,
+    config_values,
+    mutated_configs,
+    raw_inputs,
+)
 
 RICH_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -156,8 +162,7 @@ def test_arbitrary_json_values(
     schema: dict[str, Any], rules: list[dict[str, Any]], valid: dict[str, Any], data: st.DataObject
 ) -> None:
     validator = validator_for(schema, rules)
-    values = json_values(keys_for(schema), allow_non_finite=True)
-    value = data.draw(st.dictionaries(keys_for(schema), values, max_size=6) | values)
+    value = data.draw(arbitrary_configs(schema, allow_non_finite=True))
     # Objects mixing the valid example with arbitrary keys reach the deeper schema paths.
     if isinstance(value, dict) and data.draw(st.booleans()):
         value = {**valid, **value}
@@ -180,7 +185,7 @@ def test_mutations_of_a_valid_config(
     schema: dict[str, Any], rules: list[dict[str, Any]], valid: dict[str, Any], data: st.DataObject
 ) -> None:
     validator = validator_for(schema, rules)
-    kind, raw = data.draw(mutated_configs(valid, json_values(keys_for(schema))))
+    kind, raw = data.draw(mutated_configs(valid, config_values(schema)))
     if kind == "duplicate":
         with pytest.raises(ConfigError) as info:
             validator.validate(raw)
@@ -232,7 +237,7 @@ class RichConfig:
 @given(data=st.data())
 def test_accepted_mutations_decode(data: st.DataObject) -> None:
     validator = validator_for(RICH_SCHEMA, RICH_RULES)
-    _, raw = data.draw(mutated_configs(RICH_VALID, json_values(keys_for(RICH_SCHEMA))))
+    _, raw = data.draw(mutated_configs(RICH_VALID, config_values(RICH_SCHEMA)))
     accepted = check_only_config_errors(validator, raw)
     labels = accepted.get("labels") if accepted is not None else None
     if accepted is not None and (labels is None or set(cast(dict[str, Any], labels)) <= {"team"}):

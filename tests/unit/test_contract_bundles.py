@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from plugins import bond, links, vf
 from plugins.sdk import BundleStore, ConfigError
-from tests.strategies import json_values, keys_for, mutated_configs
+from tests.strategies import arbitrary_configs, config_values, mutated_configs
 
 BUNDLES = BundleStore()
 TYPED = {
@@ -69,9 +69,8 @@ def accept_or_config_error(schema_id: str, raw: str) -> None:
 @PROPERTY
 @given(data=st.data())
 def test_arbitrary_json_against_the_bundle(schema_id: str, data: st.DataObject) -> None:
-    schema = dict(BUNDLES.load(schema_id).data["configSchema"])
-    values = json_values(keys_for(schema), allow_non_finite=True)
-    value = data.draw(st.dictionaries(keys_for(schema), values, max_size=6) | values)
+    schema = BUNDLES.load(schema_id).data["configSchema"]
+    value = data.draw(arbitrary_configs(schema, allow_non_finite=True))
     if isinstance(value, dict) and data.draw(st.booleans()):
         value = {**BUNDLES.load(schema_id).valid_examples[0], **value}
     accept_or_config_error(schema_id, json.dumps(value))
@@ -82,9 +81,8 @@ def test_arbitrary_json_against_the_bundle(schema_id: str, data: st.DataObject) 
 @given(data=st.data())
 def test_mutations_of_valid_examples(schema_id: str, data: st.DataObject) -> None:
     bundle = BUNDLES.load(schema_id)
-    schema = dict(bundle.data["configSchema"])
     valid = data.draw(st.sampled_from(bundle.valid_examples))
-    kind, raw = data.draw(mutated_configs(valid, json_values(keys_for(schema))))
+    kind, raw = data.draw(mutated_configs(valid, config_values(bundle.data["configSchema"])))
     if kind == "duplicate":
         with pytest.raises(ConfigError, match="duplicate-key"):
             bundle.validator.validate(raw)
