@@ -14,8 +14,14 @@ first read and the last. A change by someone else in between is one the probe co
 as well have missed by reading a moment earlier; a probe's answer is an observation
 at one instant, recorded as a note, never acted on by recovery itself.
 
-Outside a ``shared_reads()`` block (every lifecycle call) nothing is remembered. A
-mutation inside one (none is expected) forgets everything first and passes through.
+A create hook (NodePrepare, ConnectNetwork: ``Runner._create``) runs in a block too,
+for a narrower reason: between a mutation of ours and the next, an effect's apply asks
+again what its capture just read, with nothing but our own journal commit in between;
+that second answer is the same observation a moment later. Every mutation forgets
+everything first, so what follows a change of ours reads the kernel again.
+
+Outside a ``shared_reads()`` block (removals, inspection) nothing is remembered. A
+mutation inside one forgets everything first and passes through.
 Errors are not remembered: a read that failed is asked again. Only the thread that
 opened the block shares; other threads (a GetInfo, the health service) never see it.
 """

@@ -408,7 +408,12 @@ class Runner:
         partition = reg.endpoint.state_namespace
         store = self._require_store()
         unit = unit_key(env.scope, env.step)
-        with self._units.hold(partition, unit):
+        # Reads shared until the next mutation (``EffectRegistry.shared_reads``): an
+        # effect's apply asks again what its capture just read, with only our own commit
+        # in between (e.g. the VF's netdev and the sandbox: over the VM lab's agent, a TCG
+        # round trip each). Every mutation forgets, so each effect's capture, and what
+        # follows a change of ours, reads the kernel; a resumed apply has no capture.
+        with self._units.hold(partition, unit), self._effects.shared_reads():
             existing, scope = store.read(
                 lambda r: (r.operation(partition, env.operation_id), r.scope(partition, unit))
             )
