@@ -137,7 +137,8 @@ def _compiled(kind: str, executor: EffectExecutor) -> jsonschema.Draft202012Vali
 
 SharedReads = Callable[[], AbstractContextManager[None]]
 """``with shared_reads():`` the executors' kernel may answer a repeated read from the
-first answer (one dump per namespace); only recovery, which never mutates, opens it."""
+first answer until the next mutation: recovery's probes (one dump per namespace) and a
+create hook (an apply's re-read of what its capture read; ``plugins.kernel._snapshot``)."""
 
 
 class EffectRegistry:
