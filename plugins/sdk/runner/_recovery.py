@@ -25,13 +25,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .._plan import Plan
 from .._registry import Registration
 from .._requests import EffectState, OperationState
 from .._types import Hook
 from ..store import EffectRecord, JournalUnavailable, OperationRecord, Store, Txn
 from . import _transitions as tr
-from ._context import effect_context, load_json, recorded_outputs
+from ._context import load_json, recorded_context, recorded_outputs
 from ._crash import Commit, CrashPoints, Phase, PhaseKind
 from ._effects import EffectRegistry
 
@@ -135,14 +134,14 @@ def _probed(
     notes: list[str],
 ) -> list[_Record]:
     assert op.plan_json is not None
-    plan = Plan.from_json(json.loads(op.plan_json))
+    plan = json.loads(op.plan_json)  # only the uncertain effects' entries are read
     outputs = recorded_outputs(records)
     written: list[_Record] = []
     for rec in uncertain:
         executor = effects.get(rec.kind)
         if executor is None:
             continue
-        ctx = effect_context(op, plan, rec.effect_id, outputs)
+        ctx = recorded_context(op, plan, rec.effect_id, outputs)
         try:
             seen = executor.probe(ctx, load_json(rec.before_json), outputs.get(rec.effect_id))
         except Exception as exc:  # a probe failure is an observation too
