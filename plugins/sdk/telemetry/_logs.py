@@ -176,8 +176,8 @@ class BackgroundHandler(logging.Handler):
         return bool(rv)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self._closed:
-            self.target.handle(record)
+        if self._closed or threading.current_thread() is self._thread:
+            self.target.handle(record)  # the writer itself never waits for its own room
             return
         if record.args:
             # Arguments may change before the writer formats them: format the message now.
