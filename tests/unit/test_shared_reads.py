@@ -21,7 +21,7 @@ import pytest
 from fakekernel import FakeKernelModel
 from plugins.effects import CREATE_SHARED_CHILD
 from plugins.effects.linux import linux_effects
-from plugins.kernel import Kernel, KernelError, LinkSpec, NsRef, ReadSharingKernel
+from plugins.kernel import Kernel, KernelError, LinkSpec, ReadSharingKernel
 from plugins.sdk import NamespaceHandle
 from plugins.sdk.runner import CrashPoints, EffectContext, EffectRegistry, Observation, Runner
 from tests.runner import node as n
