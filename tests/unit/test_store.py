@@ -177,6 +177,7 @@ def test_pragmas_take_effect(store: Store, state_dir: Path) -> None:
         conn = txn._conn
         assert conn.isolation_level is None
         names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+        names += ("wal_autocheckpoint",)
         return {n: conn.execute(f"PRAGMA {n}").fetchone()[0] for n in names}
 
     assert store.write(writer_pragmas) == {
@@ -184,6 +185,7 @@ def test_pragmas_take_effect(store: Store, state_dir: Path) -> None:
         "synchronous": 2,  # FULL: every COMMIT fsyncs the WAL
         "busy_timeout": 5000,
         "foreign_keys": 1,
+        "wal_autocheckpoint": 10_000,  # a backstop: the writer checkpoints when idle
     }
 
     def reader_pragmas(reader: Reader) -> dict[str, object]:
@@ -440,6 +442,29 @@ def test_exception_rolls_back_only_its_own_function(store: Store, pool: ThreadPo
     assert store.read(lambda r: r.operation(P, "bad")) is None
     assert store.read(lambda r: r.effects(P, "bad")) == []
     assert store.read(lambda r: r.scope(P, "bad")) is None
+
+
+def test_the_writer_checkpoints_once_idle_after_enough_commits(state_dir: Path) -> None:
+    with Store.open(state_dir, checkpoint_after=3, checkpoint_idle_s=0.05) as store:
+        for i in range(3):
+            store.write(
+                lambda txn, i=i: txn.put_scope(
+                    ScopeRecord(partition=P, scope=f"s{i}", generation=1, epoch=1)
+                )
+            )
+        assert store._wait_checkpoints(1, TIMEOUT)
+        observer = sqlite3.connect(state_dir / "journal.db")
+        try:
+            # (busy, frames in the WAL, frames copied back): the three commits' frames
+            # were copied and the WAL started over with the writer's no-op write (its
+            # header fsynced then, not by the next commit).
+            busy, frames, copied = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            observer.close()
+        assert (busy, copied) == (0, frames)
+        assert 1 <= frames <= 2
+        assert store.commits == 3
+        assert store.read(lambda r: r.scope(P, "s2")) is not None
 
 
 def test_concurrent_writes_are_group_committed(store: Store, pool: ThreadPoolExecutor) -> None:

@@ -148,12 +148,25 @@ def _expect(conn: sqlite3.Connection, setting: str, query: str, expected: object
         raise StoreError(f"sqlite refused PRAGMA {setting}: {query} is {actual!r}")
 
 
+# Pages in the WAL at which a COMMIT checkpoints inline (SQLite's own automatic
+# checkpoint, default 1,000): only a backstop. The store's writer checkpoints when the
+# journal is idle (``Store``), so a burst's commits do not wait for one.
+AUTOCHECKPOINT_PAGES: Final = 10_000
+
+
 def configure_writer(conn: sqlite3.Connection) -> None:
-    """WAL, synchronous=FULL, busy timeout, foreign keys; verified, not assumed."""
+    """WAL, synchronous=FULL, busy timeout, foreign keys, the inline checkpoint's
+    backstop; verified, not assumed."""
     mode = _pragma(conn, "journal_mode=WAL")
     if str(mode).lower() != "wal":
         raise StoreError(f"sqlite could not enable WAL on the journal (journal_mode is {mode!r})")
     _expect(conn, "synchronous=FULL", "synchronous", 2)
+    _expect(
+        conn,
+        f"wal_autocheckpoint={AUTOCHECKPOINT_PAGES}",
+        "wal_autocheckpoint",
+        AUTOCHECKPOINT_PAGES,
+    )
     _expect(conn, f"busy_timeout={BUSY_TIMEOUT_MS}", "busy_timeout", BUSY_TIMEOUT_MS)
     _expect(conn, "foreign_keys=ON", "foreign_keys", 1)
 

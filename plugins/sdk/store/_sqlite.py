@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 MAX_BATCH: Final = 512
 """Most write functions committed together in one transaction."""
 
+CHECKPOINT_AFTER_COMMITS: Final = 64
+CHECKPOINT_IDLE_S: Final = 0.5
+"""The writer checkpoints the WAL into the database once this many commits are not
+checkpointed yet and no write has come for this long. A checkpoint costs three fsyncs
+(the WAL before it is copied back, the database after, the WAL's new header at the next
+commit); SQLite's automatic one ran inside whichever COMMIT crossed 1,000 pages, so the
+batch in flight waited for the copy and the fsyncs. Idle, nobody waits for them; under
+load that never pauses, the inline checkpoint (``AUTOCHECKPOINT_PAGES``) still bounds the
+WAL."""
+
 MAX_IDLE_READERS: Final = 64
 """Reader connections kept for reuse: as many as the host's handler threads (its
 ``DEFAULT_MAX_WORKERS``), so a burst of concurrent hooks reuses them instead of opening
@@ -584,8 +594,12 @@ class Store:
         damaged: Sequence[DamagedRecord] = (),
         faults: StorageFaults = NO_FAULTS,
         journal_format: JournalFormat = PLUGIN_JOURNAL,
+        checkpoint_after: int = CHECKPOINT_AFTER_COMMITS,
+        checkpoint_idle_s: float = CHECKPOINT_IDLE_S,
     ) -> None:
         self._state_dir = state_dir
+        self._checkpoint_after = checkpoint_after
+        self._checkpoint_idle_s = checkpoint_idle_s
         self._format = journal_format
         self._journal_id = journal_id
         self._db = state_dir / DB_NAME
@@ -601,6 +615,8 @@ class Store:
         self._abandoned = False
         self._failure: BaseException | None = None
         self._commits = 0
+        self._checkpoints = 0
+        self._uncheckpointed = 0  # commits since the writer's last checkpoint (its own)
         self._readers_lock = threading.Lock()
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers_closed = False
@@ -617,6 +633,8 @@ class Store:
         runtime_dir: Path | None = None,
         faults: StorageFaults = NO_FAULTS,
         journal_format: JournalFormat = PLUGIN_JOURNAL,
+        checkpoint_after: int = CHECKPOINT_AFTER_COMMITS,
+        checkpoint_idle_s: float = CHECKPOINT_IDLE_S,
     ) -> Store:
         """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
 
@@ -627,7 +645,8 @@ class Store:
 
         Raises ``StoreLocked`` if another writer holds it and ``JournalUnavailable``
         if a journal existed here but is missing, corrupt, foreign, rolled back or
-        too new.
+        too new. ``checkpoint_after`` and ``checkpoint_idle_s``: when the writer
+        checkpoints (``CHECKPOINT_AFTER_COMMITS``).
         """
         state_dir = Path(state_dir).absolute()
         ensure_state_dir(state_dir)
@@ -660,6 +679,8 @@ class Store:
                 damaged=damaged,
                 faults=faults,
                 journal_format=journal_format,
+                checkpoint_after=checkpoint_after,
+                checkpoint_idle_s=checkpoint_idle_s,
             )
         except BaseException:
             if conn is not None:
@@ -739,6 +760,17 @@ class Store:
         """COMMITs issued by the writer thread (each one WAL fsync)."""
         with self._cond:
             return self._commits
+
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoints the writer thread ran when the journal was idle."""
+        with self._cond:
+            return self._checkpoints
+
+    def _wait_checkpoints(self, count: int, timeout: float) -> bool:
+        """Test hook: wait until the writer has run at least ``count`` idle checkpoints."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._checkpoints >= count, timeout)
 
     @property
     def failure(self) -> BaseException | None:
@@ -888,11 +920,26 @@ class Store:
         try:
             while True:
                 with self._cond:
+                    idle = False
                     while not self._queue and not self._stopping:
-                        self._cond.wait()
-                    if self._abandoned or not self._queue:
+                        if self._uncheckpointed < self._checkpoint_after:
+                            self._cond.wait()
+                        elif not self._cond.wait_for(
+                            lambda: self._queue or self._stopping, self._checkpoint_idle_s
+                        ):
+                            idle = True
+                            break
+                    if idle:
+                        batch = []
+                    elif self._abandoned or not self._queue:
                         break
-                    batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                    else:
+                        batch = [
+                            self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))
+                        ]
+                if not batch:
+                    self._checkpoint()
+                    continue
                 try:
                     outcomes = self._run_batch(batch)
                 except BaseException as exc:  # a bug in the store itself: fail loudly
@@ -916,6 +963,37 @@ class Store:
                 self._resolve(
                     [_Outcome(r, False, error=StoreClosed(self._closed_message())) for r in dropped]
                 )
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL back into the database while nobody writes (PASSIVE: readers are
+        never blocked; what an open reader still needs is copied next time). A failure is
+        logged and retried after the next commits: every commit is durable in the WAL.
+
+        Once everything is copied, the next transaction starts the WAL over, and under
+        synchronous=FULL it fsyncs the new header before its own frames: a write that
+        changes nothing (the commit count's row deleted and inserted again with its value,
+        so SQLite writes the page; not counted, nothing waits for it) pays that now, so
+        the next burst's commits cost one fsync each."""
+        with self._cond:
+            conn, failed = self._conn, self._failure is not None
+            self._uncheckpointed = 0
+            count = str(self._durable_commits)
+        if failed:
+            return
+        try:
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy == 0 and frames > 0 and copied == frames:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("DELETE FROM meta WHERE key = 'commits'")
+                conn.execute("INSERT INTO meta (key, value) VALUES ('commits', ?)", (count,))
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            log.warning("journal %s: checkpoint failed (retried later): %s", self._state_dir, exc)
+            return
+        with self._cond:
+            self._checkpoints += 1
+            self._cond.notify_all()
 
     def _closed_message(self) -> str:
         how = "abandoned" if self._abandoned else "closed"
@@ -979,6 +1057,7 @@ class Store:
         with self._cond:
             self._commits += 1
             self._durable_commits += 1
+            self._uncheckpointed += 1
         self._record_lease()
         return outcomes
 
