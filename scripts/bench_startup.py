@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import pstats
@@ -57,7 +58,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -66,7 +67,7 @@ import grpc  # noqa: E402
 
 from labs import FakeServerLab, Lab, NetnsLab, Node, ServiceProcess, service_of  # noqa: E402
 from plugins.api.networkplugin.v1alpha1 import pb, pb_grpc  # noqa: E402
-from plugins.sdk import EffectState, Hook, OperationState  # noqa: E402
+from plugins.sdk import EffectState, Hook, NamespaceHandle, OperationState  # noqa: E402
 from plugins.sdk.store import EffectRecord, OperationRecord, Reader, Store, Txn  # noqa: E402
 
 T = TypeVar("T")
@@ -321,13 +322,19 @@ def _tail(log: Path) -> str:
 # ---------------------------------------------------------------------- the in-flight journal
 
 
-def build_in_flight_journal(lab: Lab, root: Path, count: int) -> Path:
+def build_in_flight_journal(
+    lab: Lab, root: Path, count: int, *, own_namespaces: bool = False
+) -> Path:
     """A links journal holding ``count`` ConnectNetworks left mid-flight; its state dir.
 
     One real macvlan NodePrepare and ConnectNetwork (in-process, the same registrations
     and executors as the service, on the same fake kernel), then the ConnectNetwork's
     records copied under new operation ids and attachments: each ``Running``, its
     first effect ``Applying`` with the recorded before-image, the rest ``Planned``.
+
+    The copies share the seed's pod namespace, unless ``own_namespaces``: then each
+    copy names a pod namespace of its own, created in the lab (as 1,000 pods attached
+    at once would), so recovery's probes cannot share one namespace's reads.
     """
     from harness.scenarios import Lifecycle
 
@@ -337,7 +344,12 @@ def build_in_flight_journal(lab: Lab, root: Path, count: int) -> Path:
         Lifecycle("macvlan", node).run(0, 2)  # prepare, connect
         store = node.services.stores[spec.name]
         connect, effects = store.read(_completed_connect)
-        store.write(lambda t: _copy_in_flight(t, connect, effects, count))
+        pods = (
+            [lab.sandbox(f"inflight-{i:05d}").namespace for i in range(count)]
+            if own_namespaces
+            else []
+        )
+        store.write(lambda t: _copy_in_flight(t, connect, effects, count, pods))
     finally:
         # Not node.close(): that closes the lab too, whose kernel the runs go on using.
         node.services.close()
@@ -352,7 +364,11 @@ def _completed_connect(r: Reader) -> tuple[OperationRecord, list[EffectRecord]]:
 
 
 def _copy_in_flight(
-    t: Txn, connect: OperationRecord, effects: Sequence[EffectRecord], count: int
+    t: Txn,
+    connect: OperationRecord,
+    effects: Sequence[EffectRecord],
+    count: int,
+    pods: Sequence[NamespaceHandle] = (),
 ) -> None:
     scope = t.scope(connect.partition, connect.scope)
     for i in range(count):
@@ -368,6 +384,13 @@ def _copy_in_flight(
             response_json=None,
             error_json=None,
         )
+        if pods:  # the copy's own pod namespace wherever the seed's plan and request name it
+            seed = json.loads(connect.request_json)["sandbox"]["namespace"]
+            op = replace(
+                op,
+                request_json=_renamespaced(connect.request_json, seed, pods[i]),
+                plan_json=_renamespaced(connect.plan_json, seed, pods[i]),
+            )
         copies = [
             replace(
                 e,
@@ -381,6 +404,27 @@ def _copy_in_flight(
             for e in effects
         ]
         t.insert_operation(op, copies)
+
+
+def _renamespaced(text: str | None, seed: dict[str, Any], pod: NamespaceHandle) -> str | None:
+    """``text`` (JSON) with every namespace handle equal to ``seed``'s naming ``pod``."""
+    if text is None:
+        return None
+    keys = {"path": pod.path, "device": pod.device, "inode": pod.inode}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            if all(value.get(k) == seed.get(k) for k in keys) and "path" in value:
+                return {**value, **keys}
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    renamed = json.dumps(walk(json.loads(text)), sort_keys=True, separators=(",", ":"))
+    if renamed == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")):
+        raise RuntimeError("the seed's namespace handle was not found to rename")
+    return renamed
 
 
 def _check_recovered(state_dir: Path) -> None:
@@ -414,12 +458,16 @@ def measure(
     bytecode: bool = True,
     tier: str = "fake",
     trees: Sequence[tuple[str, Path]] = (),
+    own_namespaces: bool = False,
 ) -> StartupMeasurement:
     """Start every row ``runs`` times (after ``warmup`` untimed rounds), interleaved.
 
     ``trees``: ``(label, checkout)`` pairs to compare in one run (an A/B of two trees):
     every row but the floor runs once per tree, as ``label:row``, the services from
     that checkout (with this run's interpreter and venv). Empty: this tree, rows as named.
+
+    ``own_namespaces``: each in-flight operation of the recovery row names a pod
+    namespace of its own (``build_in_flight_journal``), not the seed's.
 
     ``tier``: the services' kernel, ``fake`` (the model behind its server) or ``netns``
     (this machine's kernel, in a ``labs.NetnsLab``: root; the services then import
@@ -438,7 +486,11 @@ def measure(
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         lab = open_lab(tier)
         stack.callback(lab.close)
-        journal = build_in_flight_journal(lab, base, in_flight) if RECOVERY in rows else None
+        journal = (
+            build_in_flight_journal(lab, base, in_flight, own_namespaces=own_namespaces)
+            if RECOVERY in rows
+            else None
+        )
         env = child_env(bytecode, base)
         contenders = []
         for row in rows:
@@ -593,6 +645,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--lab", choices=LABS, default="fake", help="the services' kernel")
     parser.add_argument(
+        "--own-namespaces",
+        action="store_true",
+        help="recovery: each in-flight operation in a pod namespace of its own (else one shared)",
+    )
+    parser.add_argument(
         "--tree",
         action="append",
         default=[],
@@ -642,6 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bytecode=args.bytecode,
         tier=args.lab,
         trees=trees,
+        own_namespaces=args.own_namespaces,
     )
     report(m)
     return 0
