@@ -572,6 +572,7 @@ def profile(
     keep: Path | None = None,
     tier: str = "fake",
     in_flight: int = 1000,
+    own_namespaces: bool = False,
 ) -> None:
     """cProfile one start of ``service`` to serving, top by cumulative.
 
@@ -583,7 +584,11 @@ def profile(
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         lab = open_lab(tier)
         stack.callback(lab.close)
-        journal = build_in_flight_journal(lab, base, in_flight) if service == RECOVERY else None
+        journal = (
+            build_in_flight_journal(lab, base, in_flight, own_namespaces=own_namespaces)
+            if service == RECOVERY
+            else None
+        )
         name = RECOVERING_SERVICE if service == RECOVERY else service
         spec = service_of(service_plugin(name))
         sockets = base / "s"
@@ -681,6 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep=args.profile_out,
             tier=args.lab,
             in_flight=args.in_flight,
+            own_namespaces=args.own_namespaces,
         )
         return 0
     if args.runs < 2:
