@@ -201,11 +201,23 @@ class CrashSuite:
     make_lab: LabFactory | None = None
     second_crashes: int = 0
 
-    def every_point(self, path: str, root: Path, points: list[str] | None = None) -> list[str]:
+    def every_point(
+        self,
+        path: str,
+        root: Path,
+        points: list[str] | None = None,
+        *,
+        part: tuple[int, int] = (0, 1),
+    ) -> list[str]:
         """A crash at each of ``points`` (None: every point the reference reached), then
-        ``path`` (retry or cleanup)."""
-        chosen = self.ref.points if points is None else points
-        if path == "retry":
+        ``path`` (retry or cleanup). ``part`` (k, n): only every n-th of them from the k-th,
+        so n cases (on parallel workers) run them all; the first one counts the
+        topology's points as enumerated."""
+        k, n = part
+        if not 0 <= k < n:
+            raise ValueError(f"part {k} of {n}")
+        chosen = (self.ref.points if points is None else points)[k::n]
+        if path == "retry" and k == 0:
             self.stats.add("crash_points_enumerated", len(self.ref.points))
         failures = []
         for i, point in enumerate(chosen):

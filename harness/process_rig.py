@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from labs import SANDBOX, FakeServerLab, Lab, Node, service_of
@@ -30,6 +31,29 @@ def sample(
     return chosen[: max(wanted, len(chosen))]
 
 
+Run = tuple[int, str, str]
+"""One SIGKILL run: (its number, which names its identities claim-n/att-n; topology; point)."""
+
+
+def shards(chosen: Sequence[tuple[str, str]], count: int, first: int = 100) -> list[list[Run]]:
+    """``chosen`` (numbered from ``first`` in its order, so a run's identities do not depend
+    on the split) in ``count`` cases of nearly equal size for parallel workers, each case's
+    runs grouped by the service owning their point: a service then takes one start per run
+    (``ProcessRig.runs`` arms its restart at its next point). Every run is in exactly one
+    case; none is empty."""
+    if not 0 < count <= len(chosen):
+        raise ValueError(f"{len(chosen)} runs in {count} cases")
+    numbered = [(n, t, p) for n, (t, p) in enumerate(chosen, start=first)]
+    grouped = sorted(numbered, key=lambda run: (service_of_point(run[1], run[2]), run[0]))
+    size, extra = divmod(len(grouped), count)
+    cases, start = [], 0
+    for k in range(count):
+        end = start + size + (k < extra)
+        cases.append(grouped[start:end])
+        start = end
+    return cases
+
+
 def service_of_point(topology: str, point: str) -> str:
     """Which service process owns a crash point: the plugin of the operation's step."""
     step = CrashPoint.parse(point).operation.split(":")[1]
@@ -50,13 +74,35 @@ class ProcessRig(Node):
         # Each run ends with the pod deleted (the invariants delete it) and the next run's
         # pod is a new namespace: the baseline is the node without one.
         self.baseline = without_namespace(self.snapshot(), SANDBOX)
+        self.armed: dict[str, str | None] = dict.fromkeys(self.processes.processes)
+        """The point each service process was started armed at (None: started clean)."""
 
-    def run(self, topology: str, point: str, n: int) -> RunResult:
+    def runs(self, plan: Sequence[Run]) -> Iterator[RunResult]:
+        """``run`` for each (n, topology, point) of ``plan``, in order; each service's
+        restart after its SIGKILL is armed at its next point in ``plan`` (its last one's
+        is clean), so a run whose service is already armed starts it no more. Recovery is
+        the same either way: the launcher runs the service's own main, and a point named
+        for a later run's identities is not reached before that run."""
+        for i, (n, topology, point) in enumerate(plan):
+            service = service_of_point(topology, point)
+            then = next(
+                (renamed(p, m) for m, t, p in plan[i + 1 :] if service_of_point(t, p) == service),
+                None,
+            )
+            yield self.run(topology, point, n, then=then)
+
+    def run(self, topology: str, point: str, n: int, *, then: str | None = None) -> RunResult:
+        """SIGKILL the service owning ``point`` there (run ``n``'s identities), restart it
+        (armed at ``then``, a later run's point: None, clean), finish the lifecycle, check
+        the invariants."""
         armed = renamed(point, n)
-        service = self.processes.processes[service_of_point(topology, point)]
-        service.kill()
-        service.start(crash_at=armed)
-        self.reconnect()
+        name = service_of_point(topology, point)
+        service = self.processes.processes[name]
+        if self.armed[name] != armed:
+            service.kill()
+            service.start(crash_at=armed)
+            self.armed[name] = armed
+            self.reconnect()
         life = Lifecycle(topology, self, claim=f"claim-{n}", attachment=f"att-{n}")
         crashed = None
         for index, phase in enumerate(PHASES):
@@ -74,11 +120,13 @@ class ProcessRig(Node):
         problems: list[str] = []
         if crashed is None:
             problems.append(f"{armed} was not reached")
+            service.kill()
         else:
             code = service.wait_exit()
             if code != -signal.SIGKILL:
                 problems.append(f"{service.name} exited {code}, not by SIGKILL")
-        service.start()  # recovers from its journal before it reports ready
+        service.start(crash_at=then)  # recovers from its journal before it reports ready
+        self.armed[name] = then
         self.reconnect()
         start = 0 if crashed is None else crashed
         life.run(start)
@@ -92,10 +140,10 @@ def sigkill_runs(rig: ProcessRig, topology: str, points: list[str], stats: Count
     """A SIGKILL run at each of ``points`` on ``rig`` (fresh identities each, numbered from
     100), counted into ``stats``; the failures (empty: all good)."""
     failures = []
-    for n, point in enumerate(points, start=100):
-        result = rig.run(topology, point, n)
+    plan = [(n, topology, point) for n, point in enumerate(points, start=100)]
+    for result in rig.runs(plan):
         stats.add("crash_runs_sigkill")
         stats.add("invariant_violations", len(result.violations))
         if not result.ok:
-            failures.append(f"{point}: {result.violations}")
+            failures.append(f"{result.point}: {result.violations}")
     return failures

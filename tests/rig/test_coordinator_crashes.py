@@ -22,6 +22,8 @@ from harness.scenarios import TOPOLOGIES
 from harness.stats import Gathered
 from plugins.coordinator._journal import CoordinatorJournal
 
+from .conftest import References
+
 HOOKS = {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
 COMMITS = {"set_unit", "claim", "record_call", "finish_call", "finish_cleanup", "release"}
 
@@ -29,9 +31,9 @@ COMMITS = {"set_unit", "claim", "record_call", "finish_call", "finish_cleanup", 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", ["retry", "cleanup"])
 def test_coordinator_crash_at_every_boundary(
-    path: str, tmp_path: Path, rig_stats: RigStats
+    path: str, references: References, tmp_path: Path, rig_stats: RigStats
 ) -> None:
-    refs = {t: coordinator_reference(t, tmp_path / f"reference-{t}") for t in TOPOLOGIES}
+    refs = {t: references.coordinator(t) for t in TOPOLOGIES}
     boundaries: set[str] = set()
     for topology, ref in refs.items():
         assert all(is_coordinator_boundary(p) for p in ref.points)

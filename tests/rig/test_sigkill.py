@@ -1,5 +1,11 @@
 """SIGKILL of real service processes at a sample of the crash points (>= 10 %, >= 20), and of
-the coordinator program at a seeded sample of its apply boundaries."""
+the coordinator program at a seeded sample of its apply boundaries.
+
+Each sample is spread over several cases, each on a node of its own, so the fake tier's
+workers share them out: the services' in ``SHARDS`` cases, the coordinator's in one per
+apply hook. In one case the services' sample alone was the tier's longest test (30 runs,
+two service starts each, one after another).
+"""
 
 from __future__ import annotations
 
@@ -8,53 +14,64 @@ from pathlib import Path
 
 import pytest
 
-from harness.coordinator_crash import coordinator_reference, hook_of
+from harness.coordinator_crash import hook_of
 from harness.coordinator_process import APPLY_HOOKS, CoordinatorRig, is_apply_boundary
-from harness.crash import reference
-from harness.process_rig import ProcessRig, sample
+from harness.process_rig import ProcessRig, Run, sample, shards
 from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, TOPOLOGIES, start_state_seed
 
+from .conftest import References
+
 SEED = start_state_seed()
 REPRODUCE = f"seed {SEED}: reproduce with {SEED_ENV}={SEED}"
+SHARDS = 5  # cases the service sample is run in (each starts a fake kernel and 3 services)
 
 
-@pytest.mark.timeout(1200)
-def test_sigkill_sample(tmp_path: Path, rig_stats: RigStats) -> None:
-    points = {t: reference(t, tmp_path / f"ref-{t}").points for t in TOPOLOGIES}
+def service_sample(references: References) -> list[tuple[str, str]]:
+    points = {t: references.plugin(t).points for t in TOPOLOGIES}
     chosen = sample(points)
     total = sum(len(p) for p in points.values())
     assert len(chosen) >= max(20, total // 10)
+    return chosen
+
+
+def test_the_service_sample_is_run_once_whole(references: References) -> None:
+    chosen = service_sample(references)
+    cases = shards(chosen, SHARDS)
+    runs = sorted(run for case in cases for run in case)
+    assert runs == [(n, t, p) for n, (t, p) in enumerate(chosen, start=100)]
+    assert all(cases), "an empty case"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_sigkill_sample(
+    shard: int, references: References, tmp_path: Path, rig_stats: RigStats
+) -> None:
+    plan: list[Run] = shards(service_sample(references), SHARDS)[shard]
+    print(f"SIGKILL runs {[n for n, _, _ in plan]} of the sample ({REPRODUCE})")
     rig = ProcessRig(tmp_path / "rig")
     failures = []
     try:
-        for n, (topology, point) in enumerate(chosen, start=100):
-            result = rig.run(topology, point, n)
+        for (_, topology, point), result in zip(plan, rig.runs(plan), strict=True):
             rig_stats.add("crash_runs_sigkill")
             rig_stats.add("invariant_violations", len(result.violations))
             if not result.ok:
                 failures.append(f"{topology} {point}: {result.violations}")
     finally:
         rig.close()
-    assert not failures, "\n".join(failures[:10])
+    assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
 COORDINATOR_SAMPLE = 3  # coordinator SIGKILL runs per apply hook on the fake tier (seeded)
 
 
-@pytest.mark.timeout(900)
-def test_sigkill_the_coordinator_mid_apply(tmp_path: Path, rig_stats: RigStats) -> None:
-    """The coordinator program SIGKILLed at a seeded sample of its apply boundaries (prepare
-    and connect, all three topologies), then restarted: recovery completes or undoes the
-    apply, a removal cleans, the invariants hold."""
+def coordinator_sample(references: References) -> list[tuple[str, str]]:
     points = [
-        (t, p)
-        for t in TOPOLOGIES
-        for p in coordinator_reference(t, tmp_path / f"ref-{t}").points
-        if is_apply_boundary(p)
+        (t, p) for t in TOPOLOGIES for p in references.coordinator(t).points if is_apply_boundary(p)
     ]
     rng = random.Random(f"{SEED}/coordinator-sigkill")
-    chosen = sorted(
+    return sorted(
         (
             pick
             for hook in APPLY_HOOKS
@@ -64,11 +81,25 @@ def test_sigkill_the_coordinator_mid_apply(tmp_path: Path, rig_stats: RigStats) 
         ),
         key=points.index,
     )
-    print(f"coordinator SIGKILL sample ({REPRODUCE}): {chosen}")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("hook", APPLY_HOOKS)
+def test_sigkill_the_coordinator_mid_apply(
+    hook: str, references: References, tmp_path: Path, rig_stats: RigStats
+) -> None:
+    """The coordinator program SIGKILLed at a seeded sample of its apply boundaries (prepare
+    and connect, all three topologies), then restarted: recovery completes or undoes the
+    apply, a removal cleans, the invariants hold. One case per hook, each numbering its
+    runs as the whole sample does."""
+    chosen = coordinator_sample(references)
+    plan = [(n, t, p) for n, (t, p) in enumerate(chosen, start=200) if hook_of(p) == hook]
+    assert len(plan) == COORDINATOR_SAMPLE
+    print(f"coordinator SIGKILL sample ({REPRODUCE}): {chosen}; this case: {plan}")
     rig = CoordinatorRig(tmp_path / "rig")
     failures = []
     try:
-        for n, (topology, point) in enumerate(chosen, start=200):
+        for n, topology, point in plan:
             result = rig.run(topology, point, n)
             rig_stats.add("crash_runs_sigkill")
             rig_stats.add("invariant_violations", len(result.violations))
