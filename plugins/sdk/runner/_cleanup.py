@@ -81,9 +81,10 @@ class Undo:
         roots = {
             json.loads(op.request_json).get("allocation", {}).get("root_id") for op in prepares
         }
-        for op in self._store().read(lambda r: r.operations(partition, hook=Hook.CONNECT_NETWORK)):
-            if op.state is OperationState.CLEANED:
-                continue
+        live = set(OperationState) - {OperationState.CLEANED}  # asked by state: not the history
+        for op in self._store().read(
+            lambda r: r.operations(partition, hook=Hook.CONNECT_NETWORK, states=live)
+        ):
             root = allocation_root(op)
             if root in roots:
                 raise FailedPrecondition(
