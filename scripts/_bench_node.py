@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labs import Lab, Node, ServiceProcess, service_of
 from plugins.coordinator import operation_id
-from plugins.kernel.linux.netns import CLONE_NEWNET, THREAD_NETNS, check_call, libc
+from plugins.kernel.linux.netns import (
+    CLONE_NEWNET,
+    THREAD_NETNS,
+    check_call,
+    libc,
+    run_in_netns,
+)
 from plugins.sdk import Hook, OperationEnvelope
 
 THREADS_READY_TIMEOUT_S = 120.0
@@ -91,3 +98,22 @@ def namespace_threads(path: str, count: int = 1) -> ThreadPoolExecutor:
         pool.shutdown()
         raise RuntimeError(f"a worker thread did not enter {path}")
     return pool
+
+
+def netlink_socket_in(path: str) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside ``path``'s namespace, on a throwaway thread.
+
+    Not pyroute2's ``netns=``: that forks a Python child, which a signal can make
+    unwind this process's cleanup (and delete the namespaces) in the child.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return run_in_netns(
+            fd,
+            lambda: socket.socket(
+                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
+            ),
+            cleanup=lambda s: s.close(),
+        )
+    finally:
+        os.close(fd)

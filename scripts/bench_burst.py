@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -57,13 +56,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from _bench_node import envelope, namespace_threads, start_service
+from _bench_node import envelope, namespace_threads, netlink_socket_in, start_service
 
 from labs import NetnsLab, ServiceProcess
 from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import DRIVER_DOMAIN, root_id
 from plugins.kernel import NsRef
-from plugins.kernel.linux.netns import run_in_netns
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -162,22 +160,6 @@ class Pod:
     ref: NsRef
     binding: AllocationBinding
     prepare_scope: str
-
-
-def netlink_socket_in(path: str) -> socket.socket:
-    """A NETLINK_ROUTE socket created inside ``path``'s namespace on a throwaway thread
-    (not pyroute2's ``netns=``, which forks a Python child: bench_macvlan says why)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return run_in_netns(
-            fd,
-            lambda: socket.socket(
-                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-            ),
-            cleanup=lambda s: s.close(),
-        )
-    finally:
-        os.close(fd)
 
 
 def burst(

@@ -62,12 +62,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from _bench_node import envelope, namespace_threads, start_service
+from _bench_node import envelope, namespace_threads, netlink_socket_in, start_service
 
 from labs import NetnsLab
 from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import DRIVER_DOMAIN, root_id
-from plugins.kernel.linux.netns import run_in_netns
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -110,23 +109,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # -- namespaces -------------------------------------------------------------------------
 
 
-def netlink_socket_in(stack: contextlib.ExitStack, path: str) -> socket.socket:
-    """A NETLINK_ROUTE socket created inside ``path``'s namespace, on a throwaway thread.
-
-    Not pyroute2's ``netns=``: that forks a Python child, which a signal can make
-    unwind this process's cleanup (and delete the namespaces) in the child.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        sock = run_in_netns(
-            fd,
-            lambda: socket.socket(
-                socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
-            ),
-            cleanup=lambda s: s.close(),
-        )
-    finally:
-        os.close(fd)
+def netlink_socket_in_stack(stack: contextlib.ExitStack, path: str) -> socket.socket:
+    """``_bench_node.netlink_socket_in``, closed with ``stack``."""
+    sock = netlink_socket_in(path)
     stack.callback(sock.close)
     return sock
 
@@ -379,8 +364,8 @@ def build_scene(stack: contextlib.ExitStack) -> Scene:
     host_path = lab.kernel.host_namespace().path
     pod_fd = os.open(pod.path, os.O_RDONLY | os.O_CLOEXEC)
     stack.callback(os.close, pod_fd)
-    host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, host_path)))
-    pod_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in(stack, pod.path)))
+    host_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in_stack(stack, host_path)))
+    pod_ipr = stack.enter_context(IPRoute(use_socket=netlink_socket_in_stack(stack, pod.path)))
     host_thread = namespace_threads(host_path)
     stack.callback(host_thread.shutdown)
     (parent,) = lab.parents
