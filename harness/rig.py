@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rig: the fake tier's temporary files are on {root} (tmpfs)", flush=True)
     with (
         tempfile.TemporaryDirectory(prefix="rig-stats-") as stats_dir,
-        tempfile.TemporaryDirectory(prefix="rig-metrics-") as metrics_dir,
+        # A service process that outlived its test may still write a textfile here.
+        tempfile.TemporaryDirectory(
+            prefix="rig-metrics-", ignore_cleanup_errors=True
+        ) as metrics_dir,
         scratch(root) as basetemp,
     ):
         os.environ[STATS_DIR_ENV] = stats_dir
