@@ -4,6 +4,7 @@ threads that stand in the node namespace, and the envelope of one hook."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -117,3 +119,27 @@ def netlink_socket_in(path: str) -> socket.socket:
         )
     finally:
         os.close(fd)
+
+
+def floor_attach(
+    host_ipr: Any, pod_ipr: Any, parent_index: int, pod_fd: int, label: str, ifname: str, mtu: int
+) -> int:
+    """The floor's attach, as bare pyroute2 requests: what the macvlan plugin asks of the
+    kernel (a child born in the pod under a temporary name, marker and final name in one
+    SETLINK, up), with names derived from ``label`` as the plugin derives them; its index."""
+    digest = hashlib.sha256(label.encode()).hexdigest()
+    temp, alias = "np" + digest[:13], "dranp:" + digest[13:29]
+    host_ipr.link(
+        "add",
+        ifname=temp,
+        kind="macvlan",
+        link=parent_index,
+        macvlan_mode="bridge",
+        mtu=mtu,
+        net_ns_fd=pod_fd,
+    )
+    (msg,) = pod_ipr.link("get", ifname=temp)
+    index = int(msg["index"])
+    pod_ipr.link("set", index=index, ifalias=alias, ifname=ifname)
+    pod_ipr.link("set", index=index, state="up")
+    return index

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -56,7 +55,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from _bench_node import envelope, namespace_threads, netlink_socket_in, start_service
+from _bench_node import (
+    envelope,
+    floor_attach,
+    namespace_threads,
+    netlink_socket_in,
+    start_service,
+)
 
 from labs import NetnsLab, ServiceProcess
 from labs.netns import NetnsLabUnavailable
@@ -335,21 +340,9 @@ class Scene:
         return stage
 
     def floor_add(self, host_ipr: Any, pod_ipr: Any, pod: Pod) -> None:
-        digest = hashlib.sha256(pod.name.encode()).hexdigest()
-        temp = "np" + digest[:13]
-        host_ipr.link(
-            "add",
-            ifname=temp,
-            kind="macvlan",
-            link=self.parent_index,
-            macvlan_mode="bridge",
-            mtu=MTU,
-            net_ns_fd=self.pod_fds[pod.name],
+        self.floor_index[pod.name] = floor_attach(
+            host_ipr, pod_ipr, self.parent_index, self.pod_fds[pod.name], pod.name, IFNAME, MTU
         )
-        (msg,) = pod_ipr.link("get", ifname=temp)
-        index = self.floor_index[pod.name] = int(msg["index"])
-        pod_ipr.link("set", index=index, ifalias="dranp:" + digest[13:29], ifname=IFNAME)
-        pod_ipr.link("set", index=index, state="up")
 
     def floor_delete(self, host_ipr: Any, pod_ipr: Any, pod: Pod) -> None:
         pod_ipr.link("del", index=self.floor_index[pod.name])

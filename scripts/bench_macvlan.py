@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import platform
@@ -62,7 +61,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_node
 
-from _bench_node import envelope, namespace_threads, netlink_socket_in, start_service
+from _bench_node import (
+    envelope,
+    floor_attach,
+    namespace_threads,
+    netlink_socket_in,
+    start_service,
+)
 
 from labs import NetnsLab
 from labs.netns import NetnsLabUnavailable
@@ -266,27 +271,11 @@ class Floor:
         self.scene = scene
         self.index = 0
 
-    @staticmethod
-    def _names(label: str) -> tuple[str, str]:
-        digest = hashlib.sha256(label.encode()).hexdigest()
-        return "np" + digest[:13], "dranp:" + digest[13:29]
-
     def add(self, label: str) -> None:
-        temp, alias = self._names(label)
         scene = self.scene
-        scene.host_ipr.link(
-            "add",
-            ifname=temp,
-            kind="macvlan",
-            link=scene.parent_index,
-            macvlan_mode="bridge",
-            mtu=MTU,
-            net_ns_fd=scene.pod_fd,
+        self.index = floor_attach(
+            scene.host_ipr, scene.pod_ipr, scene.parent_index, scene.pod_fd, label, IFNAME, MTU
         )
-        (msg,) = scene.pod_ipr.link("get", ifname=temp)
-        self.index = int(msg["index"])
-        scene.pod_ipr.link("set", index=self.index, ifalias=alias, ifname=IFNAME)
-        scene.pod_ipr.link("set", index=self.index, state="up")
 
     def delete(self, label: str) -> None:
         self.scene.pod_ipr.link("del", index=self.index)
