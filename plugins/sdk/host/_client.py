@@ -174,14 +174,7 @@ class PluginClient:
         """
 
         def ask(remaining: float) -> EndpointInfo | str:
-            info = self._call(
-                "GetInfo",
-                self._stub.GetInfo,
-                pb.GetInfoRequest(),
-                convert.info_from_pb,
-                timeout=remaining,
-                wait_for_ready=True,
-            )
+            info = self.wait_answering(remaining)
             return info if info.ready else f"{info.plugin_name} reports ready=false"
 
         return poll_until_ready(
