@@ -10,6 +10,7 @@ real service programs against the lab's ``kernel_url``: ``crash()`` is a SIGKILL
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -210,8 +211,18 @@ class ProcessServices:
         }
 
     def start(self) -> None:
-        for process in self.processes.values():
-            process.start()
+        """Start every service at once, as systemd starts a node's units, and wait until
+        each is ready: one after another, a node took the sum of the three start-ups
+        (about 1.5 s of a test's setup) with a core idle. The first failure is raised
+        once all have settled; the caller kills whatever did start."""
+        if len(self.processes) < 2:
+            for process in self.processes.values():
+                process.start()
+            return
+        with ThreadPoolExecutor(len(self.processes), thread_name_prefix="start") as pool:
+            starts = [pool.submit(process.start) for process in self.processes.values()]
+        for started in starts:
+            started.result()
 
     def of(self, plugin: str) -> ServiceProcess:
         """The process serving a logical plugin."""
