@@ -70,10 +70,19 @@ class ToyNode:
     """
 
     def __init__(
-        self, root: Path, crash: CrashPoints | None = None, faults: StorageFaults = NO_FAULTS
+        self,
+        root: Path,
+        crash: CrashPoints | None = None,
+        faults: StorageFaults = NO_FAULTS,
+        *,
+        kernel_in_memory: bool = False,
     ) -> None:
+        """``kernel_in_memory``: the toy kernel keeps its state in this process, not in
+        ``toy_path`` (``ToyKernel``); it outlives ``crash()`` and ``restart()`` all the same."""
         self.root = root
         self.faults = faults
+        self.kernel_in_memory = kernel_in_memory
+        self._memory_kernel: ToyKernel | None = None
         root.mkdir(parents=True, exist_ok=True)
         self.state_dir = root / "state"
         self.toy_path = root / "toy.json"
@@ -82,7 +91,12 @@ class ToyNode:
 
     def start(self, crash: CrashPoints | None = None) -> None:
         self.crash_points = crash or CrashPoints()
-        self.toy = ToyKernel(self.toy_path, self.crash_points)
+        if not self.kernel_in_memory:
+            self.toy = ToyKernel(self.toy_path, self.crash_points)
+        else:
+            self._memory_kernel = self._memory_kernel or ToyKernel(None)
+            self._memory_kernel.crash = self.crash_points
+            self.toy = self._memory_kernel
         self.runner = Runner.open(
             self.state_dir,
             toy_registry(),
