@@ -34,19 +34,52 @@ class JSONCodecError(ValueError):
     """A value cannot be encoded, or JSON does not fit the type asked for; names where."""
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_DATACLASS, _ENUM, _MAPPING, _SEQUENCE, _SCALAR, _UNKNOWN = range(6)
+
+
+_ENCODINGS: dict[type, tuple[int, tuple[str, ...]]] = {}
+
+
+def _encoding(tp: type) -> tuple[int, tuple[str, ...]]:
+    """How ``to_json_value`` encodes an instance of ``tp`` (and a dataclass's field names).
+
+    Decided once per type: the checks (``is_dataclass``, ``fields``, the ABC's
+    ``isinstance``) were most of the codec's time, and every operation encodes its
+    request's dataclasses again. The order of the checks is the encoder's.
+    """
+    if dataclasses.is_dataclass(tp):
+        return _DATACLASS, tuple(f.name for f in dataclasses.fields(tp))
+    if issubclass(tp, enum.Enum):
+        return _ENUM, ()
+    if issubclass(tp, Mapping):
+        return _MAPPING, ()
+    if issubclass(tp, list | tuple):
+        return _SEQUENCE, ()
+    if issubclass(tp, str | int | float | bool):
+        return _SCALAR, ()
+    return _UNKNOWN, ()
+
+
 def to_json_value(value: object) -> Any:
     """Plain JSON (dict, list, str, int, float, bool, None) for a value of the project."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_json_value(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
+    tp = type(value)
+    if tp in _PLAIN:  # neither an enum, nor a dataclass, nor a container
         return value
-    raise JSONCodecError(f"cannot encode {type(value).__name__} as JSON")
+    if isinstance(value, type):  # a class, even a dataclass, is no value to encode
+        raise JSONCodecError(f"cannot encode {tp.__name__} as JSON")
+    how, names = _ENCODINGS.get(tp) or _ENCODINGS.setdefault(tp, _encoding(tp))
+    if how == _DATACLASS:
+        return {name: to_json_value(getattr(value, name)) for name in names}
+    if how == _ENUM:
+        return value.value  # type: ignore[attr-defined]
+    if how == _MAPPING:
+        return {str(k): to_json_value(v) for k, v in value.items()}  # type: ignore[attr-defined]
+    if how == _SEQUENCE:
+        return [to_json_value(v) for v in value]  # type: ignore[attr-defined]
+    if how == _SCALAR:
+        return value
+    raise JSONCodecError(f"cannot encode {tp.__name__} as JSON")
 
 
 def from_json_value(tp: type[T] | Any, value: Any) -> T:

@@ -129,7 +129,12 @@ class PlannedEffect:
         }
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def thaw_json(value: JSON) -> JSON:
+    if type(value) in _SCALARS:  # most leaves: skips the ABC's isinstance below
+        return value
     if isinstance(value, Mapping):
         return {k: thaw_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -84,7 +84,7 @@ from ._fencing import (
 from ._locks import Joins, UnitLocks
 from ._observe import effect_transition
 from ._recovery import recover
-from ._semantic import Request, request_semantics, semantic_digest
+from ._semantic import Request, Semantics, semantics
 from ._validation import output_problem, validate_plan
 
 log = logging.getLogger(__name__)
@@ -389,18 +389,18 @@ class Runner:
         self._require_store()
         self._check_intact(partition, env.scope, env.step)
         reg.validator.validate(request.config_json)  # strict config before anything else
-        semantic = semantic_digest(partition, request)
+        meaning = semantics(partition, request)
         return self._joins.join_or_lead(
             (partition, env.operation_id),
-            semantic,
-            lambda: self._create(reg, request, semantic, build_plan, respond),
+            meaning.digest,
+            lambda: self._create(reg, request, meaning, build_plan, respond),
         )
 
     def _create(
         self,
         reg: Registration,
         request: PrepareRequest | ConnectRequest,
-        semantic: str,
+        meaning: Semantics,
         build_plan: Callable[[], Plan],
         respond: Respond,
     ) -> PrepareResponse | ConnectResponse:
@@ -419,7 +419,7 @@ class Runner:
             )
             check_fence(scope, env.scope)  # before replay: a removed scope never resurrects
             if existing is not None:
-                check_same(existing, env.hook, semantic)
+                check_same(existing, env.hook, meaning.digest)
                 if existing.state is OperationState.SUCCEEDED and existing.response_json:
                     return replay(existing.response_json, request)
                 if (
@@ -435,7 +435,7 @@ class Runner:
             check_generation(scope, env.generation, env.coordinator_epoch, env.scope)
             plan = build_plan()
             validate_plan(reg, self._effects, env.hook, plan, request)
-            record = self._new_record(reg, request, semantic, plan.canonical())
+            record = self._new_record(reg, request, meaning, plan.canonical())
             effects = [
                 EffectRecord(
                     partition=partition,
@@ -609,7 +609,12 @@ class Runner:
         self._metrics.journal_committed("failure", time.perf_counter() - started)
 
     def _new_record(
-        self, reg: Registration, request: Request, semantic: str, plan_json: str, target: str = ""
+        self,
+        reg: Registration,
+        request: Request,
+        meaning: Semantics,
+        plan_json: str,
+        target: str = "",
     ) -> OperationRecord:
         """A new operation's journal record (its plan, or for cleanups the target it undoes)."""
         env = request.envelope
@@ -620,12 +625,12 @@ class Runner:
             hook=env.hook,
             scope=env.scope,
             step=env.step,
-            semantic_digest=semantic,
+            semantic_digest=meaning.digest,
             artifact_digest=self._artifact_digest,
             contract_digest=reg.contract_digest,
             generation=env.generation,
             epoch=env.coordinator_epoch,
-            request_json=canonical_json(request_semantics(partition, request)),
+            request_json=meaning.request_json,
             plan_json=plan_json,
             state=OperationState.RUNNING,
             target_operation_id=target,
@@ -640,18 +645,18 @@ class Runner:
         partition = reg.endpoint.state_namespace
         self._require_store()
         self._check_intact(partition, env.scope, env.step)
-        semantic = semantic_digest(partition, request)
+        meaning = semantics(partition, request)
         return self._joins.join_or_lead(
             (partition, env.operation_id),
-            semantic,
-            lambda: self._cleanup(reg, request, semantic, cleanup_plan),
+            meaning.digest,
+            lambda: self._cleanup(reg, request, meaning, cleanup_plan),
         )
 
     def _cleanup(
         self,
         reg: Registration,
         request: CleanupRequest,
-        semantic: str,
+        meaning: Semantics,
         cleanup_plan: Callable[[], CleanupPlan],
     ) -> CleanupResponse:
         env = request.envelope
@@ -661,11 +666,11 @@ class Runner:
         target = cleanup_plan()
         existing = store.read(lambda r: r.operation(partition, env.operation_id))
         if existing is not None:
-            check_same(existing, env.hook, semantic)
+            check_same(existing, env.hook, meaning.digest)
             if existing.state is OperationState.CLEANED and existing.response_json:
                 return cleanup_response(existing.response_json)
         record = existing or self._new_record(
-            reg, request, semantic, canonical_json(target.to_json()), target.target_operation_id
+            reg, request, meaning, canonical_json(target.to_json()), target.target_operation_id
         )
 
         def fence(t: Txn) -> OperationRecord:
