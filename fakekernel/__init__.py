@@ -3,11 +3,20 @@
 ``FakeKernelModel`` implements the ``Kernel`` protocol in memory; ``lab`` builds one
 from a YAML host description; ``python -m fakekernel`` serves it on a Unix socket and
 ``FakeKernelClient`` / ``FakeKernelProcess`` talk to that process.
+
+Each name is imported from its module on first use: a service on ``fake://`` needs the
+client only, the server needs the model only; neither pays for the other at start-up.
 """
 
-from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
-from .lab import DEFAULT_LAB, LabError, build_model, load_lab
-from .model import FakeKernelModel, diff
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._errors import LabError
+    from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
+    from .lab import DEFAULT_LAB, build_model, load_lab
+    from .model import FakeKernelModel, diff
 
 __all__ = [
     "DEFAULT_LAB",
@@ -20,3 +29,31 @@ __all__ = [
     "diff",
     "load_lab",
 ]
+
+_MODULE_OF = {
+    "DEFAULT_LAB": "lab",
+    "FakeKernelClient": "client",
+    "FakeKernelModel": "model",
+    "FakeKernelProcess": "client",
+    "FakeKernelProtocolError": "client",
+    "LabError": "_errors",
+    "build_model": "lab",
+    "diff": "model",
+    "load_lab": "lab",
+}
+
+# Hidden from mypy, which would otherwise accept any name imported from here; the
+# TYPE_CHECKING imports above type them.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # __import__, not importlib.import_module: ``-X importtime`` reports this one.
+        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+        globals()[name] = value  # the next lookup is a plain module attribute
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

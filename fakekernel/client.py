@@ -29,7 +29,7 @@ from plugins.kernel import (
 )
 from plugins.sdk import NamespaceHandle, from_json_value, to_json_value
 
-from .lab import LabError
+from ._errors import LabError
 
 __all__ = ["FakeKernelClient", "FakeKernelProcess", "FakeKernelProtocolError"]
 

@@ -64,6 +64,7 @@ from plugins.kernel import (
 )
 from plugins.sdk import DocumentSchema, YAMLLoadError, load_yaml_documents
 
+from ._errors import LabError
 from ._nics import DRIVERS, NicProfile, profile, vf_pci
 from .model import DEFAULT_BOOT_ID, FakeKernelModel
 
@@ -81,10 +82,6 @@ __all__ = [
 DEFAULT_LAB = Path(__file__).parent / "labs" / "default.yaml"
 _PCI_NAME = re.compile(r"^enp(\d+)s(\d+)f(\d+)$")
 T = TypeVar("T")
-
-
-class LabError(ValueError):
-    """The lab description is invalid; the message says where and why."""
 
 
 LAB_SCHEMA = "lab.schema.json"
