@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from plugins.sdk.store import (
+    PLUGIN_JOURNAL,
     JournalFormat,
     JournalUnavailable,
     Migration,
     Store,
     StoreError,
+    _schema,
 )
 
 NOTES = JournalFormat(
@@ -65,3 +67,57 @@ def test_one_format_never_opens_another(tmp_path: Path) -> None:
     Store.open(tmp_path / "notes", journal_format=NOTES).close()
     with pytest.raises(JournalUnavailable, match="not a journal of this store"):
         Store.open(tmp_path / "notes")
+
+
+def _schema_of(conn: sqlite3.Connection, fmt: JournalFormat) -> dict[str, object]:
+    return {
+        "master": conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+        ).fetchall(),
+        "meta": conn.execute("SELECT key, value FROM meta WHERE key != 'journal_id'").fetchall(),
+        "rows": {t: conn.execute(f"SELECT * FROM {t}").fetchall() for t in fmt.tables},
+        "pragmas": [
+            conn.execute(f"PRAGMA {p}").fetchone()
+            for p in ("page_size", "encoding", "user_version", "auto_vacuum", "quick_check")
+        ],
+    }
+
+
+@pytest.mark.parametrize("fmt", [PLUGIN_JOURNAL, NOTES], ids=["plugin", "notes"])
+def test_a_fresh_journal_is_what_its_migrations_build(tmp_path: Path, fmt: JournalFormat) -> None:
+    """Fresh journals are copies of one image migrated in memory, stamped with their id."""
+    migrated = sqlite3.connect(tmp_path / "migrated.db", isolation_level=None)
+    try:
+        _schema.bootstrap(migrated, "the-id", fmt)
+        _schema.migrate(migrated, 0, fmt)
+        expected = _schema_of(migrated, fmt)
+    finally:
+        migrated.close()
+    ids = []
+    for name in ("first", "second"):
+        with Store.open(tmp_path / name, journal_format=fmt) as store:
+            ids.append(store.journal_id)
+        conn = sqlite3.connect(tmp_path / name / "journal.db")
+        try:
+            assert _schema_of(conn, fmt) == expected
+            assert conn.execute("SELECT value FROM meta WHERE key = 'journal_id'").fetchone() == (
+                ids[-1],
+            )
+        finally:
+            conn.close()
+    assert ids[0] != ids[1]
+    second = (tmp_path / "second" / "journal.db").read_bytes()
+    assert ids[0].encode() not in second, "an image carries no trace of the journal before it"
+
+
+def test_a_format_without_a_commit_count_is_refused_before_any_file_exists(
+    tmp_path: Path,
+) -> None:
+    uncounted = JournalFormat(
+        "dra-networkplugins/test-uncounted",
+        (Migration(1, "CREATE TABLE notes (name TEXT PRIMARY KEY, checksum TEXT NOT NULL)"),),
+        {"notes": ("name",)},
+    )
+    with pytest.raises(StoreError, match="meta has no commit count"):
+        Store.open(tmp_path / "state", journal_format=uncounted)
+    assert {p.name for p in (tmp_path / "state").iterdir()} == {"writer.lock"}

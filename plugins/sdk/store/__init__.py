@@ -31,7 +31,8 @@ true:
 * **Versioned format.** A ``meta`` table holds the format marker, journal id
   and schema version; ordered migrations upgrade old journals in one
   transaction each, and a journal from a newer format is refused, not guessed
-  at.
+  at. A fresh journal is a copy of an image those migrations built once per
+  process (``_image``), stamped with its own id.
 """
 
 from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked

@@ -4,7 +4,7 @@ Layout: ``journal.db`` (+ SQLite's ``-wal``/``-shm``), ``journal.id`` and
 ``writer.lock``. Everything here runs with the writer lock held.
 
 Fresh initialisation is crash safe without ever allowing a lost journal to be
-replaced: the database is built and committed under a staging name
+replaced: the database is written and synced under a staging name
 (``journal.db.init``), then ``journal.id`` is written, then the staging file is
 renamed to ``journal.db``. A crash before ``journal.id`` exists leaves only
 staging files, which the next open discards and redoes. A crash between
@@ -21,11 +21,13 @@ import contextlib
 import os
 import sqlite3
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import JournalUnavailable
+from ._image import fresh_image
 from ._lease import LeaseRecord
-from ._schema import PLUGIN_JOURNAL, JournalFormat, bootstrap, connect, migrate, read_meta
+from ._schema import PLUGIN_JOURNAL, JournalFormat, connect, read_meta
 
 DB_NAME = "journal.db"
 ID_NAME = "journal.id"
@@ -65,9 +67,19 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The journal ``prepare`` found or created."""
+
+    journal_id: str
+    version: int
+    created: bool
+    """Initialised by this very call: ``fresh_image``'s checked image, nothing else."""
+
+
 def prepare(
     state_dir: Path, known: LeaseRecord | None = None, fmt: JournalFormat = PLUGIN_JOURNAL
-) -> tuple[str, int]:
+) -> Prepared:
     """Make sure ``state_dir`` holds a valid journal; return its id and schema version.
 
     Initialises a fresh journal only when neither ``journal.id`` nor
@@ -95,8 +107,11 @@ def prepare(
                 raise JournalUnavailable(
                     state_dir, f"{DB_NAME}{suffix} exists without {DB_NAME} or {ID_NAME}"
                 )
-        journal_id = _initialise(state_dir, fmt)
-        return journal_id, validate(state_dir, db, journal_id, None, fmt)
+        # Not read back through ``validate``: the file is the image ``fresh_image`` made
+        # and checked, written and synced a moment ago under the writer lock (the read-only
+        # connection and its quick_check were a quarter of a fresh open's CPU). The
+        # writer's connection reads it next, and every later open validates it in full.
+        return Prepared(_initialise(state_dir, fmt), fmt.version, created=True)
 
     journal_id = _read_journal_id(state_dir)
     if known is not None and known.journal_id != journal_id:
@@ -114,7 +129,7 @@ def prepare(
                 "created here",
             )
         _finish_initialisation(state_dir, journal_id, fmt)
-    return journal_id, validate(state_dir, db, journal_id, known, fmt)
+    return Prepared(journal_id, validate(state_dir, db, journal_id, known, fmt), created=False)
 
 
 def _read_journal_id(state_dir: Path) -> str:
@@ -252,20 +267,24 @@ def _discard_staging(state_dir: Path) -> None:
 def _initialise(state_dir: Path, fmt: JournalFormat) -> str:
     _discard_staging(state_dir)
     journal_id = str(uuid.uuid4())
-    staging = state_dir / STAGING_NAME
-    # Rollback-journal mode while staging: no -wal/-shm to carry across the rename.
+    # The image is in rollback-journal mode: no -wal/-shm to carry across the rename.
     # The first regular open switches the journal to WAL.
-    conn = connect(staging, "rwc")
-    try:
-        conn.execute("PRAGMA synchronous=FULL")
-        bootstrap(conn, journal_id, fmt)
-        migrate(conn, 0, fmt)
-    finally:
-        conn.close()
-    _fsync_file(staging)
+    _write_synced(state_dir / STAGING_NAME, fresh_image(fmt, journal_id))
     _write_journal_id(state_dir, journal_id)
     publish_staging(state_dir)
     return journal_id
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data``, synced (mode 0644 less the umask, as SQLite would)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _finish_initialisation(state_dir: Path, journal_id: str, fmt: JournalFormat) -> None:
@@ -282,14 +301,6 @@ def publish_staging(state_dir: Path) -> None:
     """Rename the staged database to ``journal.db`` (the last step of initialisation)."""
     os.rename(state_dir / STAGING_NAME, state_dir / DB_NAME)
     fsync_dir(state_dir)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_journal_id(state_dir: Path, journal_id: str) -> None:

@@ -665,16 +665,18 @@ class Store:
             known = None
             if runtime_dir is not None:
                 lease, known = Lease.open(Path(runtime_dir), state_dir)
-            journal_id, version = prepare(state_dir, known, journal_format)
+            journal = prepare(state_dir, known, journal_format)
+            journal_id = journal.journal_id
             conn = connect(state_dir / DB_NAME, "rw")
             configure_writer(conn)
             conn.execute("SELECT count(*) FROM meta").fetchall()
             # The -wal file exists now; make its directory entry durable before
             # the first commit relies on it.
             fsync_dir(state_dir)
-            migrate(conn, version, journal_format)
+            migrate(conn, journal.version, journal_format)
             commits = _durable_commits(conn, state_dir)  # checked against the lease by prepare
-            damaged = damaged_records(conn, journal_format.tables)
+            # A journal created just now is the checked image: its rows passed already.
+            damaged = [] if journal.created else damaged_records(conn, journal_format.tables)
             if lease is not None:
                 lease.record(journal_id, commits)
             return cls(
