@@ -237,6 +237,11 @@ class FakeKernelProcess:
         if self.lab is not None:
             cmd += ["--lab", str(self.lab)]
         env = dict(os.environ)
+        # Bytecode is written and read back even where PYTHONDONTWRITEBYTECODE is set (as
+        # scripts/_bootstrap.sh does for the entry scripts): a test run starts a fake
+        # kernel per lab, each of which would otherwise compile every module whose
+        # bytecode is missing or older than its source again.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
