@@ -8,6 +8,8 @@ script or a failing disk would, and the journal is opened again.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from plugins.sdk import DataLoss
-from plugins.sdk.store import JournalUnavailable, Store
+from plugins.sdk.store import JournalUnavailable, Store, _integrity
 
 from ..journal_damage import replace_once, sqlite_backup
 from .test_store import P, insert, op, snapshot
@@ -259,6 +261,22 @@ def test_checksums_cover_every_table(dirs: tuple[Path, Path]) -> None:
         conn.close()
     with Store.open(state_dir) as store:
         assert sorted(d.table for d in store.damaged) == ["effects", "operations", "scopes"]
+
+
+def test_a_remembered_checksum_is_the_one_computing_it_gives() -> None:
+    """Checksums of recent rows are remembered by exact values: 1, 1.0 and True are equal
+    in Python but not in JSON, so none of them is ever answered with another's."""
+
+    def computed(values: tuple[object, ...]) -> str:
+        body = json.dumps(["t", *values], separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
+
+    rows: list[tuple[object, ...]] = [(1,), (1.0,), (True,), (0,), (0.0,), (-0.0,), (False,)]
+    rows += [("1",), (None,), ("é",)]
+    assert len({computed(row) for row in rows}) == len(rows)
+    for order in (rows, rows[::-1], rows):
+        for row in order:
+            assert _integrity.checksum("t", row) == computed(row)
 
 
 def test_old_journals_are_migrated_and_sealed(dirs: tuple[Path, Path]) -> None:
