@@ -47,22 +47,34 @@ LINK = "test/link-objects/v1"
 class ToyKernel:
     """Objects (with an owner marker) and settings, persisted to one file.
 
-    ``path`` None keeps the same JSON text in memory instead: for a test that never
-    crashes the process nor shares the kernel with another one, where the file's open,
-    read, write, fsync and rename on every call were a quarter of the run's CPU
-    (``test_memory``). Every read still parses a fresh copy, as from the file.
+    ``path`` None keeps the state in memory instead: for a test that never crashes the
+    process nor shares the kernel with another one, where the file's open, read, write,
+    fsync and rename, and the JSON of the whole state, on every call were a third of
+    the run's CPU (``test_memory``). Every read still returns a copy of its own, as a
+    read of the file does.
     """
 
     def __init__(self, path: Path | None, crash: CrashPoints | None = None) -> None:
         self.path = path
         self.crash = crash or CrashPoints()
-        self._text = ""  # the kernel's state when it has no file
+        self._memory: dict[str, Any] | None = None  # the state, when it has no file
         if path is None or not path.exists():
             self._save({"objects": {}, "settings": {}, "mutations": {}})
 
     def state(self) -> dict[str, Any]:
-        text = self._text if self.path is None else self.path.read_text()
-        return json.loads(text)  # type: ignore[no-any-return]
+        return self._own(self._current())  # type: ignore[no-any-return]
+
+    def _current(self) -> dict[str, Any]:
+        """The state as it is: the memory's own (changed by ``_mutate`` only: see ``_own``),
+        or a fresh parse of the file."""
+        if self._memory is not None:
+            return self._memory
+        assert self.path is not None
+        return json.loads(self.path.read_text())  # type: ignore[no-any-return]
+
+    def _own(self, value: Any) -> Any:
+        """``value`` of ``_current()`` as the caller's own, as a read of the file gives it."""
+        return _copy(value) if self._memory is not None else value
 
     def observable(self) -> dict[str, Any]:
         """What a user would see: objects and settings, not the mutation counters."""
@@ -70,12 +82,11 @@ class ToyKernel:
         return {"objects": s["objects"], "settings": s["settings"]}
 
     def _save(self, state: dict[str, Any]) -> None:
-        text = json.dumps(state, sort_keys=True)
         if self.path is None:
-            self._text = text
+            self._memory = state
             return
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(text)
+        tmp.write_text(json.dumps(state, sort_keys=True))
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         tmp.replace(self.path)
@@ -83,7 +94,7 @@ class ToyKernel:
     def _mutate(self, call: str, key: str, fn: Any) -> None:
         phase = self.crash.kernel_call(call)
         self.crash.hit(f"{phase}.before")
-        state = self.state()
+        state = self.state()  # in memory too, a copy: a mutation that raises changes nothing
         fn(state)
         counter = f"{call}:{key}"
         state["mutations"][counter] = state["mutations"].get(counter, 0) + 1
@@ -91,7 +102,7 @@ class ToyKernel:
         self.crash.hit(f"{phase}.after")
 
     def get(self, name: str) -> dict[str, Any] | None:
-        return self.state()["objects"].get(name)  # type: ignore[no-any-return]
+        return self._own(self._current()["objects"].get(name))  # type: ignore[no-any-return]
 
     def create(self, name: str, owner: str, value: Any) -> None:
         def fn(s: dict[str, Any]) -> None:
@@ -108,7 +119,7 @@ class ToyKernel:
         self._mutate("update", f"object:{name}", lambda s: s["objects"][name].update(fields))
 
     def setting(self, key: str) -> Any:
-        return self.state()["settings"].get(key)
+        return self._own(self._current()["settings"].get(key))
 
     def set_setting(self, key: str, value: Any) -> None:
         def fn(s: dict[str, Any]) -> None:
@@ -126,9 +137,18 @@ class ToyKernel:
         """The toy's node-wide scan: objects whose owner marker starts with ``prefix``."""
         return [
             (obj["owner"], f"object {name}")
-            for name, obj in sorted(self.state()["objects"].items())
+            for name, obj in sorted(self._current()["objects"].items())
             if obj["owner"].startswith(prefix)
         ]
+
+
+def _copy(value: Any) -> Any:
+    """A JSON value's own copy (what parsing the file gives each reader)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 class CreateObject:

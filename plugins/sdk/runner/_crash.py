@@ -127,6 +127,17 @@ class Phase:
         return f"{self.boundary}.{self.kind}"
 
 
+def commit_phases(commit: Commit | str) -> tuple[str, str]:
+    """``str(Phase.commit(kind, commit))`` for the before- and the after-commit side.
+
+    The names without building two ``Phase`` values: every journal commit names both.
+    """
+    return (
+        f"{commit}.{PhaseKind.BEFORE_COMMIT.value}",
+        f"{commit}.{PhaseKind.AFTER_COMMIT.value}",
+    )
+
+
 @dataclass(frozen=True)
 class CrashPoint:
     """``<hook>/<operation>/<effect>/<phase>``; ``str()`` is the name the rig enumerates.

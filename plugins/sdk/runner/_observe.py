@@ -98,6 +98,9 @@ def effect_transition(
     """``rec`` is in its new state; ``outcome`` (when it is one) is counted by kind."""
     if outcome:
         metrics.effect_finished(rec.kind, outcome)
+    level = logging.WARNING if outcome in _BAD_OUTCOMES else logging.INFO
+    if not log.isEnabledFor(level):
+        return  # every transition passes here: build no line nobody will see
     ids = dict(_CALL.get() or {})
     # The operation the effect belongs to; a cleanup (or recovery) that changed it is
     # named as ``by``.
@@ -105,7 +108,7 @@ def effect_transition(
     ids.update(operation=rec.operation_id, scope=op.scope, step=op.step)
     log_event(
         log,
-        logging.WARNING if outcome in _BAD_OUTCOMES else logging.INFO,
+        level,
         f"effect {rec.effect_id} {rec.state.value}",
         **ids,
         effect=rec.effect_id,

@@ -68,7 +68,7 @@ from . import _transitions as tr
 from ._cleanup import Undo
 from ._codec import cleanup_response, replay, response_json
 from ._context import effect_context, load_json, recorded_outputs
-from ._crash import NO_CRASH, Commit, CrashPoints, Phase, PhaseKind
+from ._crash import NO_CRASH, Commit, CrashPoints, commit_phases
 from ._effects import EffectContext, EffectExecutor, EffectRegistry
 from ._endpoint import EndpointRunner
 from ._fencing import (
@@ -366,13 +366,14 @@ class Runner:
         store = self._store
         if store is None:
             raise DataLoss(f"journal unavailable: {self._unavailable}")
-        self._crash.at(Phase.commit(PhaseKind.BEFORE_COMMIT, commit))
+        before, after = commit_phases(commit)
+        self._crash.hit(before)
         started = time.perf_counter()
         result = store.write(fn)
         # "target:<operation>" is counted as "target": no operation id becomes a label.
         boundary = str(commit).partition(":")[0]
         self._metrics.journal_committed(boundary, time.perf_counter() - started)
-        self._crash.at(Phase.commit(PhaseKind.AFTER_COMMIT, commit))
+        self._crash.hit(after)
         return result
 
     # -- create hooks ----------------------------------------------------------------------
