@@ -87,23 +87,25 @@ def prepare(
     was in use here; raises ``JournalUnavailable`` otherwise.
     """
     db = state_dir / DB_NAME
-    id_file = state_dir / ID_NAME
-    if not _exists(id_file) and not _exists(db) and known is not None:
+    # One listing for every name asked about (a lexists and an unlink attempt each cost
+    # more): with the writer lock held nothing else adds or removes them meanwhile.
+    present = set(os.listdir(state_dir))
+    if ID_NAME not in present and DB_NAME not in present and known is not None:
         raise JournalUnavailable(
             state_dir,
             f"journal {known.journal_id} acknowledged {known.commits} commits in this boot "
             f"and its files ({ID_NAME}, {DB_NAME}) are gone; a fresh journal would report "
             "those operations absent",
         )
-    if not _exists(id_file):
-        if _exists(db):
+    if ID_NAME not in present:
+        if DB_NAME in present:
             raise JournalUnavailable(
                 state_dir,
                 f"{DB_NAME} exists but {ID_NAME} is missing, so it cannot be proven to be "
                 "this service's journal",
             )
         for suffix in _SIDECARS:
-            if _exists(_sidecar(db, suffix)):
+            if DB_NAME + suffix in present:
                 raise JournalUnavailable(
                     state_dir, f"{DB_NAME}{suffix} exists without {DB_NAME} or {ID_NAME}"
                 )
@@ -111,7 +113,7 @@ def prepare(
         # and checked, written and synced a moment ago under the writer lock (the read-only
         # connection and its quick_check were a quarter of a fresh open's CPU). The
         # writer's connection reads it next, and every later open validates it in full.
-        return Prepared(_initialise(state_dir, fmt), fmt.version, created=True)
+        return Prepared(_initialise(state_dir, fmt, present), fmt.version, created=True)
 
     journal_id = _read_journal_id(state_dir)
     if known is not None and known.journal_id != journal_id:
@@ -120,9 +122,8 @@ def prepare(
             f"{ID_NAME} names journal {journal_id}, but journal {known.journal_id} was in use "
             "here in this boot: the journal was replaced",
         )
-    if not _exists(db):
-        staging = state_dir / STAGING_NAME
-        if not _exists(staging):
+    if DB_NAME not in present:
+        if STAGING_NAME not in present:
             raise JournalUnavailable(
                 state_dir,
                 f"{DB_NAME} is missing although {ID_NAME} says journal {journal_id} was "
@@ -257,15 +258,15 @@ def _validate_contents(
     return version
 
 
-def _discard_staging(state_dir: Path) -> None:
-    staging = state_dir / STAGING_NAME
-    for path in (staging, *(_sidecar(staging, s) for s in _SIDECARS)):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+def _discard_staging(state_dir: Path, present: set[str]) -> None:
+    for name in (STAGING_NAME, *(STAGING_NAME + s for s in _SIDECARS)):
+        if name in present:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(state_dir / name)
 
 
-def _initialise(state_dir: Path, fmt: JournalFormat) -> str:
-    _discard_staging(state_dir)
+def _initialise(state_dir: Path, fmt: JournalFormat, present: set[str]) -> str:
+    _discard_staging(state_dir, present)
     journal_id = str(uuid.uuid4())
     # The image is in rollback-journal mode: no -wal/-shm to carry across the rename.
     # The first regular open switches the journal to WAL.
