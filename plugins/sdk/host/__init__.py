@@ -10,7 +10,8 @@
   ``bearer_token_matches`` is its token check.
 """
 
-from ._client import PluginCallError, PluginClient
+from typing import TYPE_CHECKING
+
 from ._convert import (
     check_identifier,
     cleanup_request_from_pb,
@@ -36,7 +37,6 @@ from ._convert import (
     remove_request_to_pb,
     unprepare_request_to_pb,
 )
-from ._polling import poll_until_ready
 from ._server import SOCKET_NAME, Host, read_token, status_for
 from ._service import EndpointService
 from ._socket import (
@@ -46,6 +46,10 @@ from ._socket import (
     prepare_socket_dir,
     remove_own_socket,
 )
+
+if TYPE_CHECKING:
+    from ._client import PluginCallError, PluginClient
+    from ._polling import poll_until_ready
 
 __all__ = [
     "SOCKET_NAME",
@@ -85,3 +89,23 @@ __all__ = [
     "status_for",
     "unprepare_request_to_pb",
 ]
+
+_CLIENT_SIDE = {
+    "PluginCallError": "_client",
+    "PluginClient": "_client",
+    "poll_until_ready": "_polling",
+}
+
+# The client side is imported on first use: a service only serves, and never needs it.
+# Hidden from mypy, which would otherwise accept any name imported from here; the
+# TYPE_CHECKING imports above type these.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _CLIENT_SIDE.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # __import__, not importlib.import_module: ``-X importtime`` reports this one.
+        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+        globals()[name] = value  # the next lookup is a plain module attribute
+        return value
