@@ -13,7 +13,6 @@ negotiation, loads it (``_prometheus``).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -183,18 +182,11 @@ def _label_value(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-# Cached: a textfile is rewritten every interval with the same series, and formatting
-# their labels was most of a write's CPU. Bounded: every label value is bounded by the
-# deployment, never by the traffic (docs/observability.md).
-@functools.cache
-def _labels_text(pairs: tuple[tuple[str, str], ...]) -> str:
-    return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs) + "}"
-
-
 def _sample_line(sample: Sample) -> str:
     name, labels, value = sample
     if labels:
-        return f"{name}{_labels_text(tuple(sorted(labels.items())))} {go_float(value)}\n"
+        pairs = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+        return f"{name}{{{pairs}}} {go_float(value)}\n"
     return f"{name} {go_float(value)}\n"
 
 
