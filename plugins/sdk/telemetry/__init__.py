@@ -3,8 +3,7 @@
 * :class:`Metrics` is what the runner reports to; :data:`NO_METRICS` does nothing and
   is the default, so a service without metrics never loads prometheus_client.
 * :class:`PrometheusMetrics` and :class:`MetricsPublisher` (a localhost port or a
-  textfile) are imported on first use (start-up time matters: docs/observability.md);
-  prometheus_client itself only for a port (its HTTP server), never for a textfile.
+  textfile) are imported on first use (start-up time matters: docs/observability.md).
 * :func:`log_event` writes a line that is text and fields at once; :class:`JsonFormatter`
   renders it as one JSON object; :class:`BackgroundHandler` (what ``configure_logging``
   installs) formats and writes lines on a thread of its own, so a hook never does.
@@ -47,7 +46,7 @@ _LAZY = ("MetricsPublisher", "PrometheusMetrics")
 
 
 def __getattr__(name: str) -> Any:
-    # The metrics' modules are loaded only by a service that turned metrics on.
+    # prometheus_client is loaded only by a service that turned metrics on.
     if name in _LAZY:
         from . import _prometheus
 

@@ -1,14 +1,9 @@
-"""The metrics behind :class:`~._metrics.Metrics`, in the Prometheus exposition format.
+"""The metrics behind :class:`~._metrics.Metrics`, in prometheus_client, on its own registry.
 
-Imported only when a service config turns metrics on. Each :class:`PrometheusMetrics`
-owns its families (no process-global registry), so two services or two tests in one
-process never see each other's samples. docs/observability.md lists every metric.
-
-The families and the text format are ``_exposition``'s: what prometheus_client's own
-metrics would collect and ``generate_latest`` write, without importing it, which cost
-~25 ms of CPU at each service start (the rig publishes every service's metrics to a
-textfile). A metrics port is served by prometheus_client's HTTP server (its content
-negotiation: the text format or OpenMetrics), loaded only then, over the same samples.
+Imported only when a service config turns metrics on: the no-metrics path never loads
+prometheus_client. Each :class:`PrometheusMetrics` owns a fresh ``CollectorRegistry``
+(never the library's process-global one), so two services or two tests in one process
+never see each other's samples. docs/observability.md lists every metric.
 """
 
 from __future__ import annotations
@@ -17,15 +12,21 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
-from ._exposition import Counter, Family, Gauge, Histogram, render, write_textfile
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+    write_to_textfile,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from ._metrics import JournalGauges, MetricsConfig
-
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
-    from prometheus_client.registry import CollectorRegistry
 
 __all__ = ["MetricsPublisher", "PrometheusMetrics"]
 
@@ -39,61 +40,59 @@ _LOCALHOST = "127.0.0.1"
 
 
 class PrometheusMetrics:
-    """Every metric of one service process."""
+    """Every metric of one service process, on ``registry``."""
 
     def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
         self._hooks = Histogram(
             "networkplugin_hook_duration_seconds",
             "Time from a lifecycle hook's arrival at the runner to its answer.",
             ["plugin", "hook", "outcome"],
             buckets=_HOOK_BUCKETS,
+            registry=self.registry,
         )
         self._effects = Counter(
             "networkplugin_effects",
             "Effects that reached an outcome, by effect kind.",
             ["kind", "outcome"],
+            registry=self.registry,
         )
         self._recovery = Gauge(
             "networkplugin_recovery_duration_seconds",
             "How long start-up recovery took (0 until it finished).",
+            registry=self.registry,
         )
         self._commits = Histogram(
             "networkplugin_journal_commit_duration_seconds",
             "Time for one journal write to be durable, by the runner's boundary.",
             ["boundary"],
             buckets=_COMMIT_BUCKETS,
+            registry=self.registry,
         )
         self._journal = _JournalCollector()
+        self.registry.register(self._journal)
 
     def hook_finished(self, plugin: str, hook: str, outcome: str, seconds: float) -> None:
-        self._hooks.observe((plugin, hook, outcome), seconds)
+        self._hooks.labels(plugin, hook, outcome).observe(seconds)
 
     def effect_finished(self, kind: str, outcome: str) -> None:
-        self._effects.inc((kind, outcome))
+        self._effects.labels(kind, outcome).inc()
 
     def recovery_finished(self, seconds: float) -> None:
         self._recovery.set(seconds)
 
     def journal_committed(self, boundary: str, seconds: float) -> None:
-        self._commits.observe((boundary,), seconds)
+        self._commits.labels(boundary).observe(seconds)
 
     def watch_journal(self, gauges: JournalGauges) -> None:
         self._journal.watch(gauges)
 
-    def collect(self) -> Iterator[Family]:
-        """Every family, in the order a scrape lists them."""
-        yield self._hooks.collect()
-        yield self._effects.collect()
-        yield self._recovery.collect()
-        yield self._commits.collect()
-        yield from self._journal.collect()
-
     def render(self) -> bytes:
         """The text exposition format, as a scrape would get it."""
-        return render(self.collect())
+        return generate_latest(self.registry)
 
 
-class _JournalCollector:
+class _JournalCollector(Collector):
     """The journal's counts, read when collected: nothing to update on the hot path."""
 
     def __init__(self) -> None:
@@ -104,52 +103,37 @@ class _JournalCollector:
         with self._lock:
             self._gauges = gauges
 
-    def collect(self) -> Iterator[Family]:
-        fsyncs = Family(
-            "networkplugin_journal_fsyncs",
-            "Journal COMMITs since the service started, each one WAL fsync.",
-            "counter",
-        )
-        quarantined = Family(
-            "networkplugin_quarantined_scopes",
-            "Scopes whose latest cleanup ended QUARANTINED, by state namespace.",
-            "gauge",
-        )
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        fsyncs, quarantined = self._families()
         with self._lock:
             gauges = self._gauges
         if gauges is not None:
             # A scrape must never fail because the journal is closing or unavailable.
             try:
-                fsyncs.add("_total", {}, gauges.fsyncs())
+                fsyncs.add_metric([], gauges.fsyncs())
                 for namespace, count in sorted(gauges.quarantined_scopes().items()):
-                    quarantined.add("", {"namespace": namespace}, count)
+                    quarantined.add_metric([namespace], count)
             except Exception as exc:
                 log.debug("journal metrics not read: %s", exc)
         yield fsyncs
         yield quarantined
 
-
-def _registry(metrics: PrometheusMetrics) -> CollectorRegistry:
-    """A prometheus_client registry over ``metrics``' samples, for its HTTP server."""
-    # Imported here: only a metrics port needs prometheus_client (see the module's doc).
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.core import Metric
-
-    class Samples:
-        """``metrics``' families as prometheus_client's Metric objects, sample by sample."""
-
-        def collect(self) -> Iterator[Metric]:
-            for family in metrics.collect():
-                metric = Metric(family.name, family.documentation, family.type)
-                for name, labels, value in family.samples:
-                    # What prometheus_client's own metrics do in collect(): the same
-                    # samples, so both exposition formats come out as they would.
-                    metric.add_sample(name, labels, value)
-                yield metric
-
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(Samples())
-    return registry
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, GaugeMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "networkplugin_journal_fsyncs",
+                "Journal COMMITs since the service started, each one WAL fsync.",
+            ),
+            GaugeMetricFamily(
+                "networkplugin_quarantined_scopes",
+                "Scopes whose latest cleanup ended QUARANTINED, by state namespace.",
+                labels=["namespace"],
+            ),
+        )
 
 
 class MetricsPublisher:
@@ -176,11 +160,8 @@ class MetricsPublisher:
     def start(self) -> None:
         config = self._config
         if config.port is not None:
-            # Imported here: only a metrics port needs prometheus_client (module doc).
-            from prometheus_client import start_http_server
-
             self._server, _ = start_http_server(
-                config.port, addr=_LOCALHOST, registry=_registry(self._metrics)
+                config.port, addr=_LOCALHOST, registry=self._metrics.registry
             )
             return
         self._write()  # once now: a path that cannot be written refuses start-up
@@ -203,7 +184,7 @@ class MetricsPublisher:
 
     def _write(self) -> None:
         assert self._config.textfile is not None
-        write_textfile(str(self._config.textfile), self._metrics.collect)
+        write_to_textfile(str(self._config.textfile), self._metrics.registry)
 
     def _write_every(self) -> None:
         # A period, not a synchronization: the textfile collector reads whenever it likes.
