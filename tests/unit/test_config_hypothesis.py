@@ -112,15 +112,17 @@ CASES = [pytest.param(RICH_SCHEMA, RICH_RULES, RICH_VALID, id="rich-test-schema"
 PROPERTY = settings(max_examples=1000, deadline=None, derandomize=False)
 
 
-_VALIDATORS: dict[str, ConfigValidator] = {}
+_VALIDATORS: dict[tuple[int, int], tuple[object, object, ConfigValidator]] = {}
 
 
 def validator_for(schema: dict[str, Any], rules: list[dict[str, Any]]) -> ConfigValidator:
-    """One validator per case: construction checks the schema, which is slow-ish."""
-    key = json.dumps([schema, rules], sort_keys=True)
+    """One validator per case: construction checks the schema, which is slow-ish. Found by
+    the case's own objects (kept alive in the entry, so their ids stay theirs): a key of
+    their JSON text cost a dump of the schema for every example."""
+    key = (id(schema), id(rules))
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = ConfigValidator(schema, rules)
-    return _VALIDATORS[key]
+        _VALIDATORS[key] = (schema, rules, ConfigValidator(schema, rules))
+    return _VALIDATORS[key][2]
 
 
 def check_only_config_errors(
