@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._codec import to_json_value
-from .._plan import canonical_json, digest
+from .._plan import canonical_json
 from .._requests import CleanupRequest, ConnectRequest, PrepareRequest
 from .._types import OperationEnvelope
 
@@ -63,7 +63,8 @@ def request_semantics(plugin_identity: str, request: Request) -> dict[str, Any]:
 
 
 def semantic_digest(plugin_identity: str, request: Request) -> str:
-    return digest(request_semantics(plugin_identity, request))
+    """``digest(request_semantics(...))``: the sha256 of its canonical JSON (``semantics``)."""
+    return semantics(plugin_identity, request).digest
 
 
 @dataclass(frozen=True)
@@ -81,4 +82,4 @@ class Semantics:
 
 def semantics(plugin_identity: str, request: Request) -> Semantics:
     text = canonical_json(request_semantics(plugin_identity, request))
-    return Semantics(text, "sha256:" + hashlib.sha256(text.encode()).hexdigest())
+    return Semantics(text, "sha256:" + hashlib.sha256(text.encode()).hexdigest())  # = digest()
