@@ -7,6 +7,7 @@ configured set as if it were complete.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ class Registry:
         bundles = self._bundles
         if bundles is None:
             try:
-                bundles = BundleStore()
+                bundles = _default_bundles()
             except RegistrationError as exc:
                 raise RegistrationError(str(exc)) from exc
         for ep in self._endpoints:
@@ -97,6 +98,17 @@ class Registry:
             raise RegistrationError("invalid registrations: " + "; ".join(problems))
         self._sealed = tuple(registrations)
         return self._sealed
+
+
+@functools.cache
+def _default_bundles() -> BundleStore:
+    """The artifact's own bundles, loaded and checked against their pins once per process.
+
+    They do not change under a running process, and a fresh store per registry read and
+    hashed each bundle again at every start of a service (half of a seal's CPU; the rig
+    starts services a thousand times). A store that fails to open is not remembered.
+    """
+    return BundleStore()
 
 
 def _validate_endpoint(
