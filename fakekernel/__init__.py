@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from plugins.sdk import first_use_exports
+
 if TYPE_CHECKING:
     from ._errors import LabError
     from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
@@ -45,15 +47,4 @@ _MODULE_OF = {
 # Hidden from mypy, which would otherwise accept any name imported from here; the
 # TYPE_CHECKING imports above type them.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        # __import__, not importlib.import_module: ``-X importtime`` reports this one.
-        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-        globals()[name] = value  # the next lookup is a plain module attribute
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = first_use_exports(__name__, _MODULE_OF, globals(), __all__)

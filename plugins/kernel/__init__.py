@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 # Linux's naming facts live in the SDK, the bottom layer (it validates names in requests);
 # the kernel layer re-exports them (``check_interface_name``: the kernel's own rule).
-from plugins.sdk import IFNAMSIZ, PCI_ADDRESS
+from plugins.sdk import IFNAMSIZ, PCI_ADDRESS, first_use_exports
 from plugins.sdk import kernel_name_problem as check_interface_name
 
 from ._protocol import Kernel
@@ -26,21 +26,6 @@ from ._url import open_kernel
 if TYPE_CHECKING:
     from ._crashing import CrashingKernel
 
-# Hidden from mypy, which would otherwise accept any name imported from here: the
-# TYPE_CHECKING import types CrashingKernel. It is imported on first use because it
-# needs the runner (its crash points), which the fake kernel server, a kernel-only
-# program, never does: ~0.1 s of CPU at each of its starts.
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        if name != "CrashingKernel":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        from ._crashing import CrashingKernel
-
-        globals()[name] = CrashingKernel
-        return CrashingKernel
-
-
 __all__ = [
     "IFNAMSIZ",
     "PCI_ADDRESS",
@@ -60,3 +45,12 @@ __all__ = [
     "kernel_error",
     "open_kernel",
 ]
+
+# Hidden from mypy, which would otherwise accept any name imported from here: the
+# TYPE_CHECKING import types CrashingKernel. It is imported on first use because it
+# needs the runner (its crash points), which the fake kernel server, a kernel-only
+# program, never does: ~0.1 s of CPU at each of its starts.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = first_use_exports(
+        __name__, {"CrashingKernel": "_crashing"}, globals(), __all__
+    )

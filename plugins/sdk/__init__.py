@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._lazy import first_use_exports
+
 if TYPE_CHECKING:
     from ._calls import (
         ConnectCall,
@@ -214,23 +216,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
-# Hidden from mypy: with a module ``__getattr__`` in sight it would accept any name
-# imported from the root (a typo included); the TYPE_CHECKING imports above type them.
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        # __import__, not importlib.import_module: ``-X importtime`` reports this one.
-        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-        globals()[name] = value  # the next lookup is a plain module attribute
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *__all__})
-
-
 __all__ = [
     "DEFAULT_BUNDLE_ROOT",
     "IFNAMSIZ",
@@ -314,6 +299,7 @@ __all__ = [
     "decode_into",
     "digest",
     "effect",
+    "first_use_exports",
     "from_json_value",
     "json_path",
     "kernel_name_problem",
@@ -328,3 +314,8 @@ __all__ = [
     "undo_prepare",
     "wrong_step_kind",
 ]
+
+# Hidden from mypy: with a module ``__getattr__`` in sight it would accept any name
+# imported from the root (a typo included); the TYPE_CHECKING imports above type them.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = first_use_exports(__name__, _MODULE_OF, globals(), __all__)

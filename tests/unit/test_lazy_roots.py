@@ -20,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LAZY_ROOTS = ("plugins.sdk", "fakekernel", "plugins.kernel", "plugins.sdk.host")
+MECHANISM = "first_use_exports"  # what each imports to install its __getattr__, no export
 
 
 def imported_names(root: str) -> set[str]:
@@ -42,10 +43,10 @@ def imported_names(root: str) -> set[str]:
 @pytest.mark.parametrize("root", LAZY_ROOTS)
 def test_every_exported_name_is_imported_for_mypy_and_resolves(root: str) -> None:
     module = importlib.import_module(root)
-    exported = set(module.__all__)
-    assert imported_names(root) == exported, (
-        f"{root}: names imported (for mypy) and __all__ differ: "
-        f"{sorted(imported_names(root) ^ exported)}"
+    exported = set(module.__all__) - {MECHANISM}
+    imported = imported_names(root) - {MECHANISM}
+    assert imported == exported, (
+        f"{root}: names imported (for mypy) and __all__ differ: {sorted(imported ^ exported)}"
     )
     # In a fresh interpreter, where nothing was imported yet by other tests.
     script = (
@@ -58,7 +59,7 @@ def test_every_exported_name_is_imported_for_mypy_and_resolves(root: str) -> Non
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout) == len(exported)
+    assert int(done.stdout) == len(module.__all__)
 
 
 @pytest.mark.parametrize("root", LAZY_ROOTS)

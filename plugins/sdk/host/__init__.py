@@ -12,6 +12,7 @@
 
 from typing import TYPE_CHECKING
 
+from .._lazy import first_use_exports
 from ._convert import (
     check_identifier,
     cleanup_request_from_pb,
@@ -100,12 +101,4 @@ _CLIENT_SIDE = {
 # Hidden from mypy, which would otherwise accept any name imported from here; the
 # TYPE_CHECKING imports above type these.
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        module = _CLIENT_SIDE.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        # __import__, not importlib.import_module: ``-X importtime`` reports this one.
-        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-        globals()[name] = value  # the next lookup is a plain module attribute
-        return value
+    __getattr__, __dir__ = first_use_exports(__name__, _CLIENT_SIDE, globals(), __all__)
