@@ -39,7 +39,12 @@ def canonical_json(value: JSON) -> str:
 
 
 def digest(value: JSON) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    return text_digest(canonical_json(value))
+
+
+def text_digest(canonical: str) -> str:
+    """``digest`` of a value whose ``canonical_json`` is ``canonical`` (already serialised)."""
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _check_pure_json(value: object, where: str, problems: list[str]) -> None:

@@ -12,13 +12,12 @@ names); its output must not change, or no journal written before would replay.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from .._codec import to_json_value
-from .._plan import canonical_json
+from .._plan import canonical_json, text_digest
 from .._requests import CleanupRequest, ConnectRequest, PrepareRequest
 from .._types import OperationEnvelope
 
@@ -82,4 +81,4 @@ class Semantics:
 
 def semantics(plugin_identity: str, request: Request) -> Semantics:
     text = canonical_json(request_semantics(plugin_identity, request))
-    return Semantics(text, "sha256:" + hashlib.sha256(text.encode()).hexdigest())  # = digest()
+    return Semantics(text, text_digest(text))
