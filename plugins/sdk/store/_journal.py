@@ -276,9 +276,11 @@ def _initialise(state_dir: Path, fmt: JournalFormat, present: set[str]) -> str:
     return journal_id
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data``, synced (mode 0644 less the umask, as SQLite would)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+def _write_synced(path: Path, data: bytes, *, mode: int = 0o644, exclusive: bool = True) -> None:
+    """``path`` holding ``data``, synced: created (``exclusive``) or else truncated; mode
+    0644 less the umask by default, as SQLite creates a database."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, mode)
     try:
         view = memoryview(data)
         while view:
@@ -306,11 +308,6 @@ def publish_staging(state_dir: Path) -> None:
 
 def _write_journal_id(state_dir: Path, journal_id: str) -> None:
     tmp = state_dir / f"{ID_NAME}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, f"{journal_id}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(tmp, f"{journal_id}\n".encode("ascii"), mode=0o600, exclusive=False)
     os.rename(tmp, state_dir / ID_NAME)
     fsync_dir(state_dir)
