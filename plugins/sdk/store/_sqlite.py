@@ -8,7 +8,6 @@ import sqlite3
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -566,10 +565,41 @@ def _effect_fields(r: EffectRecord) -> tuple[object, ...]:
     return (EffectState(r.state).value, r.before_json, r.outputs_json, r.detail, r.attempts)
 
 
-@dataclass
 class _Request:
-    fn: Callable[[Txn], object]
-    future: Future[object]
+    """One write function and its caller's wait: a lock held until the writer resolves it.
+
+    What a ``Future`` was here, without its Condition, its states and its notify_all:
+    nobody cancels a write nor waits on it twice, and the handoff per commit (the writer
+    waking its caller) was most of the writer thread's own CPU after the COMMIT.
+    """
+
+    __slots__ = ("_waiting", "done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[[Txn], object]) -> None:
+        self.fn = fn
+        self.done = False
+        self.value: object = None
+        self.error: BaseException | None = None
+        self._waiting = threading.Lock()
+        self._waiting.acquire()
+
+    def resolve(self, value: object, error: BaseException | None) -> None:
+        """Writer thread: hand the result over and wake the caller (once)."""
+        if self.done:
+            return
+        self.done = True
+        self.value, self.error = value, error
+        self._waiting.release()
+
+    def result(self) -> object:
+        """Caller: wait for ``resolve``; its value, or its error raised."""
+        self._waiting.acquire()
+        if self.error is not None:
+            try:
+                raise self.error
+            finally:
+                self.error = None  # no cycle through the traceback, as Future.result
+        return self.value
 
 
 @dataclass
@@ -846,15 +876,15 @@ class Store:
         """
         if threading.current_thread() is self._writer:
             raise StoreError("Store.write() called from inside a write function")
-        future: Future[object] = Future()
+        request = _Request(fn)
         with self._cond:
             if self._failure is not None:
                 raise self._failed_error()
             if self._stopping:
                 raise StoreClosed(f"journal store {self._state_dir} is closed")
-            self._queue.append(_Request(fn, future))
+            self._queue.append(request)
             self._cond.notify_all()
-        return cast(T, future.result())
+        return cast(T, request.result())
 
     def _wait_queued(self, count: int, timeout: float) -> bool:
         """Test hook: wait until at least ``count`` writes wait for the writer."""
@@ -1012,7 +1042,7 @@ class Store:
     def _run_batch(self, batch: list[_Request]) -> list[_Outcome]:
         with self._cond:  # clear_fault() swaps the connection while failed
             conn, failed = self._conn, self._failure is not None
-        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        live = batch  # a write is never cancelled
         if failed:
             return [_Outcome(r, False, error=self._failed_error()) for r in live]
         try:
@@ -1107,15 +1137,11 @@ class Store:
     @staticmethod
     def _resolve(outcomes: list[_Outcome]) -> None:
         for o in outcomes:
-            if o.request.future.done():
-                continue
-            if not o.request.future.running():
-                o.request.future.set_running_or_notify_cancel()
             if o.ok:
-                o.request.future.set_result(o.value)
+                o.request.resolve(o.value, None)
             else:
                 assert o.error is not None
-                o.request.future.set_exception(o.error)
+                o.request.resolve(None, o.error)
 
     def _shutdown(self) -> None:
         """Close every connection and release the lock (writer thread, on exit)."""
