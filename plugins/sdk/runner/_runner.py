@@ -494,10 +494,16 @@ class Runner:
                     _raise_effect_error(plan.effects[0], refusal[1])
                 if effects:
                     effect_transition(self._metrics, inserted, effects[0])  # its Applying
-                return self._execute(inserted, plan, respond)
+                # The effects as just committed (the intent wrote them as they are):
+                # reading them back was a snapshot read per create for what is in hand.
+                return self._execute(inserted, plan, respond, effects)
 
     def _execute(
-        self, op: OperationRecord, plan: Plan, respond: Respond
+        self,
+        op: OperationRecord,
+        plan: Plan,
+        respond: Respond,
+        recorded: Sequence[EffectRecord] | None = None,
     ) -> PrepareResponse | ConnectResponse:
         """Run the plan's unapplied effects, committing once per effect and once at the end.
 
@@ -506,10 +512,10 @@ class Runner:
         the response. Every way out of the loop writes the carried Applied too: a finished
         mutation is never left for recovery to rediscover.
         """
-        store = self._require_store()
-        records = {
-            r.effect_id: r for r in store.read(lambda r: r.effects(op.partition, op.operation_id))
-        }
+        if recorded is None:
+            store = self._require_store()
+            recorded = store.read(lambda r: r.effects(op.partition, op.operation_id))
+        records = {r.effect_id: r for r in recorded}
         for planned in plan.effects:
             state = records[planned.id].state
             if state not in _RESUMABLE:
