@@ -32,6 +32,8 @@ from celpy.evaluation import CELEvalError
 
 from plugins.sdk import InvalidArgument
 
+from ._cel_table import install as install_cel_parser
+
 __all__ = [
     "CompiledSelector",
     "SelectorError",
@@ -99,6 +101,7 @@ def cel_device(
 @functools.cache
 def _environment() -> Any:
     # Created on first use: celpy.Environment() raises the interpreter's recursion limit.
+    install_cel_parser()  # celpy's parser, its tables computed ahead of time (_cel_table)
     return celpy.Environment()
 
 
