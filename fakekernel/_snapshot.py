@@ -6,11 +6,20 @@ link leaves an equal snapshot, which is what "nothing leaked" means.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 from ._state import LinkState, State
+
+# A link's snapshot keys, sorted: every field but ``loopback``. Taking them in this order
+# builds the sorted dict directly; sorting every link's items took most of a snapshot's
+# time (20 us a link, 6.5 us like this), and the rig's schedules snapshot after every step.
+_ALL_FIELDS = frozenset(f.name for f in dataclasses.fields(LinkState))
+_LINK_KEYS = tuple(sorted(_ALL_FIELDS - {"loopback"}))
+_link_values = operator.itemgetter(*_LINK_KEYS)
 
 
 def snapshot(state: State) -> dict[str, Any]:
@@ -37,13 +46,20 @@ def snapshot(state: State) -> dict[str, Any]:
 def _link(state: State, lk: LinkState) -> dict[str, Any]:
     """Relations (parent, master, peer, bond slaves) are given as link ids, which unlike
     ifindexes are unique across namespaces."""
-    skip = ("ns", "bond", "saved", "vf_of", "loopback")
-    out = {k: v for k, v in vars(lk).items() if k not in skip}
+    attrs = vars(lk)
+    if attrs.keys() != _ALL_FIELDS:  # an attribute set beyond the fields: the general way
+        skip = ("ns", "bond", "saved", "vf_of", "loopback")
+        out = {k: v for k, v in attrs.items() if k not in skip}
+        out["ns"] = out["vf_of"] = out["bond"] = out["saved"] = None
+        out = dict(sorted(out.items()))
+    else:
+        out = dict(zip(_LINK_KEYS, _link_values(attrs), strict=True))
+    # assigning to present keys keeps the sorted order
     out["ns"] = state.path_of(lk.ns)
     out["vf_of"] = list(lk.vf_of) if lk.vf_of else None
     out["bond"] = None if lk.bond is None else dict(vars(lk.bond), slaves=list(lk.bond.slaves))
     out["saved"] = None if lk.saved is None else vars(lk.saved).copy()
-    return dict(sorted(out.items()))
+    return out
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
