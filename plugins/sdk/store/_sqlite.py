@@ -8,7 +8,7 @@ import sqlite3
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
@@ -100,10 +100,7 @@ class Reader:
             + f" ORDER BY {order_by}",
             list((where or {}).values()),
         )
-        return [
-            dict(zip(columns, self._verified(table, row, "/".join(map(str, row[:2]))), strict=True))
-            for row in rows
-        ]
+        return [dict(zip(columns, self._verified(table, row, 2), strict=True)) for row in rows]
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         if not self._live:
@@ -115,9 +112,13 @@ class Reader:
         except sqlite3.DatabaseError as exc:
             raise storage_error(self._state_dir, "reading the journal failed", exc) from exc
 
-    def _verified(self, table: str, row: Any, key: str) -> Any:
-        """The row without its checksum column, or JournalUnavailable if it was altered."""
+    def _verified(self, table: str, row: Any, key_columns: int) -> Any:
+        """The row without its checksum column, or JournalUnavailable if it was altered.
+
+        The record is named by its first ``key_columns`` columns, joined only when it
+        fails: every row read passed through an f-string that was used only then."""
         if checksum(table, row[:-1]) != row[-1]:
+            key = "/".join(map(str, row[:key_columns]))
             raise JournalUnavailable(
                 self._state_dir,
                 f"{table} record {key} fails its checksum (altered on disk); it is never "
@@ -145,7 +146,7 @@ class Reader:
         )
         if not rows:
             return None
-        return _scope(self._verified("scopes", rows[0], f"{partition}/{scope}"))
+        return _scope(self._verified("scopes", rows[0], 2))
 
     def operation(self, partition: str, operation_id: str) -> OperationRecord | None:
         rows = self._rows(
@@ -278,61 +279,62 @@ class Reader:
         return found, damaged
 
     def _operation(self, row: Any) -> OperationRecord:
-        return self._operation_of(self._verified("operations", row, f"{row[0]}/{row[1]}"))
+        return self._operation_of(self._verified("operations", row, 2))
 
     def _operation_of(self, row: Any) -> OperationRecord:
         """The record of a verified row (without its checksum column)."""
         try:
-            return OperationRecord(
-                partition=row[0],
-                operation_id=row[1],
-                hook=Hook(row[2]),
-                scope=row[3],
-                step=row[4],
-                semantic_digest=row[5],
-                artifact_digest=row[6],
-                contract_digest=row[7],
-                generation=row[8],
-                epoch=row[9],
-                request_json=row[10],
-                state=OperationState(row[11]),
-                plan_json=row[12],
-                response_json=row[13],
-                error_json=row[14],
-                target_operation_id=row[15],
-                cleanup_status=None if row[16] is None else CleanupStatus(row[16]),
-                seq=row[17],
-            )
+            hook = Hook(row[2])
+            state = OperationState(row[11])
+            cleanup_status = None if row[16] is None else CleanupStatus(row[16])
         except ValueError as exc:
             raise JournalUnavailable(
                 self._state_dir, f"operation {row[0]}/{row[1]} holds an unknown value: {exc}"
             ) from exc
+        return _record(
+            OperationRecord,
+            OPERATION_COLUMNS,
+            (*row[:2], hook, *row[3:11], state, *row[12:16], cleanup_status, row[17]),
+        )
 
     def _effect(self, row: Any) -> EffectRecord:
-        row = self._verified("effects", row, f"{row[0]}/{row[1]}/{row[2]}")
+        row = self._verified("effects", row, 3)
         try:
-            return EffectRecord(
-                partition=row[0],
-                operation_id=row[1],
-                effect_id=row[2],
-                position=row[3],
-                kind=row[4],
-                state=EffectState(row[5]),
-                before_json=row[6],
-                outputs_json=row[7],
-                detail=row[8],
-                attempts=row[9],
-            )
+            state = EffectState(row[5])
         except ValueError as exc:
             raise JournalUnavailable(
                 self._state_dir, f"effect {row[0]}/{row[1]}/{row[2]} holds an unknown value: {exc}"
             ) from exc
+        return _record(EffectRecord, EFFECT_COLUMNS, (*row[:5], state, *row[6:10]))
 
 
 def _scope(row: Any) -> ScopeRecord:
-    return ScopeRecord(
-        partition=row[0], scope=row[1], generation=row[2], epoch=row[3], fence_operation_id=row[4]
-    )
+    return _record(ScopeRecord, SCOPE_COLUMNS, row[:5])
+
+
+_R = TypeVar("_R", ScopeRecord, OperationRecord, EffectRecord)
+
+
+def _record(cls: type[_R], columns: tuple[str, ...], values: Sequence[object]) -> _R:
+    """The record ``cls(**dict(zip(columns, values)))`` builds, without its ``__init__``.
+
+    The records are plain frozen dataclasses (no ``__post_init__``, no slots) whose
+    fields are the columns in order (as ``runner._transitions._replace`` relies on), so
+    the instance's ``__dict__`` is all there is; the frozen ``__init__`` spent one
+    ``object.__setattr__`` per field, for every row read.
+    """
+    record = object.__new__(cls)
+    record.__dict__.update(zip(columns, values, strict=True))
+    return record
+
+
+for _cls, _columns in (
+    (ScopeRecord, SCOPE_COLUMNS),
+    (OperationRecord, OPERATION_COLUMNS),
+    (EffectRecord, EFFECT_COLUMNS),
+):
+    if tuple(f.name for f in fields(_cls)) != _columns:  # what _record relies on
+        raise ImportError(f"{_cls.__name__}'s fields are not its table's columns in order")
 
 
 class Txn(Reader):
