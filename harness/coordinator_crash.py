@@ -48,10 +48,13 @@ def start_coordinator(lab: Node, crash: CrashPoints | None = None) -> None:
 
 def coordinator_reference(topology: str, root: Path | None = None) -> Reference:
     """An uncrashed lifecycle: the coordinator boundaries it reaches, in order, and results."""
-    lab = in_process_node(root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")))
+    crash = CrashPoints()
+    # The node's first coordinator has the crash plan: on a journal nothing has used yet,
+    # a restart to arm it (a second open of the journal per run) starts the same.
+    lab = in_process_node(
+        root or Path(tempfile.mkdtemp(prefix="rig-coord-ref-")), coordinator_crash=crash
+    )
     try:
-        crash = CrashPoints()
-        start_coordinator(lab, crash)
         life = Lifecycle(topology, lab)
         life.run()
         return Reference(list(crash.reached), dict(life.results))
@@ -80,10 +83,9 @@ def coordinator_crash_run(
     topology: str, point: str, path: str, root: Path, *, ref: Reference | None = None
 ) -> RunResult:
     """Crash the coordinator at ``point``, restart it, then retry or clean up; invariants."""
-    lab = in_process_node(root)
+    lab = in_process_node(root, coordinator_crash=CrashPoints(armed=point))  # as the reference's
     before = lab.kernel.snapshot()
     try:
-        start_coordinator(lab, CrashPoints(armed=point))
         life = Lifecycle(topology, lab)
         crashed = _run_until_crash(life)
         if crashed is None:

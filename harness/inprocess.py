@@ -23,6 +23,13 @@ def in_process_node(
     crash: CrashPoints | None = None,
     *,
     start_seed: int | None = None,
+    coordinator_crash: CrashPoints | None = None,
 ) -> Node:
-    """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED)."""
-    return Node(FakeModelLab(lab, start_seed=start_seed), root, crash=crash)
+    """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED);
+    ``coordinator_crash``: the coordinator's crash plan (None: none)."""
+    return Node(
+        FakeModelLab(lab, start_seed=start_seed),
+        root,
+        crash=crash,
+        coordinator_crash=coordinator_crash,
+    )

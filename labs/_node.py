@@ -44,8 +44,11 @@ class Node:
         coordinator: bool = True,
         observer: Any = None,
         pod: str | None = SANDBOX,
+        coordinator_crash: CrashPoints | None = None,
     ) -> None:
-        """``pod``: the pod namespace that exists before any service starts (None: none)."""
+        """``pod``: the pod namespace that exists before any service starts (None: none).
+        ``coordinator_crash``: the coordinator's own crash plan (None: none), as
+        ``restart_coordinator(crash)`` would give it, without opening its journal twice."""
         self.lab = lab
         self.root = root
         self._socket_dir: Path | None = None
@@ -68,7 +71,9 @@ class Node:
                 self.in_process.start(crash)
             if coordinator:
                 self._journal = CoordinatorJournal(root / "coordinator")
-                self._coordinator = Coordinator(self._journal, self.clients(), observer=observer)
+                self._coordinator = Coordinator(
+                    self._journal, self.clients(), crash=coordinator_crash, observer=observer
+                )
         except BaseException:
             # A node that did not come up leaves nothing running: processes, lab, sockets.
             self.close()
