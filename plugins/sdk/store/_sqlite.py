@@ -1055,6 +1055,11 @@ class Store:
             return [_Outcome(r, False, error=self._failed_error()) for r in live]
         outcomes: list[_Outcome] = []
         changes = 0
+        # A function alone in its batch needs no savepoint: its failure rolls back the
+        # whole transaction, which holds nothing else (the batch then commits nothing, as
+        # after its savepoint's rollback). Most batches hold one write: two statements
+        # fewer per commit, ~a fifth of the statements of a connect+remove.
+        alone = len(live) == 1
         for index, request in enumerate(live):
             if self._abandoned:
                 outcomes.extend(
@@ -1065,14 +1070,16 @@ class Store:
             before = conn.total_changes
             txn = Txn(conn, self)
             try:
-                conn.execute("SAVEPOINT write_fn")
+                if not alone:
+                    conn.execute("SAVEPOINT write_fn")
                 value = request.fn(txn)
                 txn._live = False
-                conn.execute("RELEASE write_fn")
+                if not alone:
+                    conn.execute("RELEASE write_fn")
             except BaseException as exc:
                 txn._live = False
                 outcomes.append(_Outcome(request, False, error=exc))
-                if not _rollback_savepoint(conn):
+                if not (_rollback_all(conn) if alone else _rollback_savepoint(conn)):
                     # SQLite aborted the whole transaction (I/O error, disk full...):
                     # earlier functions' changes are gone too.
                     self._fail(exc)
@@ -1174,6 +1181,18 @@ def _rollback_savepoint(conn: sqlite3.Connection) -> bool:
     try:
         conn.execute("ROLLBACK TO write_fn")
         conn.execute("RELEASE write_fn")
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _rollback_all(conn: sqlite3.Connection) -> bool:
+    """``_rollback_savepoint`` for a function alone in its transaction: False if SQLite
+    had aborted the transaction already or the rollback fails."""
+    if not conn.in_transaction:
+        return False
+    try:
+        conn.execute("ROLLBACK")
     except sqlite3.Error:
         return False
     return True
