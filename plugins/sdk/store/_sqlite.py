@@ -509,27 +509,19 @@ class Txn(Reader):
 
     def update_effect(self, record: EffectRecord) -> None:
         """Store the effect's state, before-image, outputs, detail and attempts."""
-        values = (
+        key = (
             record.partition,
             record.operation_id,
             record.effect_id,
             record.position,
             record.kind,
-            *_effect_fields(record),
         )
+        fields = _effect_fields(record)  # once: the row's checksum and its SET clause
         cursor = self._exec(
             "UPDATE effects SET state = ?, before_json = ?, outputs_json = ?, detail = ?, "
             "attempts = ?, checksum = ? WHERE partition = ? AND operation_id = ? "
             "AND effect_id = ? AND position = ? AND kind = ?",
-            (
-                *_effect_fields(record),
-                checksum("effects", values),
-                record.partition,
-                record.operation_id,
-                record.effect_id,
-                record.position,
-                record.kind,
-            ),
+            (*fields, checksum("effects", (*key, *fields)), *key),
         )
         if cursor.rowcount == 1:
             return
