@@ -7,7 +7,6 @@ from typing import Literal
 
 from plugins import effects
 from plugins.sdk import (
-    BundleStore,
     ConnectCall,
     DescriptorRef,
     Endpoint,
@@ -15,6 +14,7 @@ from plugins.sdk import (
     Plan,
     Registry,
     new_plan,
+    pinned_bundles,
 )
 
 
@@ -33,7 +33,7 @@ SCHEMA_ID = "bond/v1alpha1"
 
 class Plugin(OperationOnly):
     def describe(self) -> DescriptorRef:
-        return BundleStore().load(SCHEMA_ID).descriptor.ref()
+        return pinned_bundles().load(SCHEMA_ID).descriptor.ref()
 
     def connect_network(self, call: ConnectCall) -> Plan:
         (port,) = call.descriptor.inputs

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from plugins.sdk import BundleStore, Descriptor, NetworkPluginError
+from plugins.sdk import BundleStore, Descriptor, NetworkPluginError, pinned_bundles
 from plugins.sdk.host import PluginClient, read_token
 from plugins.sdk.runner import NO_CRASH, CrashPoints
 from plugins.sdk.service import (
@@ -61,7 +61,7 @@ def _one_line(text: str) -> str:
 
 def pinned_descriptors(store: BundleStore | None = None) -> dict[str, Descriptor]:
     """Every logical plugin's descriptor from the contract bundles this artifact pins."""
-    store = store or BundleStore()
+    store = store or pinned_bundles()
     bundles = [store.load(schema_id) for schema_id in store.schema_ids]
     return {b.descriptor.name: b.descriptor for b in bundles}
 

@@ -16,7 +16,6 @@ from typing import Literal
 from plugins import effects
 from plugins.sdk import (
     AllocationRoot,
-    BundleStore,
     CleanupPlan,
     ConnectCall,
     DescriptorRef,
@@ -28,6 +27,7 @@ from plugins.sdk import (
     StepKind,
     UnprepareCall,
     new_plan,
+    pinned_bundles,
     undo_prepare,
     wrong_step_kind,
 )
@@ -65,7 +65,7 @@ class Plugin(AllocationRoot):
         return f"{self.kind.value}/{CONTRACT_VERSION}"
 
     def describe(self) -> DescriptorRef:
-        return BundleStore().load(self.schema_id).descriptor.ref()
+        return pinned_bundles().load(self.schema_id).descriptor.ref()
 
     def node_prepare(self, call: PrepareCall) -> Plan:
         contract = call.descriptor

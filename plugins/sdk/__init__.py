@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     )
     from ._codec import JSONCodecError, from_json_value, to_json_value
     from ._config import ConfigValidator, SchemaProblem, decode_into, json_path, parse_config_json
-    from ._contracts import DEFAULT_BUNDLE_ROOT, Bundle, BundleStore
+    from ._contracts import DEFAULT_BUNDLE_ROOT, Bundle, BundleStore, pinned_bundles
     from ._descriptor import Descriptor, DescriptorRef, PortSpec, Preparation
     from ._documents import DocumentError, DocumentSchema, load_service_config
     from ._errors import (
@@ -129,7 +129,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "json_path",
         "parse_config_json",
     ),
-    "_contracts": ("DEFAULT_BUNDLE_ROOT", "Bundle", "BundleStore"),
+    "_contracts": ("DEFAULT_BUNDLE_ROOT", "Bundle", "BundleStore", "pinned_bundles"),
     "_descriptor": ("Descriptor", "DescriptorRef", "PortSpec", "Preparation"),
     "_documents": ("DocumentError", "DocumentSchema", "load_service_config"),
     "_errors": (
@@ -309,6 +309,7 @@ __all__ = [
     "load_yaml_mapping",
     "new_plan",
     "parse_config_json",
+    "pinned_bundles",
     "to_json_value",
     "undo_connect",
     "undo_prepare",

@@ -212,6 +212,19 @@ class BundleStore:
         return _build_bundle(schema_id, raw)
 
 
+@functools.cache
+def pinned_bundles() -> BundleStore:
+    """The artifact's own bundles (``DEFAULT_BUNDLE_ROOT``), loaded and checked against
+    their pins once per process.
+
+    They do not change under a running process, and a fresh store per registry, per
+    ``describe()`` or per descriptor table read the pins and hashed each bundle again at
+    every start of a service (the rig starts services a thousand times, in-process and
+    not). A store that fails to open is not remembered.
+    """
+    return BundleStore()
+
+
 @functools.lru_cache(maxsize=64)
 def _build_bundle(schema_id: str, raw: bytes) -> Bundle:
     """Parse and check a pinned bundle; the same bytes always give the same immutable Bundle."""

@@ -7,13 +7,12 @@ configured set as if it were complete.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ._config import ConfigValidator
-from ._contracts import Bundle, BundleStore
+from ._contracts import Bundle, BundleStore, pinned_bundles
 from ._descriptor import Descriptor, DescriptorRef
 from ._errors import RegistrationError
 from ._handler import Handler
@@ -82,7 +81,7 @@ class Registry:
         bundles = self._bundles
         if bundles is None:
             try:
-                bundles = _default_bundles()
+                bundles = pinned_bundles()
             except RegistrationError as exc:
                 raise RegistrationError(str(exc)) from exc
         for ep in self._endpoints:
@@ -98,17 +97,6 @@ class Registry:
             raise RegistrationError("invalid registrations: " + "; ".join(problems))
         self._sealed = tuple(registrations)
         return self._sealed
-
-
-@functools.cache
-def _default_bundles() -> BundleStore:
-    """The artifact's own bundles, loaded and checked against their pins once per process.
-
-    They do not change under a running process, and a fresh store per registry read and
-    hashed each bundle again at every start of a service (half of a seal's CPU; the rig
-    starts services a thousand times). A store that fails to open is not remembered.
-    """
-    return BundleStore()
 
 
 def _validate_endpoint(
