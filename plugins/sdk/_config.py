@@ -642,6 +642,7 @@ class ConfigValidator:
         self._rules = rules
         self._max_bytes = max_bytes
         self._max_depth = max_depth
+        self._checked: tuple[bytes | str, dict[str, JSONValue]] | None = None
 
     def validate(self, raw: bytes | str) -> dict[str, JSONValue]:
         """Steps 1-4; returns the plain JSON object."""
@@ -654,8 +655,21 @@ class ConfigValidator:
             cross_field.check(doc)
         return doc
 
+    def check(self, raw: bytes | str) -> None:
+        """``validate`` for a caller that needs only the verdict.
+
+        The document is kept for the next ``decode`` of the same text: the runner checks a
+        request's config before anything else and its handler then decodes it, so every
+        create parsed and validated its config twice. The kept document is never handed
+        out (nobody can change it in between), and only the last one is kept; a ``decode``
+        of other text, or racing another thread's ``check``, validates afresh."""
+        self._checked = (raw, self.validate(raw))
+
     def decode(self, raw: bytes | str, cls: type[T]) -> T:
         """Steps 1-5; returns an instance of the dataclass ``cls``."""
+        checked = self._checked  # one read: another thread may replace it meanwhile
+        if checked is not None and checked[0] == raw:
+            return decode_into(checked[1], cls)
         return decode_into(self.validate(raw), cls)
 
 

@@ -389,7 +389,7 @@ class Runner:
         partition = reg.endpoint.state_namespace
         self._require_store()
         self._check_intact(partition, env.scope, env.step)
-        reg.validator.validate(request.config_json)  # strict config before anything else
+        reg.validator.check(request.config_json)  # strict config before anything else
         meaning = semantics(partition, request)
         return self._joins.join_or_lead(
             (partition, env.operation_id),
