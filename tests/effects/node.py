@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fakekernel.lab import load_lab
 from fakekernel.model import FakeKernelModel, diff
 from labs import DEFAULT_LAB, FakeModelLab, Node
 from plugins.kernel import Link, NsRef
@@ -233,7 +232,10 @@ class FakeNode(PluginNode):
     def __init__(
         self, root: Path, model: FakeKernelModel | None = None, crash: CrashPoints | None = None
     ) -> None:
-        self.fake = FakeModelLab(model=model or load_lab(LAB))
+        # The lab file as written, from FakeModelLab's per-process copy of its model.
+        self.fake = (
+            FakeModelLab(LAB, randomize=False) if model is None else FakeModelLab(model=model)
+        )
         super().__init__(self.fake, root, crash=crash or self.crash_plan(), coordinator=False)
         self.pod = self.sandbox()
         self.pod_ns = self.model.open_namespace(self.pod.namespace)
