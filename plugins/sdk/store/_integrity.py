@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 SCOPE_COLUMNS: Final = ("partition", "scope", "generation", "epoch", "fence_operation_id")
 OPERATION_COLUMNS: Final = (
@@ -78,26 +78,33 @@ and clear are atomic, so threads share it without a lock. Recomputing was 3 % of
 crash run's CPU, whose 16,000 checksums cover 256 distinct rows."""
 
 
-_C_ENCODER: Final = getattr(json.encoder, "c_make_encoder", None)
-_FLAT: Final = (
-    None
-    if _C_ENCODER is None
-    else _C_ENCODER(
-        None,
-        _CANONICAL.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        ":",
-        ",",
-        False,
-        False,
-        True,
-    )
-)
-"""What ``_CANONICAL.encode`` builds on every call for a non-string (its C encoder), built
-once: the same bytes for a row of exact ``str``, ``int`` and ``None`` values, which hold
-nothing circular (so no markers are needed). ``encode``'s own Python (the encoder built
-per call, its checks) was a fifth of a checksum; a journal's open checks every row."""
+def _flat_encoder() -> Callable[[tuple[object, ...], int], Iterable[str]] | None:
+    """What ``_CANONICAL.encode`` builds on every call for a non-string (its C encoder),
+    built once: the same bytes for a row of exact ``str``, ``int`` and ``None`` values,
+    which hold nothing circular (so no markers are needed). ``encode``'s own Python (the
+    encoder built per call, its checks) was a fifth of a checksum; a journal's open checks
+    every row.
+
+    ``c_make_encoder`` is the json module's private constructor: an interpreter whose
+    constructor takes other arguments, or encodes a probe row differently, gets None and
+    the plain path, since a checksum that differs would call every journal damaged."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    probe = ("effects", 'p/\u00fc\n"\\', -1, 2**62, None, "")
+    try:
+        encoder = make(
+            None, _CANONICAL.default, json.encoder.encode_basestring_ascii,
+            None, ":", ",", False, False, True,
+        )  # fmt: skip
+        if "".join(encoder(probe, 0)) == _CANONICAL.encode(probe):
+            return cast(Callable[[tuple[object, ...], int], Iterable[str]], encoder)
+    except Exception:  # another interpreter's private signature: the plain path
+        pass
+    return None
+
+
+_FLAT: Final = _flat_encoder()
 
 
 def checksum(table: str, values: Sequence[object]) -> str:
