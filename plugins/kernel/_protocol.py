@@ -7,12 +7,11 @@ it says or raises ``KernelError`` with the errno Linux gives for the same call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
+
+from plugins.sdk import NamespaceHandle
 
 from ._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
-
-if TYPE_CHECKING:  # an annotation only: the fake kernel server never imports the SDK's types
-    from plugins.sdk import NamespaceHandle
 
 
 class Kernel(Protocol):

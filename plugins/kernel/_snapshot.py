@@ -31,13 +31,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Hashable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
+
+from plugins.sdk import NamespaceHandle
 
 from ._protocol import Kernel
 from ._types import Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
-
-if TYPE_CHECKING:  # an annotation only: the fake kernel server never imports the SDK's types
-    from plugins.sdk import NamespaceHandle
 
 T = TypeVar("T")
 
