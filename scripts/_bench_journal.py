@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_runner import MemoryToy
+from bench_runner import memory_toy
 
 from plugins.sdk.host import Host, PluginClient
 from plugins.sdk.runner import Runner
@@ -83,7 +83,11 @@ def floor_samples(directory: Path, count: int) -> list[float]:
 def run_clients(directory: Path, hooks: int, clients: int) -> ClientRun:
     store = Store.open(directory / "state")
     runner = Runner(
-        store, toy_registry().seal(), toy_effects(MemoryToy()), artifact_digest="bench", boot_id="b"
+        store,
+        toy_registry().seal(),
+        toy_effects(memory_toy()),
+        artifact_digest="bench",
+        boot_id="b",
     )
     runner.recover()
     host = Host(directory / "sock", "bench-token", max_workers=max(8, clients))

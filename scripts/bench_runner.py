@@ -30,18 +30,12 @@ from tests.runner import node as n
 from tests.runner.toy import ToyKernel, toy_effects, toy_registry
 
 
-class MemoryToy(ToyKernel):
-    """The toy resource without its own fsyncs: only the journal's durability is measured."""
-
-    def __init__(self) -> None:
-        self._state: dict[str, Any] = {"objects": {}, "settings": {}, "mutations": {}}
-        super().__init__(Path("/nonexistent"))
-
-    def state(self) -> dict[str, Any]:
-        return self._state
-
-    def _save(self, state: dict[str, Any]) -> None:
-        self._state = state
+def memory_toy() -> ToyKernel:
+    """The toy resource in memory (no file, so no fsyncs of its own): only the journal's
+    durability is measured. ``ToyKernel(None)``'s own mode: a subclass that replaced the
+    toy's file I/O broke when the toy learned to keep its state in memory (P3 failed
+    with ``/nonexistent``)."""
+    return ToyKernel(None)
 
 
 def fdatasync_floor(directory: Path, count: int) -> float:
@@ -66,7 +60,11 @@ def run_hooks(directory: Path, hooks: int, clients: int) -> tuple[float, float, 
     group commit shares one fsync between hooks of both kinds, so it is left empty."""
     store = Store.open(directory / "state")
     runner = Runner(
-        store, toy_registry().seal(), toy_effects(MemoryToy()), artifact_digest="bench", boot_id="b"
+        store,
+        toy_registry().seal(),
+        toy_effects(memory_toy()),
+        artifact_digest="bench",
+        boot_id="b",
     )
     runner.recover()
     host = Host(directory / "sock", "bench-token", max_workers=max(8, clients))

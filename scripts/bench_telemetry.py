@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_runner import MemoryToy
+from bench_runner import memory_toy
 
 from plugins.sdk.runner import Runner
 from plugins.sdk.telemetry import (
@@ -45,7 +45,7 @@ def pair_seconds(directory: Path, metrics: Metrics, pairs: int) -> float:
     runner = Runner.open(
         directory,
         toy_registry(),
-        toy_effects(MemoryToy()),
+        toy_effects(memory_toy()),
         artifact_digest="bench",
         boot_id="b",
         metrics=metrics,
