@@ -25,7 +25,7 @@ import celpy
 import lark
 from celpy.celparser import CELParser
 
-__all__ = ["TABLE", "install", "stamp"]
+__all__ = ["TABLE", "build", "install", "load", "stamp", "write"]
 
 TABLE = Path(__file__).with_name("cel_parser.pickle")
 _GRAMMAR = Path(celpy.celparser.__file__).with_name("cel.lark")
@@ -74,17 +74,24 @@ def install() -> None:
         CELParser.CEL_PARSER = load()
 
 
-def write(path: Path = TABLE) -> None:
-    """Build celpy's parser as celpy does and save it, stamped, at ``path``."""
-    from lark.lark import _LOAD_ALLOWED_OPTIONS
-
+def build() -> lark.Lark:
+    """A parser built now as celpy builds its own (``celpy.Environment()``), leaving
+    celpy's parser slot as it was."""
     saved, CELParser.CEL_PARSER = CELParser.CEL_PARSER, None
     try:
         CELParser(tree_class=celpy.InterpretedRunner.tree_node_class)
         built = CELParser.CEL_PARSER
         assert built is not None
-        with path.open("wb") as f:
-            f.write(stamp().encode() + b"\n")
-            built.save(f, exclude_options=_LOAD_ALLOWED_OPTIONS)
+        return built
     finally:
         CELParser.CEL_PARSER = saved
+
+
+def write(path: Path = TABLE) -> None:
+    """Build celpy's parser as celpy does and save it, stamped, at ``path``."""
+    from lark.lark import _LOAD_ALLOWED_OPTIONS
+
+    built = build()
+    with path.open("wb") as f:
+        f.write(stamp().encode() + b"\n")
+        built.save(f, exclude_options=_LOAD_ALLOWED_OPTIONS)
