@@ -16,6 +16,7 @@ from ._console import AgentUnavailable
 from ._lab import SANDBOX, Lab, LabKernel
 from ._node import Node
 from ._process import METRICS_DIR_ENV, ServiceProcess
+from ._readiness import ReadyListener
 from ._seed import DEFAULT_SEED, SEED_ENV, start_state_seed
 from ._services import (
     PROJECT_SERVICES,
@@ -58,6 +59,7 @@ __all__ = [
     "Node",
     "PingStatus",
     "ProcessServices",
+    "ReadyListener",
     "ServiceProcess",
     "ServiceSpec",
     "TrafficSide",

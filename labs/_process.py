@@ -5,7 +5,8 @@ deployment runs. To arm a crash point or trace the points reached, the same serv
 main is started through the test kit's launcher instead
 (``python -m labs.crashing_service <module> [args] ...``), which reads
 ``NETWORKPLUGIN_CRASH_AT`` / ``_MODE`` / ``_TRACE``; a service program never does.
-Readiness is waited for over the real socket (GetInfo ready=true), with a deadline.
+Readiness is waited for as a service manager does (the program's ``READY=1``, see
+``_readiness``), then asked over the real socket (GetInfo ready=true), with a deadline.
 
 Under the rig (``METRICS_DIR_ENV`` set), every start of a service publishes its metrics
 to a textfile of its own in that directory, as a deployment with ``metrics: {textfile}``
@@ -28,6 +29,8 @@ import yaml
 from plugins.sdk import YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
+
+from ._readiness import ReadyListener
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = "labs.crashing_service"
@@ -102,25 +105,31 @@ class ServiceProcess:
         # run goes through the launcher, the one place that reads the crash variables.
         program = [LAUNCHER, *self.command] if crash_at or trace else self.command
         self._publish_metrics_if_asked()
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    *program,
-                    "--config",
-                    str(self.config),
-                    "--log-level",
-                    self.log_level,
-                ],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        deadline = time.monotonic() + timeout
+        with ReadyListener() as listener:
+            env.update(listener.env())
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        *program,
+                        "--config",
+                        str(self.config),
+                        "--log-level",
+                        self.log_level,
+                    ],
+                    cwd=REPO,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            if wait_ready:  # answering before ready (wait_ready=False) is not notified
+                listener.wait(self.proc, timeout)
         for socket in self.sockets:
             with self.client(socket) as client:
-                self._wait_serving(client, timeout, wait_ready=wait_ready)
+                left = max(deadline - time.monotonic(), 0.001)
+                self._wait_serving(client, left, wait_ready=wait_ready)
 
     def _publish_metrics_if_asked(self) -> None:
         """Under the rig, point this start's metrics at a textfile no other start uses.

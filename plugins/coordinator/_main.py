@@ -40,6 +40,7 @@ from plugins.sdk.service import (
 )
 from plugins.sdk.signals import SignalStop
 from plugins.sdk.store import JournalFault, JournalUnavailable
+from plugins.sdk.systemd import notify
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology, validate_topology
@@ -167,7 +168,11 @@ def serve(
         for note in service.recover():
             log.warning("recovery: %s", note)
         log.info("serving %s", config.socket)
+        # A damaged journal is served too (its status says why), as the services do.
+        status = f"not ready: {fault}" if fault else f"serving {config.socket}"
+        notify("READY=1", f"STATUS={status}")
         stop.wait()
+        notify("STOPPING=1")
         finished = server.stop(config.shutdown_grace_seconds)
         if not finished or service.busy():
             log.error(

@@ -35,6 +35,7 @@ from .host import Host, read_token
 from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
 from .signals import SignalStop
 from .store import JournalFault, JournalUnavailable
+from .systemd import notify
 from .telemetry import (
     LOG_FORMATS,
     NO_METRICS,
@@ -332,10 +333,14 @@ def serve(
         runner.close()
         _unpublish(publisher)
         raise
+    serving = ", ".join(str(p) for p in host.socket_paths)
     try:
         notes = runner.recover()
     except JournalUnavailable as exc:  # found damaged while recovering: stays not ready
         log.error("recovery stopped: %s", _one_line(str(exc)))
+        # Started all the same: it answers (ready=false) for the operator to inspect. A
+        # manager waiting for READY would otherwise kill and restart it over and over.
+        status = f"not ready: recovery stopped: {_one_line(str(exc))}"
     except BaseException:
         host.stop(None)
         runner.close()
@@ -344,8 +349,15 @@ def serve(
     else:
         for note in notes if runner.store is not None else ():  # else: said once, above
             log.warning("recovery: %s", note)
-    log.info("serving %s", ", ".join(str(p) for p in host.socket_paths))
+        status = (
+            f"serving {serving}"
+            if runner.store is not None
+            else f"not ready: {_one_line(runner.unavailable_reason)}"
+        )
+    log.info("serving %s", serving)
+    notify("READY=1", f"STATUS={status}")
     stop.wait()
+    notify("STOPPING=1")
     try:
         return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
     finally:
