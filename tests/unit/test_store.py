@@ -639,8 +639,23 @@ class SimulatedCrash(BaseException):
     pass
 
 
+def test_a_write_alone_runs_on_its_callers_thread_others_on_the_writers(
+    store: Store, pool: ThreadPoolExecutor
+) -> None:
+    """Leader/follower: nothing to group a lone write with, so no thread hand-off."""
+    caller = threading.get_ident()
+    assert store.write(lambda t: threading.get_ident()) == caller
+    with held_writer(store, pool) as holder:
+        queued = pool.submit(store.write, lambda t: threading.current_thread().name)
+        assert store._wait_queued(1, TIMEOUT)
+    holder.result(TIMEOUT)
+    assert queued.result(TIMEOUT) == "journal-writer"
+    assert store.write(lambda t: threading.get_ident()) == caller
+
+
+@pytest.mark.parametrize("thread", ["caller", "writer"])
 def test_abandon_inside_a_write_commits_nothing_pending(
-    state_dir: Path, pool: ThreadPoolExecutor
+    state_dir: Path, pool: ThreadPoolExecutor, thread: str
 ) -> None:
     store = Store.open(state_dir)
     insert(store, op("committed"))
@@ -651,10 +666,16 @@ def test_abandon_inside_a_write_commits_nothing_pending(
         txn.insert_operation(op("in-flight"), ())
         entered.set()
         assert crash.wait(TIMEOUT)
-        store.abandon()  # a crash point firing on the writer thread
+        store.abandon()  # a crash point firing inside the write function
         raise SimulatedCrash
 
-    crashing_f = pool.submit(store.write, crashing)
+    if thread == "caller":  # alone: it leads its own transaction
+        crashing_f = pool.submit(store.write, crashing)
+    else:  # queued behind another write: the writer thread runs it
+        with held_writer(store, pool) as holder:
+            crashing_f = pool.submit(store.write, crashing)
+            assert store._wait_queued(1, TIMEOUT)
+        holder.result(TIMEOUT)
     assert entered.wait(TIMEOUT)
     queued_f = pool.submit(insert, store, op("queued"))
     assert store._wait_queued(1, TIMEOUT)
