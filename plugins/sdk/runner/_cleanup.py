@@ -66,14 +66,7 @@ class Undo:
         self, partition: str, scope: str, step: str, target: CleanupPlan
     ) -> list[OperationRecord]:
         """The recorded operations a cleanup undoes: its unit's, of the target hook."""
-        return [
-            op
-            for op in self._store().read(
-                lambda r: r.operations(partition, scope=scope, hook=target.target_hook)
-            )
-            if op.step == step
-            and (not target.target_operation_id or op.operation_id == target.target_operation_id)
-        ]
+        return self._store().read(lambda r: _targets(r, partition, scope, step, target))
 
     def check_no_attachments(
         self, reg: Registration, partition: str, prepares: list[OperationRecord]
@@ -95,7 +88,16 @@ class Undo:
         self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
     ) -> CleanupResponse:
         partition, scope = cleanup_op.partition, cleanup_op.scope
-        targets = self.targets(partition, scope, cleanup_op.step, target)
+
+        def read(r: Reader) -> tuple[list[OperationRecord], dict[str, list[EffectRecord]]]:
+            ops = _targets(r, partition, scope, cleanup_op.step, target)
+            live = (op for op in ops if op.state is not OperationState.CLEANED)
+            return ops, {op.operation_id: r.effects(partition, op.operation_id) for op in live}
+
+        # The targets' effects are read in the same snapshot (it was one per target):
+        # under the unit's lock only this cleanup writes them, and a target's commits
+        # touch only its own effects, so a later snapshot would read the same records.
+        targets, recorded = self._store().read(read)
         if target.target_hook is Hook.NODE_PREPARE:
             # Checked again under the unit's lock: an attachment may have raced the first check.
             self.check_no_attachments(reg, partition, targets)
@@ -104,7 +106,7 @@ class Undo:
         for op in reversed(targets):
             if op.state is OperationState.CLEANED:
                 continue
-            op_status, effect_statuses = self._operation(cleanup_op, op)
+            op_status, effect_statuses = self._operation(cleanup_op, op, recorded[op.operation_id])
             statuses.extend(effect_statuses)
             overall = worse(overall, op_status)
         if not targets:
@@ -165,9 +167,9 @@ class Undo:
         ]
 
     def _operation(
-        self, cleanup_op: OperationRecord, op: OperationRecord
+        self, cleanup_op: OperationRecord, op: OperationRecord, records: list[EffectRecord]
     ) -> tuple[CleanupStatus, list[EffectStatus]]:
-        records = self._store().read(lambda r: r.effects(op.partition, op.operation_id))
+        self._store()  # re-checks readiness and clears a storage fault, as a read did
         plan = Plan.from_json(json.loads(op.plan_json or "{}"))
         outputs = recorded_outputs(records)
         carried = _Carried()
@@ -246,6 +248,17 @@ class Undo:
                 return carried.add(tr.quarantined(rec, result.detail)), CleanupStatus.QUARANTINED
             done = tr.undone(rec, result.detail or result.outcome.value)
             return carried.add(done), CleanupStatus.CLEANED
+
+
+def _targets(
+    r: Reader, partition: str, scope: str, step: str, target: CleanupPlan
+) -> list[OperationRecord]:
+    return [
+        op
+        for op in r.operations(partition, scope=scope, hook=target.target_hook)
+        if op.step == step
+        and (not target.target_operation_id or op.operation_id == target.target_operation_id)
+    ]
 
 
 class _Carried:

@@ -127,15 +127,25 @@ class Phase:
         return f"{self.boundary}.{self.kind}"
 
 
-def commit_phases(commit: Commit | str) -> tuple[str, str]:
-    """``str(Phase.commit(kind, commit))`` for the before- and the after-commit side.
-
-    The names without building two ``Phase`` values: every journal commit names both.
-    """
+def _phases(commit: Commit | str) -> tuple[str, str]:
     return (
         f"{commit}.{PhaseKind.BEFORE_COMMIT.value}",
         f"{commit}.{PhaseKind.AFTER_COMMIT.value}",
     )
+
+
+_COMMIT_PHASES: Final[dict[str, tuple[str, str]]] = {c: _phases(c) for c in Commit}
+
+
+def commit_phases(commit: Commit | str) -> tuple[str, str]:
+    """``str(Phase.commit(kind, commit))`` for the before- and the after-commit side.
+
+    The names without building two ``Phase`` values: every journal commit names both.
+    A ``Commit``'s are built once (an enum's ``.value`` is a descriptor call, four
+    per commit); ``target:<operation>`` and the coordinator's names are built here.
+    """
+    phases = _COMMIT_PHASES.get(commit)
+    return _phases(commit) if phases is None else phases
 
 
 @dataclass(frozen=True)

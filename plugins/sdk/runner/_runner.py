@@ -371,7 +371,7 @@ class Runner:
         started = time.perf_counter()
         result = store.write(fn)
         # "target:<operation>" is counted as "target": no operation id becomes a label.
-        boundary = str(commit).partition(":")[0]
+        boundary = commit.partition(":")[0]
         self._metrics.journal_committed(boundary, time.perf_counter() - started)
         self._crash.hit(after)
         return result

@@ -468,21 +468,45 @@ class Txn(Reader):
                 self._conn.execute("RELEASE insert_operation")
             raise
         self._exec("RELEASE insert_operation", ())
-        return replace(record, seq=seq)
+        # ``replace(record, seq=seq)`` without its field walk and frozen __init__ (see
+        # ``_record``: the instance's __dict__ is all there is).
+        if type(record) is not OperationRecord:
+            return replace(record, seq=seq)
+        inserted = object.__new__(OperationRecord)
+        inserted.__dict__.update(record.__dict__, seq=seq)
+        return inserted
 
     def update_operation(self, record: OperationRecord) -> None:
         """Store every mutable field of ``record``; its identity must match the journal."""
+        fields = _operation_fields(record)
+        identity = (
+            record.partition,
+            record.operation_id,
+            fields[0],  # the hook's value
+            record.scope,
+            record.step,
+            record.semantic_digest,
+        )
+        if record.seq:
+            # A record read from the journal or returned by insert_operation carries its
+            # seq (the checksum covers it): the identity check rides in the UPDATE's WHERE,
+            # instead of a SELECT before every update (three per connect+remove). Any
+            # other record, or one whose identity does not match, takes the path below.
+            values = (record.partition, record.operation_id, *fields, record.seq)
+            cursor = self._exec(
+                "UPDATE operations SET artifact_digest = ?, contract_digest = ?, "
+                "generation = ?, epoch = ?, request_json = ?, state = ?, plan_json = ?, "
+                "response_json = ?, error_json = ?, target_operation_id = ?, "
+                "cleanup_status = ?, checksum = ? WHERE partition = ? AND operation_id = ? "
+                "AND hook = ? AND scope = ? AND step = ? AND semantic_digest = ? AND seq = ?",
+                (*fields[4:], checksum("operations", values), *identity, record.seq),
+            )
+            if cursor.rowcount == 1:
+                return
         rows = self._rows(
             "SELECT seq FROM operations WHERE partition = ? AND operation_id = ? AND hook = ? "
             "AND scope = ? AND step = ? AND semantic_digest = ?",
-            (
-                record.partition,
-                record.operation_id,
-                Hook(record.hook).value,
-                record.scope,
-                record.step,
-                record.semantic_digest,
-            ),
+            identity,
         )
         if not rows:
             if self.operation(record.partition, record.operation_id) is None:
@@ -494,7 +518,6 @@ class Txn(Reader):
                 f"cannot update operation {record.partition}/{record.operation_id}: hook, "
                 "scope, step and semantic digest are immutable"
             )
-        fields = _operation_fields(record)
         values = (record.partition, record.operation_id, *fields, rows[0][0])
         self._exec(
             "UPDATE operations SET artifact_digest = ?, contract_digest = ?, generation = ?, "
