@@ -1,7 +1,17 @@
-"""Reusable Hypothesis strategies for config decoding (and later the real contract bundles).
+"""Reusable Hypothesis strategies for config decoding and the real contract bundles.
 
 ``mutated_configs`` works on a tree in which JSON objects are lists of key/value pairs, so a
 mutation can write the same key twice, which no ``dict`` can express.
+
+Why JSON values are drawn by hand rather than with ``st.recursive``: the property tests run
+1,000 examples each, and their CPU went to Hypothesis's draw machinery, not to the code under
+test. Each ``data.draw`` of a strategy costs a span, and each choice about 50 us of engine
+work (the choice tree, replay, mutation); ``st.recursive`` over ``st.one_of`` spent about 7
+strategy draws per leaf (the recursion level, its ``one_of``, a sampled branch, the scalar's
+``one_of``, its sampled branch, the scalar). Here one draw picks a node's whole shape (a
+leaf's kind, or a container's kind, size and depth) from a table weighted like
+``st.recursive``'s, so a leaf costs one or two choices, a container one, and an object's key
+one or two.
 """
 
 from __future__ import annotations
@@ -18,30 +28,137 @@ MutationKind = Literal["drop", "add", "replace", "duplicate"]
 MUTATION_KINDS: tuple[MutationKind, ...] = ("drop", "add", "replace", "duplicate")
 T = TypeVar("T")
 
+# The shape of the values ``st.recursive(scalars, lists | dictionaries, max_leaves=12)``
+# generated before, which these draws keep.
+MAX_LEAVES = 12
+MAX_DEPTH = 4  # st.recursive with max_leaves=12 nests its extension four times
+MAX_ITEMS = 4  # per list or object below the top
+MAX_TOP_KEYS = 6  # an arbitrary config's own keys
+TEXT_SIZE = 12
+KEY_SIZE = 8
 
-def json_scalars(*, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
-    return st.one_of(
-        st.none(),
-        st.booleans(),
+
+@dataclass(frozen=True)
+class _Leaf:
+    """A scalar: ``constant`` itself, or a draw from ``strategy`` when there is one."""
+
+    constant: Any = None
+    strategy: st.SearchStrategy[Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Container:
+    is_object: bool
+    size: int
+    child_bound: int  # children are drawn with this depth bound
+
+
+def _leaves(allow_non_finite: bool) -> list[_Leaf]:
+    """The scalars, each twice and a boolean's two values once each, so that a leaf is
+    None, a boolean, a small int, any int, a float or a text one time in six, as
+    ``st.one_of`` of their six strategies made them; None first, as shrinking goes."""
+    return [
+        _Leaf(None),
+        _Leaf(None),
+        _Leaf(False),
+        _Leaf(True),
         # Mostly plausible values, sometimes far outside int64.
-        st.integers(min_value=-(2**15), max_value=2**15) | st.integers(),
-        st.floats(allow_nan=allow_non_finite, allow_infinity=allow_non_finite),
-        st.text(max_size=12),
+        *[_Leaf(strategy=st.integers(min_value=-(2**15), max_value=2**15))] * 2,
+        *[_Leaf(strategy=st.integers())] * 2,
+        *[_Leaf(strategy=st.floats(allow_nan=allow_non_finite, allow_infinity=allow_non_finite))]
+        * 2,
+        *[_Leaf(strategy=st.text(max_size=TEXT_SIZE))] * 2,
+    ]
+
+
+def _shapes(bound: int, leaves: list[_Leaf]) -> st.SearchStrategy[_Leaf | _Container]:
+    """A node drawn with depth bound ``bound`` picks k in 0..bound uniformly, as
+    ``st.recursive``'s ``one_of`` of its ``bound + 1`` nesting levels does: k = 0 is a
+    leaf, otherwise a list or an object (half and half) of 0 to ``MAX_ITEMS`` items
+    whose children have bound k - 1. One draw, from a table in which an entry's count
+    is its weight: each depth level weighs as much as the leaves."""
+    sizes = range(MAX_ITEMS + 1)
+    containers = [
+        _Container(is_object, size, child_bound)
+        for child_bound in range(bound)
+        for is_object in (False, True)
+        for size in sizes
+    ]
+    per_container = len(leaves) // 2
+    return st.sampled_from(
+        [*leaves * len(sizes), *[c for c in containers for _ in range(per_container)]]
     )
+
+
+class _JSONTrees:
+    """Draws JSON values within a ``draw`` (of one ``st.composite``) as plain recursion."""
+
+    def __init__(self, key_names: Sequence[str], allow_non_finite: bool) -> None:
+        leaves = _leaves(allow_non_finite)
+        self._shapes = [_shapes(bound, leaves) for bound in range(MAX_DEPTH + 1)]
+        self._top_keys = st.integers(0, MAX_TOP_KEYS)
+        self._key_names = tuple(key_names)
+        # One draw for a key: the schema's names and text half and half, as
+        # ``st.sampled_from(names) | st.text()`` made them.
+        self._key_index = st.integers(0, 2 * len(self._key_names) - 1) if key_names else None
+        self._key_text = st.text(max_size=KEY_SIZE)
+        self._is_whole_object = st.booleans()
+
+    def key(self, draw: st.DrawFn) -> str:
+        if self._key_index is not None:
+            index = draw(self._key_index)
+            if index < len(self._key_names):
+                return self._key_names[index]
+        return draw(self._key_text)
+
+    def value(self, draw: st.DrawFn) -> Any:
+        # The leaves left, in a list that the whole recursion counts down.
+        return self._node(draw, MAX_DEPTH, [MAX_LEAVES])
+
+    def config(self, draw: st.DrawFn) -> Any:
+        """An object of up to ``MAX_TOP_KEYS`` keys with any values, or any value at all."""
+        if not draw(self._is_whole_object):
+            return self.value(draw)
+        return {self.key(draw): self.value(draw) for _ in range(draw(self._top_keys))}
+
+    def _node(self, draw: st.DrawFn, bound: int, leaves_left: list[int]) -> Any:
+        shape = draw(self._shapes[bound])
+        if isinstance(shape, _Leaf):
+            leaves_left[0] -= 1
+            return shape.constant if shape.strategy is None else draw(shape.strategy)
+        # Past MAX_LEAVES a container stops growing (st.recursive drew the whole value
+        # again, which cost the draws made so far).
+        if shape.is_object:
+            found: dict[str, Any] = {}
+            for _ in range(shape.size):
+                if leaves_left[0] <= 0:
+                    break
+                key = self.key(draw)
+                found[key] = self._node(draw, shape.child_bound, leaves_left)
+            return found
+        items: list[Any] = []
+        for _ in range(shape.size):
+            if leaves_left[0] <= 0:
+                break
+            items.append(self._node(draw, shape.child_bound, leaves_left))
+        return items
+
+
+@st.composite
+def _values_of(draw: st.DrawFn, trees: _JSONTrees) -> Any:
+    return trees.value(draw)
+
+
+@st.composite
+def _configs_of(draw: st.DrawFn, trees: _JSONTrees) -> Any:
+    return trees.config(draw)
 
 
 def json_values(
-    keys: st.SearchStrategy[str] | None = None, *, allow_non_finite: bool = False
+    key_names: Sequence[str] = (), *, allow_non_finite: bool = False
 ) -> st.SearchStrategy[Any]:
-    """Arbitrary JSON values; pass ``keys`` to bias object keys towards a schema's names."""
-    key_strategy = keys if keys is not None else st.text(max_size=8)
-    return st.recursive(
-        json_scalars(allow_non_finite=allow_non_finite),
-        lambda children: (
-            st.lists(children, max_size=4) | st.dictionaries(key_strategy, children, max_size=4)
-        ),
-        max_leaves=12,
-    )
+    """Arbitrary JSON values; pass ``key_names`` to bias object keys towards a schema's."""
+    return _values_of(_JSONTrees(key_names, allow_non_finite))
 
 
 def schema_keys(schema: object) -> list[str]:
@@ -65,34 +182,23 @@ def schema_keys(schema: object) -> list[str]:
     return sorted(found)
 
 
-def keys_for(schema: object) -> st.SearchStrategy[str]:
-    names = schema_keys(schema)
-    return st.sampled_from(names) | st.text(max_size=8) if names else st.text(max_size=8)
-
-
 def config_values(schema: object, *, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
     """``json_values`` with object keys biased towards ``schema``'s names, built once per
-    schema: a property test that built it in its body got a new recursive strategy for
-    every example, and Hypothesis validated each one again, which cost more than decoding
-    the example (13.8 s of CPU against 5.3 s for 1,000 examples of one bundle)."""
-    return _config_values(json.dumps(schema, sort_keys=True), allow_non_finite)
+    schema: a property test that built it in its body got a new strategy for every
+    example, and Hypothesis validated each one again, which cost more than decoding the
+    example (13.8 s of CPU against 5.3 s for 1,000 examples of one bundle)."""
+    return _values_of(_trees(json.dumps(schema, sort_keys=True), allow_non_finite))
 
 
 def arbitrary_configs(schema: object, *, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
     """An object of up to 6 of ``schema``'s keys (or others) with any JSON values, or any
     JSON value at all (built once per schema, like ``config_values``)."""
-    return _arbitrary_configs(json.dumps(schema, sort_keys=True), allow_non_finite)
+    return _configs_of(_trees(json.dumps(schema, sort_keys=True), allow_non_finite))
 
 
 @cache
-def _config_values(schema_json: str, allow_non_finite: bool) -> st.SearchStrategy[Any]:
-    return json_values(keys_for(json.loads(schema_json)), allow_non_finite=allow_non_finite)
-
-
-@cache
-def _arbitrary_configs(schema_json: str, allow_non_finite: bool) -> st.SearchStrategy[Any]:
-    values = _config_values(schema_json, allow_non_finite)
-    return st.dictionaries(keys_for(json.loads(schema_json)), values, max_size=6) | values
+def _trees(schema_json: str, allow_non_finite: bool) -> _JSONTrees:
+    return _JSONTrees(schema_keys(json.loads(schema_json)), allow_non_finite)
 
 
 @cache
@@ -192,7 +298,11 @@ def _mutation(
     elif kind == "add":
         target = _pick(draw, objects)
         taken = {k for k, _ in target.pairs}
-        key = draw(_NEW_KEY.filter(lambda k: k not in taken))
+        # A taken key is lengthened until it is new: a ``.filter`` built a new strategy
+        # every example and drew again on a collision.
+        key = draw(_NEW_KEY)
+        while key in taken:
+            key += "_"
         target.pairs.append((key, _tree(draw(new_values))))
     elif kind == "replace":
         container = _pick(draw, filled)
