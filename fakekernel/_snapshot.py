@@ -64,6 +64,11 @@ def _link(state: State, lk: LinkState) -> dict[str, Any]:
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """Human-readable differences between two snapshots; empty when they are equal."""
+    if before == after:
+        # What the rig asks after every crash run and schedule step, and nearly always the
+        # answer: one comparison in C instead of a walk over every link's fields in Python
+        # (0.16 ms a diff of the default lab). Equal snapshots have no field that differs.
+        return []
     out: list[str] = []
     for key in ("boot_id", "live_rename"):
         if before.get(key) != after.get(key):
@@ -119,7 +124,7 @@ def _keyed(
             out.append(f"- {label(b[k])}")
         elif k not in b:
             out.append(f"+ {label(a[k])}")
-        else:
+        elif b[k] != a[k]:  # most items of two differing snapshots are equal
             for field in sorted(b[k].keys() | a[k].keys()):
                 old, new = b[k].get(field), a[k].get(field)
                 if old != new:

