@@ -28,15 +28,6 @@ MutationKind = Literal["drop", "add", "replace", "duplicate"]
 MUTATION_KINDS: tuple[MutationKind, ...] = ("drop", "add", "replace", "duplicate")
 T = TypeVar("T")
 
-# The shape of the values ``st.recursive(scalars, lists | dictionaries, max_leaves=12)``
-# generated before, which these draws keep.
-MAX_LEAVES = 12
-MAX_DEPTH = 4  # st.recursive with max_leaves=12 nests its extension four times
-MAX_ITEMS = 4  # per list or object below the top
-MAX_TOP_KEYS = 6  # an arbitrary config's own keys
-TEXT_SIZE = 12
-KEY_SIZE = 8
-
 
 @dataclass(frozen=True)
 class _Leaf:
@@ -53,56 +44,61 @@ class _Container:
     child_bound: int  # children are drawn with this depth bound
 
 
-def _leaves(allow_non_finite: bool) -> list[_Leaf]:
-    """The scalars, each twice and a boolean's two values once each, so that a leaf is
-    None, a boolean, a small int, any int, a float or a text one time in six, as
-    ``st.one_of`` of their six strategies made them; None first, as shrinking goes."""
-    return [
-        _Leaf(None),
-        _Leaf(None),
-        _Leaf(False),
-        _Leaf(True),
-        # Mostly plausible values, sometimes far outside int64.
-        *[_Leaf(strategy=st.integers(min_value=-(2**15), max_value=2**15))] * 2,
-        *[_Leaf(strategy=st.integers())] * 2,
-        *[_Leaf(strategy=st.floats(allow_nan=allow_non_finite, allow_infinity=allow_non_finite))]
-        * 2,
-        *[_Leaf(strategy=st.text(max_size=TEXT_SIZE))] * 2,
-    ]
+class JSONTrees:
+    """Lists and objects of ``leaves``, shaped like ``st.recursive(st.one_of(leaves),
+    lambda c: st.lists(c, max_size=max_items) | st.dictionaries(keys, c, max_size=max_items),
+    max_leaves=max_leaves)``, drawn as plain recursion inside one ``st.composite``.
 
+    ``leaves`` are equally likely (repeat one to weigh it); a strategy is drawn, anything
+    else is that constant, which costs no draw. Object keys are ``key_names`` and text
+    half and half, or text alone when there are no names.
+    """
 
-def _shapes(bound: int, leaves: list[_Leaf]) -> st.SearchStrategy[_Leaf | _Container]:
-    """A node drawn with depth bound ``bound`` picks k in 0..bound uniformly, as
-    ``st.recursive``'s ``one_of`` of its ``bound + 1`` nesting levels does: k = 0 is a
-    leaf, otherwise a list or an object (half and half) of 0 to ``MAX_ITEMS`` items
-    whose children have bound k - 1. One draw, from a table in which an entry's count
-    is its weight: each depth level weighs as much as the leaves."""
-    sizes = range(MAX_ITEMS + 1)
-    containers = [
-        _Container(is_object, size, child_bound)
-        for child_bound in range(bound)
-        for is_object in (False, True)
-        for size in sizes
-    ]
-    per_container = len(leaves) // 2
-    return st.sampled_from(
-        [*leaves * len(sizes), *[c for c in containers for _ in range(per_container)]]
-    )
-
-
-class _JSONTrees:
-    """Draws JSON values within a ``draw`` (of one ``st.composite``) as plain recursion."""
-
-    def __init__(self, key_names: Sequence[str], allow_non_finite: bool) -> None:
-        leaves = _leaves(allow_non_finite)
-        self._shapes = [_shapes(bound, leaves) for bound in range(MAX_DEPTH + 1)]
-        self._top_keys = st.integers(0, MAX_TOP_KEYS)
+    def __init__(
+        self,
+        leaves: Sequence[object],
+        *,
+        key_names: Sequence[str] = (),
+        key_size: int = 8,
+        max_leaves: int = 12,
+        max_items: int = 4,
+    ) -> None:
+        self._max_leaves = max_leaves
+        # st.recursive nests its extension while 2 ** depth <= max_leaves.
+        self._max_depth = max_leaves.bit_length()
+        table = [
+            _Leaf(strategy=leaf) if isinstance(leaf, st.SearchStrategy) else _Leaf(leaf)
+            for leaf in leaves
+        ]
+        self._shapes = [
+            self._shapes_within(bound, table, max_items) for bound in range(self._max_depth + 1)
+        ]
         self._key_names = tuple(key_names)
-        # One draw for a key: the schema's names and text half and half, as
-        # ``st.sampled_from(names) | st.text()`` made them.
-        self._key_index = st.integers(0, 2 * len(self._key_names) - 1) if key_names else None
-        self._key_text = st.text(max_size=KEY_SIZE)
-        self._is_whole_object = st.booleans()
+        # One draw for a schema's name; a text key draws once more.
+        self._key_index = st.integers(0, 2 * len(key_names) - 1) if key_names else None
+        self._key_text = st.text(max_size=key_size)
+        self.values: st.SearchStrategy[Any] = _values_of(self)
+
+    @staticmethod
+    def _shapes_within(
+        bound: int, leaves: list[_Leaf], max_items: int
+    ) -> st.SearchStrategy[_Leaf | _Container]:
+        """A node drawn with depth bound ``bound`` picks k in 0..bound uniformly, as
+        ``st.recursive``'s ``one_of`` of its ``bound + 1`` nesting levels does: k = 0 is a
+        leaf, otherwise a list or an object (half and half) of 0 to ``max_items`` items
+        whose children have bound k - 1. One draw, from a table in which an entry's count
+        is its weight: the leaves weigh as much as each depth level's containers."""
+        sizes = range(max_items + 1)
+        containers = [
+            _Container(is_object, size, child_bound)
+            for child_bound in range(bound)
+            for is_object in (False, True)
+            for size in sizes
+        ]
+        # len(leaves) * len(sizes) entries for the leaves, as many for each depth level.
+        return st.sampled_from(
+            [*leaves * len(sizes) * 2, *[c for c in containers for _ in range(len(leaves))]]
+        )
 
     def key(self, draw: st.DrawFn) -> str:
         if self._key_index is not None:
@@ -113,20 +109,14 @@ class _JSONTrees:
 
     def value(self, draw: st.DrawFn) -> Any:
         # The leaves left, in a list that the whole recursion counts down.
-        return self._node(draw, MAX_DEPTH, [MAX_LEAVES])
-
-    def config(self, draw: st.DrawFn) -> Any:
-        """An object of up to ``MAX_TOP_KEYS`` keys with any values, or any value at all."""
-        if not draw(self._is_whole_object):
-            return self.value(draw)
-        return {self.key(draw): self.value(draw) for _ in range(draw(self._top_keys))}
+        return self._node(draw, self._max_depth, [self._max_leaves])
 
     def _node(self, draw: st.DrawFn, bound: int, leaves_left: list[int]) -> Any:
         shape = draw(self._shapes[bound])
         if isinstance(shape, _Leaf):
             leaves_left[0] -= 1
             return shape.constant if shape.strategy is None else draw(shape.strategy)
-        # Past MAX_LEAVES a container stops growing (st.recursive drew the whole value
+        # Past max_leaves a container stops growing (st.recursive drew the whole value
         # again, which cost the draws made so far).
         if shape.is_object:
             found: dict[str, Any] = {}
@@ -145,20 +135,46 @@ class _JSONTrees:
 
 
 @st.composite
-def _values_of(draw: st.DrawFn, trees: _JSONTrees) -> Any:
+def _values_of(draw: st.DrawFn, trees: JSONTrees) -> Any:
     return trees.value(draw)
 
 
-@st.composite
-def _configs_of(draw: st.DrawFn, trees: _JSONTrees) -> Any:
-    return trees.config(draw)
+def _config_leaves(allow_non_finite: bool) -> list[object]:
+    """None, a boolean, a small int, any int, a float or a text, one time in six each,
+    as ``st.one_of`` of their six strategies made them; None first, as shrinking goes."""
+    return [
+        None,
+        None,
+        False,
+        True,
+        # Mostly plausible values, sometimes far outside int64.
+        *[st.integers(min_value=-(2**15), max_value=2**15)] * 2,
+        *[st.integers()] * 2,
+        *[st.floats(allow_nan=allow_non_finite, allow_infinity=allow_non_finite)] * 2,
+        *[st.text(max_size=12)] * 2,
+    ]
 
 
 def json_values(
     key_names: Sequence[str] = (), *, allow_non_finite: bool = False
 ) -> st.SearchStrategy[Any]:
     """Arbitrary JSON values; pass ``key_names`` to bias object keys towards a schema's."""
-    return _values_of(_JSONTrees(key_names, allow_non_finite))
+    return JSONTrees(_config_leaves(allow_non_finite), key_names=key_names).values
+
+
+MAX_TOP_KEYS = 6  # an arbitrary config's own keys
+
+
+@st.composite
+def _configs_of(draw: st.DrawFn, trees: JSONTrees) -> Any:
+    """An object of up to ``MAX_TOP_KEYS`` keys with any values, or any value at all."""
+    if not draw(_IS_WHOLE_OBJECT):
+        return trees.value(draw)
+    return {trees.key(draw): trees.value(draw) for _ in range(draw(_TOP_KEYS))}
+
+
+_IS_WHOLE_OBJECT = st.booleans()
+_TOP_KEYS = st.integers(0, MAX_TOP_KEYS)
 
 
 def schema_keys(schema: object) -> list[str]:
@@ -187,7 +203,7 @@ def config_values(schema: object, *, allow_non_finite: bool = False) -> st.Searc
     schema: a property test that built it in its body got a new strategy for every
     example, and Hypothesis validated each one again, which cost more than decoding the
     example (13.8 s of CPU against 5.3 s for 1,000 examples of one bundle)."""
-    return _values_of(_trees(json.dumps(schema, sort_keys=True), allow_non_finite))
+    return _trees(json.dumps(schema, sort_keys=True), allow_non_finite).values
 
 
 def arbitrary_configs(schema: object, *, allow_non_finite: bool = False) -> st.SearchStrategy[Any]:
@@ -197,8 +213,10 @@ def arbitrary_configs(schema: object, *, allow_non_finite: bool = False) -> st.S
 
 
 @cache
-def _trees(schema_json: str, allow_non_finite: bool) -> _JSONTrees:
-    return _JSONTrees(schema_keys(json.loads(schema_json)), allow_non_finite)
+def _trees(schema_json: str, allow_non_finite: bool) -> JSONTrees:
+    return JSONTrees(
+        _config_leaves(allow_non_finite), key_names=schema_keys(json.loads(schema_json))
+    )
 
 
 @cache
