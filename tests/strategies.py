@@ -51,7 +51,8 @@ class JSONTrees:
 
     ``leaves`` are equally likely (repeat one to weigh it); a strategy is drawn, anything
     else is that constant, which costs no draw. Object keys are ``key_names`` and text
-    half and half, or text alone when there are no names.
+    half and half, or text alone when there are no names; ``objects=False`` makes lists
+    alone (``extend`` of ``st.lists`` only).
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class JSONTrees:
         key_size: int = 8,
         max_leaves: int = 12,
         max_items: int = 4,
+        objects: bool = True,
     ) -> None:
         self._max_leaves = max_leaves
         # st.recursive nests its extension while 2 ** depth <= max_leaves.
@@ -71,7 +73,8 @@ class JSONTrees:
             for leaf in leaves
         ]
         self._shapes = [
-            self._shapes_within(bound, table, max_items) for bound in range(self._max_depth + 1)
+            self._shapes_within(bound, table, max_items, objects)
+            for bound in range(self._max_depth + 1)
         ]
         self._key_names = tuple(key_names)
         # One draw for a schema's name; a text key draws once more.
@@ -81,7 +84,7 @@ class JSONTrees:
 
     @staticmethod
     def _shapes_within(
-        bound: int, leaves: list[_Leaf], max_items: int
+        bound: int, leaves: list[_Leaf], max_items: int, objects: bool
     ) -> st.SearchStrategy[_Leaf | _Container]:
         """A node drawn with depth bound ``bound`` picks k in 0..bound uniformly, as
         ``st.recursive``'s ``one_of`` of its ``bound + 1`` nesting levels does: k = 0 is a
@@ -89,15 +92,17 @@ class JSONTrees:
         whose children have bound k - 1. One draw, from a table in which an entry's count
         is its weight: the leaves weigh as much as each depth level's containers."""
         sizes = range(max_items + 1)
+        kinds = (False, True) if objects else (False,)
         containers = [
             _Container(is_object, size, child_bound)
             for child_bound in range(bound)
-            for is_object in (False, True)
+            for is_object in kinds
             for size in sizes
         ]
-        # len(leaves) * len(sizes) entries for the leaves, as many for each depth level.
+        # As many entries for the leaves as for each depth level's containers.
+        per_level = len(leaves) * len(sizes) * len(kinds)
         return st.sampled_from(
-            [*leaves * len(sizes) * 2, *[c for c in containers for _ in range(len(leaves))]]
+            [*leaves * (per_level // len(leaves)), *[c for c in containers for _ in leaves]]
         )
 
     def key(self, draw: st.DrawFn) -> str:
@@ -137,6 +142,27 @@ class JSONTrees:
 @st.composite
 def _values_of(draw: st.DrawFn, trees: JSONTrees) -> Any:
     return trees.value(draw)
+
+
+def lists_of(elements: st.SearchStrategy[T], *, max_size: int) -> st.SearchStrategy[list[T]]:
+    """``st.lists(elements, max_size=max_size)`` whose size is one draw (0 to ``max_size``,
+    the same mean), not one boolean choice per element and one more to stop."""
+    return _sized(elements, st.integers(0, max_size))
+
+
+def dicts_of(
+    keys: st.SearchStrategy[str], values: st.SearchStrategy[T], *, max_size: int
+) -> st.SearchStrategy[dict[str, T]]:
+    """``st.dictionaries`` sized like ``lists_of``; a repeated key keeps its last value
+    (``st.dictionaries`` drew the key again)."""
+    return lists_of(st.tuples(keys, values), max_size=max_size).map(dict)
+
+
+@st.composite
+def _sized(
+    draw: st.DrawFn, elements: st.SearchStrategy[T], sizes: st.SearchStrategy[int]
+) -> list[T]:
+    return [draw(elements) for _ in range(draw(sizes))]
 
 
 def _config_leaves(allow_non_finite: bool) -> list[object]:

@@ -59,6 +59,7 @@ from plugins.sdk.host import (
     remove_request_to_pb,
     unprepare_request_to_pb,
 )
+from tests.strategies import JSONTrees, dicts_of, lists_of
 
 UINT32 = 2**32 - 1
 UINT64 = 2**64 - 1
@@ -71,12 +72,19 @@ ids = st.one_of(
     st.text(alphabet=ID_ALPHABET, min_size=1, max_size=24),
     st.text(alphabet=ID_ALPHABET, min_size=240, max_size=253),
 )
-str_maps = st.dictionaries(texts, texts, max_size=3)
-json_leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), texts
-)
-descriptions = st.dictionaries(
-    texts, st.recursive(json_leaves, lambda c: st.lists(c, max_size=3), max_leaves=5), max_size=3
+str_maps = dicts_of(texts, texts, max_size=3)
+# None, a boolean, an int, a finite float or a text, one time in five each, in nested lists
+# (as st.recursive(st.one_of(...), lambda c: st.lists(c, max_size=3), max_leaves=5) made
+# them, with fewer draws: see tests.strategies.JSONTrees).
+json_leaves = [
+    None,
+    None,
+    False,
+    True,
+    *[st.integers(), st.floats(allow_nan=False, allow_infinity=False), texts] * 2,
+]
+descriptions = dicts_of(
+    texts, JSONTrees(json_leaves, max_leaves=5, max_items=3, objects=False).values, max_size=3
 ).map(json.dumps)
 
 
@@ -104,8 +112,8 @@ handles = st.builds(
     root_provenance=texts,
     description_json=descriptions,
 )
-handle_tuples = st.lists(handles, max_size=3).map(tuple)
-ports = st.dictionaries(st.text(min_size=1, max_size=10), handle_tuples, max_size=3)
+handle_tuples = lists_of(handles, max_size=3).map(tuple)
+ports = dicts_of(st.text(min_size=1, max_size=10), handle_tuples, max_size=3)
 allocations = st.builds(
     AllocationBinding,
     root_id=texts,
@@ -147,7 +155,7 @@ connect_requests = st.builds(
     interface_names=str_maps,
     prepared=st.none() | prepared_states,
     allocation=st.none() | allocations,
-    grants=st.lists(st.builds(Grant, effect=texts, resource_id=texts), max_size=3).map(tuple),
+    grants=lists_of(st.builds(Grant, effect=texts, resource_id=texts), max_size=3).map(tuple),
 )
 
 
@@ -157,7 +165,7 @@ def cleanup_requests(hook: Hook) -> st.SearchStrategy[CleanupRequest]:
     )
 
 
-effects = st.lists(
+effects = lists_of(
     st.builds(
         EffectStatus,
         effect_id=texts,
@@ -170,7 +178,7 @@ effects = st.lists(
 prepare_responses = st.builds(
     PrepareResponse,
     prepared_state=prepared_states,
-    cdi_device_ids=st.lists(texts, max_size=3).map(tuple),
+    cdi_device_ids=lists_of(texts, max_size=3).map(tuple),
 )
 connect_responses = st.builds(ConnectResponse, outputs=ports)
 cleanup_responses = st.builds(
@@ -193,7 +201,7 @@ infos = st.builds(
     EndpointInfo,
     plugin_name=texts,
     contract_version=texts,
-    step_kinds=st.lists(st.sampled_from(StepKind), max_size=2).map(tuple),
+    step_kinds=lists_of(st.sampled_from(StepKind), max_size=2).map(tuple),
     contract_digest=texts,
     artifact_digest=texts,
     state_namespace=texts,
