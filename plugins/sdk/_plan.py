@@ -11,10 +11,10 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from ._errors import PlanError
 from ._types import Hook
@@ -33,24 +33,44 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-"""The json module's private C encoder constructor: what ``_CANONICAL.encode`` calls for
-every value but a string (None on an interpreter without it: the plain path)."""
+def _make_c_encoder() -> Callable[[JSON], str] | None:
+    """``_CANONICAL.encode`` without its Python around the C encoder (``iterencode``'s float
+    closure and checks, ~2 us of 3-6 per call; the runner encodes every capture, result
+    and response): the same private constructor with the same arguments, and its own
+    circular-reference markers per call, so the same bytes and the same errors.
+
+    ``c_make_encoder`` is private to the json module: an interpreter without it, whose
+    constructor takes other arguments, or that encodes a probe differently gets None and
+    the plain path, since a digest that differed would call recorded plans altered."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+
+    def encode(value: JSON) -> str:
+        encoder = make(
+            {}, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",",
+            True, False, False,
+        )  # fmt: skip
+        return "".join(encoder(value, 0))
+
+    probe: JSON = {"z": [1.5, -0.0, 2**70, True, None], "a": {'\u00fc\n"': ""}, "m": [{}, []]}
+    try:
+        # Against the json module's pure-Python encoder (iterencode, not one-shot).
+        if encode(probe) == "".join(_CANONICAL.iterencode(probe)):
+            return encode
+    except Exception:  # another interpreter's private signature: the plain path
+        pass
+    return None
+
+
+_C_ENCODE: Final = _make_c_encoder()
 
 
 def canonical_json(value: JSON) -> str:
     """The one serialization used for digests: sorted keys, no whitespace, UTF-8."""
-    if _C_MAKE_ENCODER is None or isinstance(value, str):
+    if _C_ENCODE is None or isinstance(value, str):
         return _CANONICAL.encode(value)
-    # ``_CANONICAL.encode`` without its Python around the C encoder (``iterencode``'s
-    # float closure and checks, ~2 us of 3-6 per call; the runner encodes every capture,
-    # result and response): the same constructor with the same arguments, and its own
-    # circular-reference markers per call, so the same bytes and the same errors.
-    encode = _C_MAKE_ENCODER(
-        {}, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",",
-        True, False, False,
-    )  # fmt: skip
-    return "".join(encode(value, 0))
+    return _C_ENCODE(value)
 
 
 def digest(value: JSON) -> str:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
 
-from plugins.sdk import EffectSpec, OutputRef, Plan, PlanError, Subplan, effect, new_plan
+from plugins.sdk import (
+    EffectSpec,
+    OutputRef,
+    Plan,
+    PlanError,
+    Subplan,
+    canonical_json,
+    effect,
+    new_plan,
+)
 
 CREATE = "linux/create-bond/v1"
 ATTACH = "linux/attach-member/v1"
@@ -172,3 +182,53 @@ def test_output_ref_parse() -> None:
     assert OutputRef.parse("move-vf.rename/link") == OutputRef("move-vf.rename", "link")
     with pytest.raises(ValueError, match="not EFFECT/PORT"):
         OutputRef.parse("nolink")
+
+
+CANONICAL_CASES = [
+    {"b": [1, 2.5, -0.0, 2**70], "a": '\u00fc\n"\\', "c": {"y": None, "x": True}},
+    [[], {}, [{"k": [False]}]],
+    0.1,
+    "text",
+    None,
+]
+
+
+@pytest.mark.parametrize("value", CANONICAL_CASES)
+def test_canonical_json_is_what_the_plain_encoder_writes(value: object) -> None:
+    from plugins.sdk import _plan
+
+    assert _plan._C_ENCODE is not None  # this interpreter takes the C path
+    plain = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_json(value) == plain
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [({"a": float("nan")}, "Out of range float"), ({"a": object()}, "not JSON serializable")],
+)
+def test_canonical_json_refuses_what_the_plain_encoder_refuses(value: object, error: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=error):
+        canonical_json(value)
+
+
+def test_canonical_json_detects_a_circular_value_on_every_call() -> None:
+    looped: list[object] = []
+    looped.append(looped)
+    for _ in range(2):  # markers are fresh per call: the second one is not fooled
+        with pytest.raises(ValueError, match="Circular reference"):
+            canonical_json(looped)
+    assert canonical_json([1, [2]]) == "[1,[2]]"
+
+
+def test_an_encoder_that_differs_on_the_probe_falls_back_to_the_plain_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from plugins.sdk import _plan
+
+    def wrong(*args: object) -> object:
+        return lambda value, level: iter(["{}"])
+
+    monkeypatch.setattr(json.encoder, "c_make_encoder", wrong)
+    assert _plan._make_c_encoder() is None
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    assert _plan._make_c_encoder() is None
