@@ -15,8 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -30,15 +29,6 @@ from ..runner.test_journal_loss_service import ToyDeployment
 
 HOOKS = ("NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare")
 DEADLINE_S = 60.0
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[ToyDeployment]:
-    deployment = ToyDeployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
 
 
 def run_service(lab: ToyDeployment, *flags: str) -> list[str]:

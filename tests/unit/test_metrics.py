@@ -102,15 +102,6 @@ def assert_all_hooks_measured(samples: Samples) -> None:
     assert_bounded_labels(samples)
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[ToyDeployment]:
-    deployment = ToyDeployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
-
-
 def test_a_scrape_after_all_four_hooks_over_the_wire_has_their_histograms(
     lab: ToyDeployment,
 ) -> None:

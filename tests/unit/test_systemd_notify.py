@@ -108,15 +108,6 @@ def test_a_manager_that_is_gone_is_logged_once_and_not_raised(
     assert "nobody-listens" in warnings[0].getMessage()
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[ToyDeployment]:
-    deployment = ToyDeployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.close()
-
-
 def start_under(lab: ToyDeployment, manager: Manager) -> subprocess.Popen[bytes]:
     """The toy service's own command, as a ``Type=notify`` unit would run it."""
     env = {**os.environ, NOTIFY_SOCKET_ENV: str(manager.path)}
