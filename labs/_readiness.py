@@ -26,7 +26,7 @@ from types import TracebackType
 
 from plugins.sdk.systemd import NOTIFY_SOCKET_ENV
 
-__all__ = ["NOTIFY_SOCKET_ENV", "ReadyListener"]
+__all__ = ["ReadyListener"]
 
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes with its NUL; a margin for the name
 _EXIT_POLL_S = 0.05  # without a pidfd (a kernel before 5.3): how often to look for an exit
