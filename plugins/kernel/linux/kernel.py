@@ -8,7 +8,9 @@ keeps a verified descriptor of the namespace and, once needed, one NETLINK_ROUTE
 socket created *inside* that namespace (see ``_nsfs`` for how: a throwaway thread,
 so no thread that does other work ever changes namespace). Requests about links of
 a namespace go to that namespace's socket; a link is created in, or moved to,
-another namespace with ``IFLA_NET_NS_FD`` in the same message.
+another namespace with ``IFLA_NET_NS_FD`` in the same message. A delete is answered at
+the kernel's announcement that the link is unregistered, not at its ack, which comes
+after an RCU grace period (``_unregister``).
 
 Both the descriptor and the socket keep the namespace alive, so a namespace other than
 the host is *held* only while calls use it, and for ``linger_s`` (``NAMESPACE_LINGER_S``)
@@ -92,6 +94,7 @@ from ._nsfs import (
     run_in_netns,
     stat_identity,
 )
+from ._unregister import DeleteChannel
 
 __all__ = [
     "DEFAULT_NAMESPACE_DIRS",
@@ -128,6 +131,7 @@ class _Namespace:
     fd: int | None
     paths: list[str]
     sock: w.RtnlSocket | None = None
+    deletes: DeleteChannel | None = None  # its sockets for RTM_DELLINK (``_unregister``)
     nsids: dict[int, Identity] = field(default_factory=dict)  # nsid seen from here -> ns
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
@@ -136,7 +140,7 @@ class _Namespace:
 
     @property
     def held(self) -> bool:
-        return self.fd is not None or self.sock is not None
+        return self.fd is not None or self.sock is not None or self.deletes is not None
 
     def held_fd(self) -> int:
         """The descriptor, reopened from a path still naming this namespace if needed
@@ -161,6 +165,9 @@ class _Namespace:
             if self.sock is not None:
                 self.sock.close()
                 self.sock = None
+            if self.deletes is not None:
+                self.deletes.close()
+                self.deletes = None
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
@@ -214,6 +221,22 @@ def _new_rtnl_socket() -> socket.socket:
     return socket.socket(
         socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
     )
+
+
+def _new_rtnl_sockets(count: int) -> list[socket.socket]:
+    made: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            made.append(_new_rtnl_socket())
+    except BaseException:
+        _close_all(made)
+        raise
+    return made
+
+
+def _close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
 
 
 def _netns_cookie(sock: socket.socket) -> int | None:
@@ -563,8 +586,11 @@ class LinuxKernel:
 
     @_call
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
+        """Returns once the kernel announces the link unregistered, not after it freed it
+        (``_unregister``: the kernel's RCU wait, most of a delete, is left to a thread)."""
         space = self._resolve(ns)
-        self._request(space, w.RTM_DELLINK, 0, w.ifinfomsg(_s32(ifindex)))
+        index = _s32(ifindex)
+        self._delete_channel(space).delete(index, self._background_call)
 
     # -- Kernel: VFs -----------------------------------------------------------------------
 
@@ -696,30 +722,53 @@ class LinuxKernel:
 
     def _socket(self, space: _Namespace) -> w.RtnlSocket:
         with space.lock:
-            fd = space.held_fd()
             if space.sock is None or space.sock.closed:
-                if current_thread_identity() == space.key:
-                    raw = _new_rtnl_socket()
-                else:
-                    raw = run_in_netns(fd, _new_rtnl_socket, cleanup=socket.socket.close)
-                try:
-                    cookie = _netns_cookie(raw)
-                    if space.cookie is None:
-                        space.cookie = cookie
-                    elif cookie is not None and cookie != space.cookie:
-                        # The namespace we knew died and another got its inode number:
-                        # nothing of that other namespace is kept.
-                        os.close(fd)
-                        space.fd = None
-                        raise netlink_error(
-                            errno.ESTALE,
-                            f"{space.paths[0]} names a new namespace with the inode of {space.key}",
-                        )
-                    space.sock = w.RtnlSocket(raw)
-                except BaseException:
-                    raw.close()
-                    raise
+                (raw,) = self._sockets_in(space, 1)
+                space.sock = w.RtnlSocket(raw)
             return space.sock
+
+    def _delete_channel(self, space: _Namespace) -> DeleteChannel:
+        with space.lock:
+            if space.deletes is None or not space.deletes.usable:
+                if space.deletes is not None:
+                    space.deletes.close()
+                    space.deletes = None
+                sender, listener = self._sockets_in(space, 2)
+                space.deletes = DeleteChannel(sender, listener)
+            return space.deletes
+
+    def _sockets_in(self, space: _Namespace, count: int) -> list[socket.socket]:
+        """``count`` new NETLINK_ROUTE sockets inside ``space`` (call with ``space.lock``
+        held), made on one throwaway thread, and checked to be in the namespace we know."""
+        fd = space.held_fd()
+        if current_thread_identity() == space.key:
+            raws = _new_rtnl_sockets(count)
+        else:
+            raws = run_in_netns(fd, lambda: _new_rtnl_sockets(count), cleanup=_close_all)
+        try:
+            cookie = _netns_cookie(raws[0])
+            if space.cookie is None:
+                space.cookie = cookie
+            elif cookie is not None and cookie != space.cookie:
+                # The namespace we knew died and another got its inode number:
+                # nothing of that other namespace is kept.
+                os.close(fd)
+                space.fd = None
+                raise netlink_error(
+                    errno.ESTALE,
+                    f"{space.paths[0]} names a new namespace with the inode of {space.key}",
+                )
+        except BaseException:
+            _close_all(raws)
+            raise
+        return raws
+
+    def _background_call(self) -> Callable[[], None]:
+        """Count work that outlives its public call (a delete's sender thread) as a call in
+        progress until the function returned is called (once): nothing it uses is let go."""
+        with self._lock:
+            self._calls += 1
+        return self._call_returned
 
     def _request(self, space: _Namespace, msg_type: int, flags: int, body: bytes) -> list[bytes]:
         return self._socket(space).request(msg_type, flags, body)

@@ -1,0 +1,243 @@
+"""Deleting a link: answered once the kernel has unregistered it, not once it has freed it.
+
+The kernel handles RTM_DELLINK inside the sender's ``sendmsg()``. Under RTNL it unlists
+the device from its namespace, releases its name, detaches its upper and lower devices,
+runs its uninit (a macvlan's or ipvlan's port, a bond's slaves) and announces
+RTM_DELLINK to the namespace's RTNLGRP_LINK listeners. Then it drops RTNL and, still in
+the sender's call (``netdev_run_todo``), waits in ``rcu_barrier()`` for an RCU grace
+period and for the device's last references, frees it, and only then acks. That wait is
+most of a delete (an ack after 18.7 ms, the announcement after 0.6 ms, median, host
+kernel 6.18; 21.8 / 3.3 ms on Debian's 6.1 under TCG, 25.6 / 5.5 ms on 6.12:
+docs/benchmarks.md, "The kernel's delete wait"), and nothing a caller is told depends on
+it: once announced, the device is in no namespace, and no netlink request, nor anything
+else that takes RTNL, can see or reach it.
+
+So a delete is sent on a socket of its own, from a short-lived thread (``sendmsg`` blocks
+for the whole delete), and the caller returns at whichever comes first:
+
+* the announcement of *this* device's unregistration on a socket listening in the same
+  namespace: an ``AF_UNSPEC`` RTM_DELLINK for the ifindex *without* ``IFLA_NEW_NETNSID``
+  or ``IFLA_NEW_IFINDEX``. A device moved to another namespace is announced as
+  RTM_DELLINK too, with those attributes, and a port leaving a bridge as an
+  ``AF_BRIDGE`` one: neither is a deletion, and the caller then waits for the ack,
+  which says what the kernel did with our request;
+* the ack, or the error the kernel answered (raised as it gave it).
+
+A listener whose queue overflowed (ENOBUFS) may have lost the announcement: the caller
+waits for the ack then. The sender thread outlives the call by the rest of the kernel's
+wait; ``LinuxKernel`` counts it as a call in progress until it ends, so nothing it uses
+is let go under it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from . import _wire as w
+from ._errors import netlink_error
+
+RTNLGRP_LINK = 1
+NETLINK_ADD_MEMBERSHIP = 1
+NETLINK_DROP_MEMBERSHIP = 2
+IFLA_NEW_NETNSID = 45
+IFLA_NEW_IFINDEX = 49
+_MOVED = frozenset((IFLA_NEW_NETNSID, IFLA_NEW_IFINDEX))
+# The sender's own deadline for the ack (w.RECV_DEADLINE_S) comes first; this one only
+# bounds a caller whose sender thread never reports.
+WAIT_DEADLINE_S = w.RECV_DEADLINE_S + 5.0
+_NLMSGHDR = struct.Struct("=IHHII")
+_IFINFOMSG = struct.Struct("=BxHiII")
+_NLA = struct.Struct("=HH")
+
+
+def announces_unregistration(data: bytes | memoryview, ifindex: int) -> bool:
+    """Whether the netlink messages in ``data`` include the kernel's announcement that
+    the device ``ifindex`` of this namespace was unregistered (deleted, not moved)."""
+    offset = 0
+    while offset + _NLMSGHDR.size + _IFINFOMSG.size <= len(data):
+        length, mtype, _, _, _ = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size or offset + length > len(data):
+            return False  # truncated: nothing after it can be trusted
+        if mtype == w.RTM_DELLINK:
+            family, _, index, _, _ = _IFINFOMSG.unpack_from(data, offset + _NLMSGHDR.size)
+            if family == socket.AF_UNSPEC and index == ifindex:
+                attrs = offset + _NLMSGHDR.size + _IFINFOMSG.size
+                if not _attribute_kinds(data, attrs, offset + length) & _MOVED:
+                    return True
+        offset += (length + 3) & ~3
+    return False
+
+
+def _attribute_kinds(data: bytes | memoryview, offset: int, end: int) -> set[int]:
+    kinds = set()
+    while offset + _NLA.size <= end:
+        length, kind = _NLA.unpack_from(data, offset)
+        if length < _NLA.size:
+            break
+        kinds.add(kind & ~w.NLA_F_NESTED)
+        offset += (length + 3) & ~3
+    return kinds
+
+
+class _Sent:
+    """The sender thread's outcome, and an eventfd the caller polls beside its listener.
+
+    The eventfd is closed by whichever of the two lets go of it last, so the sender never
+    writes to a descriptor number the caller has closed (and another open has reused).
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.error: BaseException | None = None
+        self.done = False
+        self._users = 2
+        self._lock = threading.Lock()
+
+    def finish(self, error: BaseException | None) -> None:
+        self.error, self.done = error, True
+        os.eventfd_write(self.fd, 1)
+        self.release()
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = not self._users
+        if last:
+            os.close(self.fd)
+
+
+class DeleteChannel:
+    """A namespace's two sockets for deletes: ``sender`` sends RTM_DELLINK (on the
+    sender thread), ``listener`` joins RTNLGRP_LINK only while a caller waits on it.
+
+    Both must have been created inside the namespace. Callers wait one at a time on the
+    listener (each only until its device is announced); their senders share ``sender``,
+    whose lock serializes them (a second delete in one namespace at once waits for the
+    first's ack before its own request goes out, as it did on one socket).
+    """
+
+    def __init__(self, sender: socket.socket, listener: socket.socket) -> None:
+        try:
+            listener.setblocking(False)
+            listener.bind((0, 0))
+            self._sender = w.RtnlSocket(sender)
+        except BaseException:
+            sender.close()
+            listener.close()
+            raise
+        self._listener = listener
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """Close both sockets; a delete in flight finishes first (its sender holds the
+        sender socket's lock until its ack)."""
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self._listener.close()
+        self._sender.close()
+
+    @property
+    def usable(self) -> bool:
+        """False once closed, or once the sender socket was (an I/O error closes it)."""
+        return not self.closed and not self._sender.closed
+
+    def delete(self, ifindex: int, hold: Callable[[], Callable[[], None]]) -> None:
+        """Delete the device ``ifindex``; return once it is unregistered (see the module).
+
+        ``hold()`` is called just before the sender thread starts and returns what the
+        thread calls, once, when it ends: the owner keeps these sockets open meanwhile.
+        """
+        body = w.ifinfomsg(ifindex)
+        with self._lock:
+            if self.closed:
+                raise netlink_error(errno.EBADF, "the namespace's delete sockets are closed")
+            self._drain()
+            self._membership(NETLINK_ADD_MEMBERSHIP)
+            try:
+                sent = _Sent()
+                try:
+                    self._start_sender(body, sent, hold)
+                    announced = self._wait(ifindex, sent)
+                finally:
+                    sent.release()
+            finally:
+                self._membership(NETLINK_DROP_MEMBERSHIP)
+        if not announced and sent.error is not None:
+            raise sent.error
+
+    def _start_sender(
+        self, body: bytes, sent: _Sent, hold: Callable[[], Callable[[], None]]
+    ) -> None:
+        released = hold()
+
+        def send() -> None:
+            error: BaseException | None = None
+            try:
+                self._sender.request(w.RTM_DELLINK, 0, body)
+            except BaseException as exc:  # handed to the caller, if it still waits
+                error = exc
+            finally:
+                try:
+                    sent.finish(error)
+                finally:
+                    released()
+
+        # Not a daemon: an exiting interpreter lets the kernel's wait finish (ms) first.
+        thread = threading.Thread(target=send, name="netlink-delete", daemon=False)
+        try:
+            thread.start()
+        except BaseException:
+            sent.release()  # the sender's share: it never ran
+            released()
+            raise
+
+    def _wait(self, ifindex: int, sent: _Sent) -> bool:
+        """True once the device is announced unregistered; False once the sender ended
+        first (its ack or error is then the answer)."""
+        poller = select.poll()
+        poller.register(sent.fd, select.POLLIN)
+        poller.register(self._listener.fileno(), select.POLLIN)
+        deadline = time.monotonic() + WAIT_DEADLINE_S
+        while not sent.done:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise netlink_error(errno.ETIMEDOUT, "no answer to RTM_DELLINK before the deadline")
+            for fd, _ in poller.poll(remaining * 1000):
+                if fd != self._listener.fileno():
+                    continue
+                try:
+                    data = self._listener.recv(1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.ENOBUFS:
+                        raise
+                    # Announcements were dropped, ours perhaps: only the ack can tell.
+                    poller.unregister(self._listener.fileno())
+                    continue
+                if announces_unregistration(data, ifindex):
+                    return True
+        return False
+
+    def _drain(self) -> None:
+        """Drop what the listener queued after the last caller stopped waiting."""
+        while True:
+            try:
+                self._listener.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+
+    def _membership(self, option: int) -> None:
+        self._listener.setsockopt(w.SOL_NETLINK, option, RTNLGRP_LINK)
