@@ -186,6 +186,27 @@ def test_at_most_max_held_namespaces_stay_held(netns_dir: Path, make_ns: MakeNam
         assert held == {host.key, refs[2].key, refs[3].key}  # the most recently used
 
 
+def test_a_namespace_met_under_a_new_path_after_its_paths_died_is_checked_anew(
+    netns_dir: Path, make_ns: MakeNamespace
+) -> None:
+    """Calls no longer re-check every known namespace's paths: one whose paths all died
+    can still be known (not held) when a namespace with its inode number is opened under
+    another path. That one is not the dead one's: it is opened afresh, not refused as
+    an impostor of it."""
+    with LinuxKernel(HOST_NS, linger_s=0) as kernel:
+        handle = make_ns()
+        ref = kernel.open_namespace(handle)
+        kernel.list_links(ref)  # let go after: known, not held
+        known = kernel._spaces[(ref.device, ref.inode)]
+        # As if its path had died, and a new namespace with its inode number (another
+        # cookie) were mounted at another path:
+        known.paths[:] = [str(netns_dir / "gone-long-ago")]
+        known.cookie = 1
+        again = kernel.open_namespace(handle)
+        assert [lk.name for lk in kernel.list_links(again)] == ["lo"]
+        assert kernel._spaces[(ref.device, ref.inode)] is not known
+
+
 def test_a_reused_inode_number_is_estale(netns_dir: Path, make_ns: MakeNamespace) -> None:
     """Let go, a namespace can die and another get its inode number under its path: the
     namespace cookie of the next socket tells them apart."""

@@ -26,10 +26,14 @@ a descriptor and a socket each (measured in docs/benchmarks.md). At most
 used are let go first).
 
 The namespaces seen stay *known* (their identity, paths and netnsids,
-``cached_namespaces``): every call re-checks the mount paths of the known ones, and a
-namespace none of whose paths still names it is forgotten (and let go at once); a call
-that names it fails with ENOENT (path gone) or ESTALE (path names another namespace), as
-``open_namespace`` would. A held namespace cannot die, so its inode number cannot be
+``cached_namespaces``). Every call checks the path of the namespace it names, and fails
+with ENOENT (path gone) or ESTALE (path names another namespace), as ``open_namespace``
+would. The mount paths of all the known ones are checked again at most every
+``SWEEP_INTERVAL_S`` by a call (and at every ``list_namespaces``, ``find_device`` and
+``cached_namespaces``): a namespace none of whose paths still names it is forgotten
+(and let go at once). Not at every call: a node of N pods paid N stats per call, a
+quarter of a burst's CPU (docs/benchmarks.md); a deleted pod's namespace is let go by
+the linger anyway, and a known namespace met under a new path is checked then. A held namespace cannot die, so its inode number cannot be
 given to another namespace while we hold it: the check of the path's (st_dev, st_ino)
 is exact then. Once let go, a namespace could die and a new one get its inode number
 under the same path; so each socket's namespace cookie (``SO_NETNS_COOKIE``, 64 bits,
@@ -119,6 +123,9 @@ PROC_DIR = "/proc"
 # follow it at once to share a socket; short enough that a deleted pod dies promptly.
 NAMESPACE_LINGER_S = 0.25
 MAX_HELD_NAMESPACES = 64  # besides the host's, between calls
+# How often a call re-checks the paths of every known namespace (below the linger: a
+# deleted pod's namespace is let go by whichever comes first).
+SWEEP_INTERVAL_S = 0.1
 SO_NETNS_COOKIE = 71  # <asm-generic/socket.h>, Linux 5.14
 
 
@@ -179,6 +186,22 @@ class _Namespace:
 
 
 _FdOf = Callable[[_Namespace], int]
+
+
+def _paths_naming(space: _Namespace) -> list[str]:
+    """The known mount paths of ``space`` that still name it."""
+    live = []
+    for path in space.paths:
+        try:
+            if stat_identity(path) == space.key:
+                live.append(path)
+        except OSError:
+            pass
+    return live
+
+
+def _named_by_any(space: _Namespace) -> bool:
+    return bool(_paths_naming(space))
 
 
 @contextlib.contextmanager
@@ -286,6 +309,7 @@ class LinuxKernel:
         self._idle = threading.Condition(self._lock)  # wakes the idle thread
         self._idle_deadline: float | None = None  # when the next held namespace expires
         self._idle_thread: threading.Thread | None = None
+        self._swept = -SWEEP_INTERVAL_S  # time.monotonic() of the last sweep's start
         with kernel_errors("LinuxKernel"):
             self._boot_id = read_boot_id()
             if isinstance(host_namespace, NamespaceHandle):
@@ -330,6 +354,7 @@ class LinuxKernel:
 
     def cached_namespaces(self) -> list[NsRef]:
         """The namespaces known here (used and still named by a path), held or not."""
+        self._sweep()
         with self._lock:
             return [self._ref_of(s, s.paths[0]) for s in self._spaces.values()]
 
@@ -412,7 +437,7 @@ class LinuxKernel:
             raise netlink_error(
                 errno.ESTALE, f"{handle.path} now names namespace {found}, not {expect}"
             )
-        self._sweep()
+        self._sweep_if_due()
         space = self._register(handle.path, expect)
         return self._ref_of(space, handle.path)
 
@@ -649,9 +674,16 @@ class LinuxKernel:
                 raise netlink_error(errno.EBADF, "this LinuxKernel is closed")
             if expect is not None and expect in self._spaces:
                 space = self._spaces[expect]
-                if path not in space.paths:
-                    space.paths.append(path)
-                return space
+                if path in space.paths:
+                    return space
+                if space.held or _named_by_any(space):
+                    space.paths.append(path)  # another path of a namespace alive now
+                    return space
+                # None of its paths names it and we do not hold it: it may have died and a
+                # new namespace got its inode number. Forget it; this path is checked anew.
+                del self._spaces[expect]
+                self._forget_nsids({expect})
+                space.close()
             fd, key = open_netns(path, expect)
             if key in self._spaces:  # expect was None: the same namespace under a new path
                 os.close(fd)
@@ -668,7 +700,7 @@ class LinuxKernel:
         if ref.boot_id != self._boot_id:
             raise netlink_error(errno.ESTALE, f"namespace {ref.path} is of boot {ref.boot_id}")
         key = (ref.device, ref.inode)
-        self._sweep()
+        self._sweep_if_due()
         if ref.path:
             try:
                 found = stat_identity(ref.path)
@@ -685,21 +717,20 @@ class LinuxKernel:
             raise netlink_error(errno.ENOENT, f"namespace {key} is not open")
         return space
 
+    def _sweep_if_due(self) -> None:
+        if time.monotonic() - self._swept >= SWEEP_INTERVAL_S:
+            self._sweep()
+
     def _sweep(self) -> None:
         """Drop namespaces none of whose known mount paths names them any more."""
+        self._swept = time.monotonic()
         with self._lock:
             if self._closed:
                 raise netlink_error(errno.EBADF, "this LinuxKernel is closed")
             spaces = list(self._spaces.values())
         dead: list[_Namespace] = []
         for space in spaces:
-            live = []
-            for path in space.paths:
-                try:
-                    if stat_identity(path) == space.key:
-                        live.append(path)
-                except OSError:
-                    pass
+            live = _paths_naming(space)
             if not live:
                 dead.append(space)
             elif live != space.paths:
@@ -784,13 +815,17 @@ class LinuxKernel:
         if key is None:
             for other in others:
                 try:
-                    with _borrow_fd(other) as other_fd:
-                        body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other_fd)
-                        replies = self._request(space, w.RTM_GETNSID, 0, body)
+                    with other.lock:
+                        other_fd = os.dup(other.held_fd())  # as _borrow_fd
                 except NetlinkError as exc:
-                    if exc.code == errno.ENOENT and other.closed:
-                        continue  # dropped meanwhile: its mount is gone
+                    if exc.code == errno.ENOENT:
+                        continue  # gone (no path names it any more) or dropped meanwhile
                     raise
+                try:
+                    body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other_fd)
+                    replies = self._request(space, w.RTM_GETNSID, 0, body)
+                finally:
+                    os.close(other_fd)
                 found = decode_nsid(replies[0]) if replies else None
                 if found is None or found in _NSID_UNASSIGNED:
                     continue
