@@ -33,7 +33,7 @@ from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
 LabFactory = Callable[[], Lab]
-UNDO_PHASES = ("undoing.", "target:", "cleanup.")
+UNDO_PHASES = ("undoing.", "cleanup.")
 
 
 def is_undo_boundary(point: str) -> bool:

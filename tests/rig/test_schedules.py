@@ -81,8 +81,6 @@ CRASH_PATTERNS = (
     "*/fence.after-commit",
     "*/undoing.before-commit",
     "*/undoing.after-commit",
-    "*/target:*.before-commit",
-    "*/target:*.after-commit",
     "*/cleanup.before-commit",
     "*/cleanup.after-commit",
     "*",
@@ -151,8 +149,6 @@ class Schedules(RuleBasedStateMachine):
             STATS["crashes fired"] += 1
             point = str(crash)
             phase = point.rsplit("/", 1)[1]
-            if phase.startswith("target:"):  # drop the operation id
-                phase = phase.split(":", 1)[0] + ":*." + phase.rsplit(".", 1)[1]
             CRASHED_AT[f"{point.split('/', 1)[0]} {phase}"] += 1
             note(f"  {label}: crashed at {crash}")
             self._restart("after the crash")

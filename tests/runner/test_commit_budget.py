@@ -1,8 +1,8 @@
-"""The journal's durability budget: a create hook commits at most once per effect plus once.
+"""The journal's durability budget: a hook commits at most once per effect plus once.
 
-One record is the minimum before each mutation; every other record rides with one of
-those (docs/runner.md, "The record sequence"). Counted at one client, so group commit
-cannot merge anything: ``store.commits`` is the number of WAL fsyncs.
+One record is the minimum before each mutation (or compensation); every other record
+rides with one of those (docs/runner.md, "The record sequence"). Counted at one client,
+so group commit cannot merge anything: ``store.commits`` is the number of WAL fsyncs.
 """
 
 from __future__ import annotations
@@ -64,17 +64,51 @@ def test_a_one_effect_prepare_commits_twice(toy: ToyNode) -> None:
     assert names == ["NodePrepare/op-prepare/-/intent", "NodePrepare/op-prepare/-/response"]
 
 
-def test_a_five_effect_removal_commits_once_per_undo_and_three_times_more(toy: ToyNode) -> None:
+def test_a_five_effect_removal_commits_once_per_undo_and_twice_more(toy: ToyNode) -> None:
     toy.endpoint.node_prepare(n.prepare())
     toy.endpoint.connect_network(n.connect())
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert count == len(CONNECT_EFFECTS) + 3
+    assert count == len(CONNECT_EFFECTS) + 2  # it was 8: the target's finish had its own
     assert names == [
         "RemoveNetwork/op-remove/-/fence",
         *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
-        "RemoveNetwork/op-remove/-/target:op-connect",  # with create-object's Undone
+        "RemoveNetwork/op-remove/-/cleanup",  # create-object's Undone, op-connect's finish
+    ]
+
+
+def test_a_removal_with_nothing_to_undo_commits_twice(toy: ToyNode) -> None:
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert (count, names) == (
+        2,
+        ["RemoveNetwork/op-remove/-/fence", "RemoveNetwork/op-remove/-/cleanup"],
+    )
+    assert toy.endpoint.inspect("op-remove", "").cleanup is CleanupStatus.CLEANED
+    with pytest.raises(Aborted, match="was removed by op-remove"):
+        toy.endpoint.connect_network(n.connect())
+
+
+def test_a_target_finish_rides_with_the_next_targets_first_undoing(toy: ToyNode) -> None:
+    # Two targets on one unit: op-connect applied all five effects; op-connect-2 found
+    # data0 (op-connect's) not its own, so nothing of it was applied. Undone in reverse:
+    # op-connect-2 first (no compensation), its finish with op-connect's first Undoing.
+    toy.endpoint.connect_network(n.connect())
+    with pytest.raises(FailedPrecondition, match="not ours"):
+        toy.endpoint.connect_network(n.connect(op="op-connect-2"))
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert count == len(CONNECT_EFFECTS) + 2
+    assert names == [
+        "RemoveNetwork/op-remove/-/fence",
+        *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
         "RemoveNetwork/op-remove/-/cleanup",
     ]
+    for op in ("op-connect", "op-connect-2"):
+        seen = toy.endpoint.inspect(op, "")
+        assert (seen.state, seen.cleanup) == (OperationState.CLEANED, CleanupStatus.CLEANED)
+        assert {e.state for e in seen.effects} == {EffectState.UNDONE}
+    # The response is built from both targets' effects.
+    response = toy.endpoint.remove_network(n.remove())
+    assert len(response.effects) == 2 * len(CONNECT_EFFECTS)
+    assert toy.toy.observable() == {"objects": {}, "settings": {}}
 
 
 def test_every_effect_is_applying_with_its_before_image_before_it_mutates(tmp_path: Path) -> None:
@@ -221,8 +255,11 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
 
     monkeypatch.setattr(SetSetting, "undo", undo_once)
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert count == len(CONNECT_EFFECTS) + 3  # the note needs no commit of its own
-    assert names[-2:] == ["RemoveNetwork/op-remove/-/target:op-connect", names[-1]]
+    assert count == len(CONNECT_EFFECTS) + 2  # the note needs no commit of its own
+    assert names[-2:] == [
+        "RemoveNetwork/op-remove/op-connect:create-object/undoing",  # with set-mtu's note
+        "RemoveNetwork/op-remove/-/cleanup",
+    ]
     seen = {e.effect_id: e for e in toy.endpoint.inspect("op-connect", "").effects}
     assert seen["set-mtu"].state is EffectState.UNDOING
     assert "undo failed: [Errno 5] the setting is busy" in seen["set-mtu"].detail
@@ -231,8 +268,7 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert names == [
         "RemoveNetwork/op-remove/-/fence",
-        "RemoveNetwork/op-remove/-/target:op-connect",  # with set-mtu's Undone
-        "RemoveNetwork/op-remove/-/cleanup",
+        "RemoveNetwork/op-remove/-/cleanup",  # with set-mtu's Undone and op-connect's finish
     ]
-    assert count == 3
+    assert count == 2
     assert toy.toy.observable() == initial

@@ -28,7 +28,7 @@ CHOSEN = (
     "ConnectNetwork/op-connect/-/response.before-commit",
     "RemoveNetwork/op-remove/-/fence.after-commit",
     "RemoveNetwork/op-remove/op-connect:create-object/kernel#1.delete.after",
-    "NodeUnprepare/op-unprepare/-/target:op-prepare.before-commit",
+    "NodeUnprepare/op-unprepare/-/cleanup.before-commit",  # with op-prepare's finish
 )
 
 

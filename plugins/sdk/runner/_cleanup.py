@@ -1,7 +1,8 @@
 """Undo of a recorded plan, in reverse, from the journal alone (docs/runner.md, Cleanup).
 
 The runner fences the unit and holds its lock; this module decides, per recorded
-effect, what its state allows (``_transitions``) and runs the executor's ``undo``.
+effect, what its state allows (``_transitions``) and runs the executor's ``undo``,
+each commit carrying what came before it (``Removal``).
 An unrecorded scope is answered by the intact journal and the node's evidence scan.
 """
 
@@ -52,7 +53,7 @@ class Undo:
         store: Callable[[], Store],
         effects: EffectRegistry,
         crash: CrashPoints,
-        commit: Callable[[Commit | str, Callable[[Txn], Any]], Any],
+        commit: Callable[[Commit, Callable[[Txn], Any]], Any],
         metrics: Metrics = NO_METRICS,
     ) -> None:
         # Asked for each read and write: it re-checks readiness and clears a storage fault.
@@ -85,8 +86,14 @@ class Undo:
                 )
 
     def scope(
-        self, reg: Registration, cleanup_op: OperationRecord, target: CleanupPlan
+        self,
+        reg: Registration,
+        cleanup_op: OperationRecord,
+        target: CleanupPlan,
+        carried: Removal,
     ) -> CleanupResponse:
+        """Undo every target; what is left to write is in ``carried``, for the cleanup's
+        own final commit (``cleanup_op`` may not be recorded yet: it names the points)."""
         partition, scope = cleanup_op.partition, cleanup_op.scope
 
         def read(r: Reader) -> tuple[list[OperationRecord], dict[str, list[EffectRecord]]]:
@@ -106,7 +113,9 @@ class Undo:
         for op in reversed(targets):
             if op.state is OperationState.CLEANED:
                 continue
-            op_status, effect_statuses = self._operation(cleanup_op, op, recorded[op.operation_id])
+            op_status, effect_statuses = self._operation(
+                cleanup_op, op, recorded[op.operation_id], carried
+            )
             statuses.extend(effect_statuses)
             overall = worse(overall, op_status)
         if not targets:
@@ -167,17 +176,19 @@ class Undo:
         ]
 
     def _operation(
-        self, cleanup_op: OperationRecord, op: OperationRecord, records: list[EffectRecord]
+        self,
+        cleanup_op: OperationRecord,
+        op: OperationRecord,
+        records: list[EffectRecord],
+        carried: Removal,
     ) -> tuple[CleanupStatus, list[EffectStatus]]:
         self._store()  # re-checks readiness and clears a storage fault, as a read did
         plan = Plan.from_json(json.loads(op.plan_json or "{}"))
         outputs = recorded_outputs(records)
-        carried = _Carried()
         if op.state is not OperationState.CLEANUP_PENDING:
             # Visible to InspectOperation (and recovery) until every effect is undone; durable
             # with the first Undoing, so before any compensation of this target.
-            op = tr.cleanup_started(op)
-            carried.operation = op
+            op = carried.operation(tr.cleanup_started(op))
         status = CleanupStatus.CLEANED
         result: list[EffectStatus] = []
         for rec in reversed(records):
@@ -185,9 +196,8 @@ class Undo:
             status = worse(status, outcome)
             result.append(EffectStatus(after.effect_id, after.kind, after.state, after.detail))
         result.reverse()
-        carried.operation = tr.cleanup_finished(op, status)
-        target = f"{Commit.TARGET}:{op.operation_id}"
-        self._commit(target, carried.write)
+        # With its last result, in the next target's first Undoing or the cleanup's response.
+        carried.operation(tr.cleanup_finished(op, status))
         return status, result
 
     def _effect(
@@ -197,9 +207,9 @@ class Undo:
         plan: Plan,
         rec: EffectRecord,
         outputs: Mapping[str, Mapping[str, Any]],
-        carried: _Carried,
+        carried: Removal,
     ) -> tuple[EffectRecord, CleanupStatus]:
-        """Undo one effect; its result is carried to the next commit (``_Carried``)."""
+        """Undo one effect; its result is carried to the next commit (``Removal``)."""
         after, status = self._undo_effect(cleanup_op, op, plan, rec, outputs, carried)
         if after is not rec:  # an effect already Undone or Quarantined is left as it is
             reason = after.detail if status is not CleanupStatus.CLEANED else ""
@@ -213,7 +223,7 @@ class Undo:
         plan: Plan,
         rec: EffectRecord,
         outputs: Mapping[str, Mapping[str, Any]],
-        carried: _Carried,
+        carried: Removal,
     ) -> tuple[EffectRecord, CleanupStatus]:
         if rec.state is EffectState.UNDONE:
             return rec, CleanupStatus.CLEANED
@@ -236,8 +246,7 @@ class Undo:
                 rec = carried.add(tr.undoing(rec))
             if carried:
                 # Undoing durable before the first compensation, with what came before it.
-                self._commit(Commit.UNDOING, carried.write)
-                carried.clear()
+                carried.committed(self._commit(Commit.UNDOING, carried.write))
             if starting:
                 effect_transition(self._metrics, op, rec)  # its Undoing, now durable
             try:
@@ -261,32 +270,55 @@ def _targets(
     ]
 
 
-class _Carried:
-    """Records of one target that wait for its next commit: they need no commit of their own.
+class Removal:
+    """What a removal's next commit carries: none of it needs a commit of its own.
 
-    An effect's Undone (or Quarantined, or a failed undo's note) needs to be durable only
-    before the journal is asked about it again, so it goes with the next effect's Undoing
-    or with the target's finish; a crash before that commit leaves the effect Undoing (a
-    retry undoes it again: undo is idempotent) or Applied/Planned with nothing done. The
-    target's start of cleanup goes with the first of them.
+    The commits of a removal are its fence (``opening``: the generation/epoch check, the
+    fence, the cleanup's record; committed on its own before the unit is marked), the
+    ones durable before a compensation (an effect's Undoing) and its final record (its
+    response). Everything else rides with the next:
+
+    * a target's start of cleanup, with its first Undoing.
+    * an effect's Undone (or Quarantined, or a failed undo's note), with the next Undoing
+      or the cleanup's response: a crash before that commit leaves the effect Undoing (a
+      retry undoes it again: undo verifies and is idempotent), or Applied/Planned with
+      nothing done.
+    * a target's finish, likewise: nothing mutates between it and the next commit.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, opening: Callable[[Txn], OperationRecord]) -> None:
+        self._opening: Callable[[Txn], OperationRecord] | None = opening
+        self.opened: OperationRecord | None = None  # the cleanup's record, once durable
         self.effects: list[EffectRecord] = []
-        self.operation: OperationRecord | None = None
+        self.operations: dict[str, OperationRecord] = {}  # the targets', latest by id
 
     def __bool__(self) -> bool:
-        return bool(self.effects) or self.operation is not None
+        return self._opening is not None or bool(self.effects) or bool(self.operations)
 
     def add(self, rec: EffectRecord) -> EffectRecord:
         self.effects.append(rec)
         return rec
 
-    def clear(self) -> None:
-        self.effects, self.operation = [], None
+    def operation(self, op: OperationRecord) -> OperationRecord:
+        self.operations[op.operation_id] = op
+        return op
 
-    def write(self, t: Txn) -> None:
+    def write(self, t: Txn) -> OperationRecord | None:
+        """Everything carried, the opening first; the cleanup's record if it opened now.
+
+        The opening's refusal (a stale generation or epoch) raises before anything is
+        written, so the whole transaction changes nothing.
+        """
+        opened = self._opening(t) if self._opening is not None else None
         for e in self.effects:
             t.update_effect(e)
-        if self.operation is not None:
-            t.update_operation(self.operation)
+        for op in self.operations.values():
+            t.update_operation(op)
+        return opened
+
+    def committed(self, opened: OperationRecord | None) -> None:
+        """What the last ``write`` returned is durable: nothing it carried is carried now."""
+        if self._opening is not None:
+            assert opened is not None
+            self._opening, self.opened = None, opened
+        self.effects, self.operations = [], {}

@@ -58,10 +58,9 @@ class PhaseKind(enum.StrEnum):
 class Commit(enum.StrEnum):
     """The runner's journal commits, each bracketed by a before- and an after-commit point.
 
-    A create commits at most once per effect plus once: each record durable before an
-    effect's first mutation also carries what the previous step finished (docs/runner.md,
-    "The record sequence"). ``TARGET`` names the operation a cleanup works on
-    (``target:<operation>``): see ``Phase.commit``.
+    A hook commits at most once per effect plus once: each record durable before an
+    effect's first mutation (or compensation) also carries what the previous step finished
+    (docs/runner.md, "The record sequence").
     """
 
     INTENT = "intent"
@@ -72,11 +71,12 @@ class Commit(enum.StrEnum):
     # The last effect's Applied (when this attempt ran it) and the replayable response.
     RESPONSE = "response"
     FENCE = "fence"
-    # At an effect being undone: its Undoing, and the previous step's result in the same
-    # target (the effect undone before it, or the target's start of cleanup).
+    # At an effect being undone: its Undoing, with what the removal finished since its
+    # last commit (the effect undone before it, the target's start of cleanup, the
+    # previous target's finish).
     UNDOING = "undoing"
-    # The target's finish, with the results of the effects undone since the last Undoing.
-    TARGET = "target"
+    # The removal's response, with what it finished since its last commit (the last
+    # target's finish with its last result).
     CLEANUP = "cleanup"
     PROBE = "probe"
     INTERRUPTED = "interrupted"
@@ -90,8 +90,8 @@ _COMMIT_PHASE = re.compile(r"(?P<boundary>[^/]+)\.(?P<kind>before-commit|after-c
 class Phase:
     """One side of one boundary: a journal commit, or the Nth mutating kernel call.
 
-    ``boundary`` is the commit's name (``intent``, ``pending:op-1``; the coordinator
-    names its own) or the kernel method (``create_link``); ``call`` numbers the
+    ``boundary`` is the commit's name (``intent``, ``fence``; the coordinator names
+    its own, ``release``) or the kernel method (``create_link``); ``call`` numbers the
     mutating kernel calls of one effect from 1 (0 for a commit).
     """
 
@@ -142,7 +142,7 @@ def commit_phases(commit: Commit | str) -> tuple[str, str]:
 
     The names without building two ``Phase`` values: every journal commit names both.
     A ``Commit``'s are built once (an enum's ``.value`` is a descriptor call, four
-    per commit); ``target:<operation>`` and the coordinator's names are built here.
+    per commit); any other name is built here.
     """
     phases = _COMMIT_PHASES.get(commit)
     return _phases(commit) if phases is None else phases

@@ -65,7 +65,7 @@ from ..store import (
 )
 from ..telemetry import NO_METRICS, JournalGauges, Metrics
 from . import _transitions as tr
-from ._cleanup import Undo
+from ._cleanup import Removal, Undo
 from ._codec import cleanup_response, replay, response_json
 from ._context import effect_context, load_json, recorded_outputs
 from ._crash import NO_CRASH, Commit, CrashPoints, commit_phases
@@ -360,7 +360,7 @@ class Runner:
         with self._lock:
             self._damaged.setdefault((partition, scope), error.reason)
 
-    def _commit(self, commit: Commit | str, fn: Callable[[Txn], T]) -> T:
+    def _commit(self, commit: Commit, fn: Callable[[Txn], T]) -> T:
         """One journal write, bracketed by its before- and after-commit crash points."""
         # Recovery commits too, before the runner is ready: only the journal must exist.
         store = self._store
@@ -370,9 +370,7 @@ class Runner:
         self._crash.hit(before)
         started = time.perf_counter()
         result = store.write(fn)
-        # "target:<operation>" is counted as "target": no operation id becomes a label.
-        boundary = commit.partition(":")[0]
-        self._metrics.journal_committed(boundary, time.perf_counter() - started)
+        self._metrics.journal_committed(commit, time.perf_counter() - started)
         self._crash.hit(after)
         return result
 
@@ -699,13 +697,23 @@ class Runner:
             self._undo.check_no_attachments(
                 reg, partition, self._undo.targets(partition, env.scope, env.step, target)
             )
+        removal = Removal(fence)
         with self._crash.scope(env.hook.value, env.operation_id):
-            cleanup_op = self._commit(Commit.FENCE, fence)
+            removal.committed(self._commit(Commit.FENCE, removal.write))
             # Running work on this unit stops at its next effect boundary.
             with self._quiescing.removing(partition, unit), self._units.hold(partition, unit):
-                response = self._undo.scope(reg, cleanup_op, target)
-                finished = tr.cleanup_finished(cleanup_op, response.status, response_json(response))
-                self._commit(Commit.CLEANUP, lambda t: t.update_operation(finished))
+                response = self._undo.scope(reg, record, target, removal)
+                answer = response_json(response)
+
+                def finish(t: Txn) -> None:
+                    # What is carried (the last target's finish with its last result),
+                    # then the response.
+                    removal.write(t)
+                    cleanup_op = removal.opened
+                    assert cleanup_op is not None  # written by the fence's commit
+                    t.update_operation(tr.cleanup_finished(cleanup_op, response.status, answer))
+
+                self._commit(Commit.CLEANUP, finish)
         return response
 
     # -- inspection --------------------------------------------------------------------------
