@@ -121,14 +121,19 @@ def netlink_socket_in(path: str) -> socket.socket:
         os.close(fd)
 
 
+def floor_names(label: str) -> tuple[str, str]:
+    """A temporary name and an alias of the plugin's lengths, derived from ``label``."""
+    digest = hashlib.sha256(label.encode()).hexdigest()
+    return "np" + digest[:13], "dranp:" + digest[13:29]
+
+
 def floor_attach(
     host_ipr: Any, pod_ipr: Any, parent_index: int, pod_fd: int, label: str, ifname: str, mtu: int
 ) -> int:
     """The floor's attach, as bare pyroute2 requests: what the macvlan plugin asks of the
     kernel (a child born in the pod under a temporary name, marker and final name in one
     SETLINK, up), with names derived from ``label`` as the plugin derives them; its index."""
-    digest = hashlib.sha256(label.encode()).hexdigest()
-    temp, alias = "np" + digest[:13], "dranp:" + digest[13:29]
+    temp, alias = floor_names(label)
     host_ipr.link(
         "add",
         ifname=temp,

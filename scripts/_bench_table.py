@@ -24,7 +24,7 @@ iterations. It asserts no timing: a verdict below is data.
 
 | goal | what runs | ours | peer |
 |---|---|---|---|
-| P1 | `scripts/bench_macvlan.py` (`measure()`): a `NetnsLab`, one macvlan share prepared once | ConnectNetwork+RemoveNetwork over the real `networkplugin-links` socket | `/usr/lib/cni/macvlan` ADD+DEL exec'd; bare pyroute2 requests (floor) |
+| P1 | `scripts/bench_macvlan.py` (`measure()`): a `NetnsLab`, one macvlan share prepared once | ConnectNetwork+RemoveNetwork over the real `networkplugin-links` socket | `/usr/lib/cni/macvlan` ADD+DEL exec'd; bare pyroute2 requests, each waiting for its ack (floor); the same calls through `LinuxKernel` in process, no service (its delete answers at the kernel's announcement, as ours) |
 | P2 | `scripts/bench_burst.py`: 64 pods, each its own claim prepared once; N calls released by one barrier on N threads in the node namespace; wall time from the release to the last return; then one untimed round under `strace -f -y -e trace=fsync,fdatasync` on the service, against the journals' `meta.commits` (one per group-commit batch) | N ConnectNetwork, then N RemoveNetwork | N CNI ADD execs, then N DEL; the floor: the same N creates, then N deletes, as bare pyroute2 requests from the same N threads |
 | P3 | `scripts/_bench_journal.py`: the toy plugin (5 effects, its resource in memory) behind the real gRPC host, 1 to 16 client threads; fsyncs are the store's commits | each hook's latency and commits | one 4 KiB write+fdatasync on the same file system |
 | P4 | the rig on `fake://` (`python -m harness.rig`, its reports in a temp dir: `reports/` is left alone) | its `seconds` and crash runs | the goal |

@@ -19,7 +19,12 @@ Per iteration, in rotating order so drift hits all three alike:
 * floor: the kernel operations our executors perform, as bare pyroute2 requests:
   create the child on ``benchparent`` straight into ``bench-pod`` (IFLA_NET_NS_FD)
   under a temporary name, look up its ifindex, set its alias and final name (one
-  message), set it up, delete it.
+  message), set it up, delete it; each request waits for the kernel's ack, as every
+  netlink client does by default (the CNI plugin too);
+* kernel: the same operations through our ``LinuxKernel`` in this process (no
+  service, journal or gRPC), whose delete answers at the kernel's announcement that
+  the link is unregistered rather than at the ack after an RCU grace period
+  (``plugins/kernel/linux/_unregister``): ours minus this row is the service's own cost.
 
 The service runs at ``--log-level INFO`` unless asked otherwise: the level a deployed
 service runs at (its default), which writes a line per hook and per effect transition
@@ -30,7 +35,7 @@ Not a test: nothing here asserts a timing.
 
     sudo scripts/install-bench    # the CNI plugins (and strace, py-spy), once
     sudo uv run python scripts/bench_macvlan.py [--iterations 50] [--warmup 5]
-        [--rows ours,CNI,floor] [--log-level INFO] [--print-service-pid]
+        [--rows ours,CNI,floor,kernel] [--log-level INFO] [--print-service-pid]
 
 ``measure()`` returns the per-iteration samples as data (``Measurement``), for a
 caller such as ``scripts/bench``.
@@ -64,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: _bench_nod
 from _bench_node import (
     envelope,
     floor_attach,
+    floor_names,
     namespace_threads,
     netlink_socket_in,
     start_service,
@@ -287,7 +293,46 @@ class Floor:
         return time.perf_counter() - start
 
 
-Contender = Ours | CNI | Floor
+class InProcessKernel:
+    name = "kernel"
+    what = "LinuxKernel in process: the floor's calls, no service"
+
+    def __init__(self, scene: Scene, stack: contextlib.ExitStack) -> None:
+        from plugins.kernel import LinkChanges, LinkSpec
+        from plugins.kernel.linux import LinuxKernel
+
+        self.kernel = stack.enter_context(LinuxKernel(scene.lab.kernel.host_namespace().path))
+        self.pod = self.kernel.open_namespace(scene.pod)
+        self.scene = scene
+        self.index = 0
+        self._spec, self._changes = LinkSpec, LinkChanges
+
+    def add(self, label: str) -> None:
+        temp, alias = floor_names(label)
+        host = self.kernel.host_namespace()
+        spec = self._spec(
+            kind="macvlan",
+            name=temp,
+            parent=self.scene.parent_index,
+            parent_ns=host,
+            mode="bridge",
+            mtu=MTU,
+        )
+        self.index = self.kernel.create_link(self.pod, spec).ifindex
+        self.kernel.set_link(self.pod, self.index, self._changes(alias=alias, name=IFNAME))
+        self.kernel.set_link(self.pod, self.index, self._changes(up=True))
+
+    def delete(self, label: str) -> None:
+        self.kernel.delete_link(self.pod, self.index)
+
+    def run(self, label: str) -> float:
+        start = time.perf_counter()
+        self.add(label)
+        self.delete(label)
+        return time.perf_counter() - start
+
+
+Contender = Ours | CNI | Floor | InProcessKernel
 
 
 def pod_links(scene: Scene) -> dict[str, Any]:
@@ -366,7 +411,7 @@ def summarize(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(ms), statistics.quantiles(ms, n=10)[-1], min(ms)
 
 
-ROWS = ("ours", "CNI", "floor")
+ROWS = ("ours", "CNI", "floor", "kernel")
 
 
 @dataclass(frozen=True)
@@ -403,12 +448,13 @@ def report(measurement: Measurement, rows: list[Contender]) -> None:
     for c in rows:
         median, p90, low = summarize(m.samples[c.name])
         print(f"{c.name:6} {median:10.2f} {p90:8.2f} {low:8.2f}  {c.what}")
-    for peer in ("CNI", "floor"):
+    for peer in ("CNI", "floor", "kernel"):
         if "ours" in medians and peer in medians:
             ratio = medians["ours"] / medians[peer]
             print(f"ours/{peer:<5} = {ratio:.2f}  (medians)")
-    if "ours" in medians and "floor" in medians:
-        print(f"ours-floor = {medians['ours'] - medians['floor']:.2f} ms  (medians)")
+    for peer in ("floor", "kernel"):
+        if "ours" in medians and peer in medians:
+            print(f"ours-{peer:<6}= {medians['ours'] - medians[peer]:.2f} ms  (medians)")
 
 
 def measure(
@@ -444,7 +490,7 @@ def measure(
         ours = Ours(scene, client)
         stack.callback(ours.release)  # unwound first: before the client and the service
         ours.prepare()
-        every: list[Contender] = [ours, CNI(scene), Floor(scene)]
+        every: list[Contender] = [ours, CNI(scene), Floor(scene), InProcessKernel(scene, stack)]
         contenders = [c for c in every if c.name in rows]
         for c in contenders:
             check(scene, c, f"check-{c.name}")
