@@ -78,7 +78,6 @@ CRASH_PATTERNS = (
     "*/kernel#3.*.before",
     "*/response.before-commit",
     "*/response.after-commit",
-    "*/fence.after-commit",
     "*/undoing.before-commit",
     "*/undoing.after-commit",
     "*/cleanup.before-commit",

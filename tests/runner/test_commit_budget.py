@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from plugins.sdk import Aborted, CleanupStatus, EffectState, FailedPrecondition, OperationState
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import CrashPoints, _runner
 
 from . import node as n
 from .node import ToyNode
@@ -64,27 +64,60 @@ def test_a_one_effect_prepare_commits_twice(toy: ToyNode) -> None:
     assert names == ["NodePrepare/op-prepare/-/intent", "NodePrepare/op-prepare/-/response"]
 
 
-def test_a_five_effect_removal_commits_once_per_undo_and_twice_more(toy: ToyNode) -> None:
+def test_a_five_effect_removal_commits_effects_plus_one(toy: ToyNode) -> None:
     toy.endpoint.node_prepare(n.prepare())
     toy.endpoint.connect_network(n.connect())
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert count == len(CONNECT_EFFECTS) + 2  # it was 8: the target's finish had its own
+    assert count == len(CONNECT_EFFECTS) + 1  # it was 8: the fence and the target's finish
     assert names == [
-        "RemoveNetwork/op-remove/-/fence",
+        # set-state's Undoing with the fence, the removal's record, op-connect's start
         *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
         "RemoveNetwork/op-remove/-/cleanup",  # create-object's Undone, op-connect's finish
     ]
 
 
-def test_a_removal_with_nothing_to_undo_commits_twice(toy: ToyNode) -> None:
+def test_a_removal_with_nothing_to_undo_commits_once(toy: ToyNode) -> None:
+    # No record of the scope: the fence rides with the response (it was 2 commits).
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert (count, names) == (
-        2,
-        ["RemoveNetwork/op-remove/-/fence", "RemoveNetwork/op-remove/-/cleanup"],
-    )
+    assert (count, names) == (1, ["RemoveNetwork/op-remove/-/cleanup"])
     assert toy.endpoint.inspect("op-remove", "").cleanup is CleanupStatus.CLEANED
     with pytest.raises(Aborted, match="was removed by op-remove"):
         toy.endpoint.connect_network(n.connect())
+
+
+def test_the_first_undoing_carries_the_fence_and_the_removal_record(tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+    first = "RemoveNetwork/op-remove/op-connect:set-state/undoing"
+
+    class Witness(CrashPoints):
+        """What the committed journal holds on each side of the removal's first commit."""
+
+        def hit(self, phase: str) -> None:
+            super().hit(phase)
+            name = self.reached[-1]
+            if name.startswith(first):
+                assert toy.store is not None
+                seen[name.rsplit(".", 1)[1]] = toy.store.read(
+                    lambda r: (
+                        r.scope("toy/v1alpha1", "att-1/step-1"),
+                        r.operation("toy/v1alpha1", "op-remove"),
+                        r.operation("toy/v1alpha1", "op-connect"),
+                    )
+                )
+
+    toy = ToyNode(tmp_path, Witness())
+    toy.endpoint.connect_network(n.connect())
+    assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
+    toy.close()
+    scope, removal, target = seen["before-commit"]
+    assert not scope.fenced
+    assert removal is None
+    assert target.state is OperationState.SUCCEEDED
+    scope, removal, target = seen["after-commit"]
+    assert scope.fence_operation_id == "op-remove"
+    assert removal is not None
+    assert removal.state is OperationState.RUNNING
+    assert target.state is OperationState.CLEANUP_PENDING
 
 
 def test_a_target_finish_rides_with_the_next_targets_first_undoing(toy: ToyNode) -> None:
@@ -95,9 +128,8 @@ def test_a_target_finish_rides_with_the_next_targets_first_undoing(toy: ToyNode)
     with pytest.raises(FailedPrecondition, match="not ours"):
         toy.endpoint.connect_network(n.connect(op="op-connect-2"))
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert count == len(CONNECT_EFFECTS) + 2
+    assert count == len(CONNECT_EFFECTS) + 1
     assert names == [
-        "RemoveNetwork/op-remove/-/fence",
         *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
         "RemoveNetwork/op-remove/-/cleanup",
     ]
@@ -109,6 +141,81 @@ def test_a_target_finish_rides_with_the_next_targets_first_undoing(toy: ToyNode)
     response = toy.endpoint.remove_network(n.remove())
     assert len(response.effects) == 2 * len(CONNECT_EFFECTS)
     assert toy.toy.observable() == {"objects": {}, "settings": {}}
+
+
+def test_a_crash_before_the_first_undoing_leaves_no_fence_and_no_removal(
+    tmp_path: Path,
+) -> None:
+    reference = ToyNode(tmp_path / "reference")
+    initial = reference.toy.observable()
+    expected = reference.endpoint.connect_network(n.connect())
+    reference.close()
+    point = "RemoveNetwork/op-remove/op-connect:set-state/undoing.before-commit"
+    toy = ToyNode(tmp_path / "node", CrashPoints(armed=point))
+    assert toy.endpoint.connect_network(n.connect()) == expected
+    mutations = toy.toy.mutations()
+    with pytest.raises(n.SimulatedCrash):
+        toy.endpoint.remove_network(n.remove())
+    toy.crash()
+    assert toy.store is not None
+    scope, removal = toy.store.read(
+        lambda r: (
+            r.scope("toy/v1alpha1", "att-1/step-1"),
+            r.operation("toy/v1alpha1", "op-remove"),
+        )
+    )
+    assert scope is not None
+    assert not scope.fenced
+    assert removal is None
+    assert not toy.endpoint.inspect("op-remove", "").found
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.state is OperationState.SUCCEEDED
+    assert {e.state for e in seen.effects} == {EffectState.APPLIED}
+    assert toy.toy.mutations() == mutations  # nothing undone
+    # The removal was lost, unanswered: until it is retried the connect still replays.
+    assert toy.endpoint.connect_network(n.connect()) == expected
+    count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
+    assert count == len(CONNECT_EFFECTS) + 1
+    assert names[0] == point.removesuffix(".before-commit")
+    assert toy.toy.observable() == initial
+    with pytest.raises(Aborted, match="was removed by op-remove"):
+        toy.endpoint.connect_network(n.connect())
+    toy.close()
+
+
+def test_a_stale_removal_refused_in_its_first_commit_changes_nothing(
+    toy: ToyNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newer = n.envelope(n.Hook.CONNECT_NETWORK, "op-connect", "att-1", generation=5)
+    toy.endpoint.connect_network(n.connect(envelope=newer))
+    observed = toy.toy.observable()
+    assert toy.store is not None
+    commits = toy.store.commits
+    # Refused before it marks the unit, by the scope record it read first ...
+    with pytest.raises(Aborted, match="generation 1 is older than accepted 5"):
+        toy.endpoint.remove_network(n.remove())
+    assert toy.store.commits == commits
+    # ... and, had the generation been accepted only after that read, by its first
+    # commit's transaction: before any compensation, so nothing changes either.
+    real, skipped = _runner.check_generation, []
+
+    def late(*args: Any) -> None:
+        if not skipped:  # the early check, outside any transaction
+            skipped.append(args)
+            return
+        real(*args)
+
+    monkeypatch.setattr(_runner, "check_generation", late)
+    with pytest.raises(Aborted, match="generation 1 is older than accepted 5"):
+        toy.endpoint.remove_network(n.remove())
+    assert len(skipped) == 1
+    assert toy.store.commits == commits
+    assert not toy.endpoint.inspect("op-remove", "").found
+    assert not toy.endpoint.inspect("", "att-1").fenced
+    seen = toy.endpoint.inspect("op-connect", "")
+    assert seen.state is OperationState.SUCCEEDED
+    assert {e.state for e in seen.effects} == {EffectState.APPLIED}
+    assert toy.toy.observable() == observed
 
 
 def test_every_effect_is_applying_with_its_before_image_before_it_mutates(tmp_path: Path) -> None:
@@ -255,7 +362,7 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
 
     monkeypatch.setattr(SetSetting, "undo", undo_once)
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert count == len(CONNECT_EFFECTS) + 2  # the note needs no commit of its own
+    assert count == len(CONNECT_EFFECTS) + 1  # the note needs no commit of its own
     assert names[-2:] == [
         "RemoveNetwork/op-remove/op-connect:create-object/undoing",  # with set-mtu's note
         "RemoveNetwork/op-remove/-/cleanup",
@@ -264,10 +371,11 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
     assert seen["set-mtu"].state is EffectState.UNDOING
     assert "undo failed: [Errno 5] the setting is busy" in seen["set-mtu"].detail
     assert {e.state for k, e in seen.items() if k != "set-mtu"} == {EffectState.UNDONE}
-    # The retry undoes it again without a record before it: Undoing is durable already.
+    # The retry undoes it again; its Undoing is durable already, so the record before it
+    # holds only the retry's fence (a fence comes before every compensation).
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert names == [
-        "RemoveNetwork/op-remove/-/fence",
+        "RemoveNetwork/op-remove/op-connect:set-mtu/undoing",
         "RemoveNetwork/op-remove/-/cleanup",  # with set-mtu's Undone and op-connect's finish
     ]
     assert count == 2

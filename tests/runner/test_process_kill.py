@@ -26,7 +26,7 @@ CHOSEN = (
     "ConnectNetwork/op-connect/create-peer/kernel#1.create.after",
     "ConnectNetwork/op-connect/link/advance.after-commit",
     "ConnectNetwork/op-connect/-/response.before-commit",
-    "RemoveNetwork/op-remove/-/fence.after-commit",
+    "RemoveNetwork/op-remove/op-connect:set-state/undoing.after-commit",  # with the fence
     "RemoveNetwork/op-remove/op-connect:create-object/kernel#1.delete.after",
     "NodeUnprepare/op-unprepare/-/cleanup.before-commit",  # with op-prepare's finish
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from plugins.sdk import (
     OperationState,
 )
 from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner._fencing import Quiescing
+from plugins.sdk.runner._locks import UnitLocks
 from plugins.sdk.store import StoreLocked
 
 from . import node as n
@@ -272,19 +275,49 @@ def test_damaged_journal_keeps_scopes_unavailable_and_is_not_recreated(
     assert toy.toy.get("data0") is not None  # nothing claimed absent, nothing touched
 
 
+class Marking(Quiescing):
+    """Says when a removal has marked its unit: it then waits for the unit's lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked = threading.Event()
+
+    @contextmanager
+    def removing(self, partition: str, unit: str) -> Iterator[None]:
+        with super().removing(partition, unit):
+            self.marked.set()
+            yield
+
+
+class WaitingLocks(UnitLocks):
+    """Holds a removal back on its way to the unit's lock until ``go`` is set, the lock
+    left free meanwhile: as if it waited behind a holder that a create then outran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    @contextmanager
+    def hold(self, partition: str, unit: str) -> Iterator[None]:
+        if threading.current_thread().name == "removal":
+            assert self.go.wait(30)
+        with super().hold(partition, unit):
+            yield
+
+
 def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
-    entered, release, fenced = threading.Event(), threading.Event(), threading.Event()
+    entered, release = threading.Event(), threading.Event()
 
     class Gate(CrashPoints):
         def hit(self, phase: str) -> None:
             super().hit(phase)
-            if phase == "fence.after-commit":
-                fenced.set()
             if phase == "kernel#1.set.before" and not entered.is_set():
                 entered.set()
                 assert release.wait(30)
 
     toy = ToyNode(tmp_path, Gate())
+    marking = Marking()
+    toy.runner._quiescing = marking
     initial = toy.toy.observable()
     outcome: list[BaseException] = []
 
@@ -302,14 +335,101 @@ def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
         target=lambda: removed.append(toy.endpoint.remove_network(n.remove()))
     )
     removing.start()
-    assert fenced.wait(30), "the removal fence was never written"
-    assert toy.endpoint.inspect("", "att-1").fenced
+    assert marking.marked.wait(30), "the removal never marked the unit"
+    # It waits for the connect's lock; its fence rides with its first commit, not yet made.
+    assert not toy.endpoint.inspect("", "att-1").fenced
     release.set()
     connecting.join(30)
     removing.join(30)
     assert len(outcome) == 1
     assert "stopped before create-peer" in str(outcome[0])
     assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
+    assert toy.endpoint.inspect("", "att-1").fenced
+    assert toy.toy.observable() == initial
+    toy.close()
+
+
+@pytest.mark.parametrize("create", ["new", "replay"])
+def test_a_create_that_outruns_a_waiting_removal_is_refused_and_writes_nothing(
+    toy: ToyNode, create: str
+) -> None:
+    """The removal has marked the unit and waits for its lock, its fence not durable yet;
+    a create that takes the lock first (a new one, or the replay of an old success) is
+    refused as the durable fence would refuse it, before it writes or mutates anything."""
+    initial = toy.toy.observable()
+    if create == "replay":
+        toy.endpoint.connect_network(n.connect())
+    marking, locks = Marking(), WaitingLocks()
+    toy.runner._quiescing, toy.runner._units = marking, locks
+    assert toy.store is not None
+    commits, state, mutations = toy.store.commits, toy.toy.state(), toy.toy.mutations()
+    removed: list[object] = []
+    removing = threading.Thread(
+        target=lambda: removed.append(toy.endpoint.remove_network(n.remove())), name="removal"
+    )
+    removing.start()
+    try:
+        assert marking.marked.wait(30), "the removal never marked the unit"
+        with pytest.raises(Aborted, match="scope att-1 is being removed"):
+            toy.endpoint.connect_network(n.connect())
+        assert toy.store.commits == commits
+        assert (toy.toy.state(), toy.toy.mutations()) == (state, mutations)
+        assert not toy.endpoint.inspect("", "att-1").fenced
+        assert not toy.endpoint.inspect("op-remove", "").found
+    finally:
+        locks.go.set()
+        removing.join(30)
+    assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
+    assert toy.toy.observable() == initial
+    with pytest.raises(Aborted, match="was removed by op-remove"):
+        toy.endpoint.connect_network(n.connect())
+
+
+def test_a_create_planned_before_a_removal_arrived_is_refused_in_its_intent(
+    tmp_path: Path,
+) -> None:
+    """A create holds the lock, past its checks, when a removal marks the unit: its intent's
+    transaction sees the mark, so nothing of it is written and nothing is left to undo."""
+    at_intent, release = threading.Event(), threading.Event()
+
+    class Gate(CrashPoints):
+        def hit(self, phase: str) -> None:
+            super().hit(phase)
+            if phase == "intent.before-commit" and not at_intent.is_set():
+                at_intent.set()
+                assert release.wait(30)
+
+    toy = ToyNode(tmp_path, Gate())
+    marking = Marking()
+    toy.runner._quiescing = marking
+    initial = toy.toy.observable()
+    outcome: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            toy.endpoint.connect_network(n.connect())
+        except Aborted as exc:
+            outcome.append(exc)
+
+    connecting = threading.Thread(target=connect)
+    connecting.start()
+    assert at_intent.wait(30)  # captured, about to commit its intent, holding the lock
+    removed: list[object] = []
+    removing = threading.Thread(
+        target=lambda: removed.append(toy.endpoint.remove_network(n.remove()))
+    )
+    removing.start()
+    assert marking.marked.wait(30)
+    release.set()
+    connecting.join(30)
+    removing.join(30)
+    assert len(outcome) == 1
+    assert "scope att-1 is being removed" in str(outcome[0])
+    assert not toy.endpoint.inspect("op-connect", "").found
+    assert toy.toy.mutations() == {}
+    response = removed[0]
+    assert response.status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
+    assert "no recorded ConnectNetwork" in response.detail  # type: ignore[attr-defined]
     assert toy.toy.observable() == initial
     toy.close()
 

@@ -1,8 +1,8 @@
 """Undo of a recorded plan, in reverse, from the journal alone (docs/runner.md, Cleanup).
 
-The runner fences the unit and holds its lock; this module decides, per recorded
-effect, what its state allows (``_transitions``) and runs the executor's ``undo``,
-each commit carrying what came before it (``Removal``).
+The runner marks the unit quiescing and holds its lock; this module decides, per
+recorded effect, what its state allows (``_transitions``) and runs the executor's
+``undo``, each commit carrying what came before it (``Removal``: the fence among them).
 An unrecorded scope is answered by the intact journal and the node's evidence scan.
 """
 
@@ -245,7 +245,8 @@ class Undo:
             if starting:
                 rec = carried.add(tr.undoing(rec))
             if carried:
-                # Undoing durable before the first compensation, with what came before it.
+                # Undoing durable before the first compensation, with what came before it
+                # (the removal's fence and record, if this is its first commit).
                 carried.committed(self._commit(Commit.UNDOING, carried.write))
             if starting:
                 effect_transition(self._metrics, op, rec)  # its Undoing, now durable
@@ -273,11 +274,13 @@ def _targets(
 class Removal:
     """What a removal's next commit carries: none of it needs a commit of its own.
 
-    The commits of a removal are its fence (``opening``: the generation/epoch check, the
-    fence, the cleanup's record; committed on its own before the unit is marked), the
-    ones durable before a compensation (an effect's Undoing) and its final record (its
-    response). Everything else rides with the next:
+    The commits of a removal are the ones durable before a compensation (an effect's
+    Undoing) and its final record (its response). Everything else rides with the next:
 
+    * its opening (the fence, the generation/epoch check, the cleanup's record), with its
+      first commit. Until then it has changed nothing in the kernel: a crash before it
+      loses only a removal nobody was answered, which the coordinator retries; while the
+      process lives, the unit's quiescing mark refuses what the fence would.
     * a target's start of cleanup, with its first Undoing.
     * an effect's Undone (or Quarantined, or a failed undo's note), with the next Undoing
       or the cleanup's response: a crash before that commit leaves the effect Undoing (a

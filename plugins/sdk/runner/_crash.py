@@ -70,13 +70,12 @@ class Commit(enum.StrEnum):
     ADVANCE = "advance"
     # The last effect's Applied (when this attempt ran it) and the replayable response.
     RESPONSE = "response"
-    FENCE = "fence"
     # At an effect being undone: its Undoing, with what the removal finished since its
     # last commit (the effect undone before it, the target's start of cleanup, the
-    # previous target's finish).
+    # previous target's finish) and, in its first commit, its fence and record.
     UNDOING = "undoing"
     # The removal's response, with what it finished since its last commit (the last
-    # target's finish with its last result).
+    # target's finish with its last result) and, if it had no commit before, its fence.
     CLEANUP = "cleanup"
     PROBE = "probe"
     INTERRUPTED = "interrupted"
@@ -90,7 +89,7 @@ _COMMIT_PHASE = re.compile(r"(?P<boundary>[^/]+)\.(?P<kind>before-commit|after-c
 class Phase:
     """One side of one boundary: a journal commit, or the Nth mutating kernel call.
 
-    ``boundary`` is the commit's name (``intent``, ``fence``; the coordinator names
+    ``boundary`` is the commit's name (``intent``, ``undoing``; the coordinator names
     its own, ``release``) or the kernel method (``create_link``); ``call`` numbers the
     mutating kernel calls of one effect from 1 (0 for a commit).
     """

@@ -1,9 +1,12 @@
 """Fencing and ordering: what the journal's scope record allows, and in-memory quiescing.
 
 The durable checks are pure functions of the records read under the unit's lock
-(and again inside the intent's transaction: the single writer is the true
-serialization point). ``Quiescing`` is the in-memory half: it tells work already
-running on a unit, between two effects, that a removal has fenced it.
+(and again inside the transaction that writes: the single writer is the true
+serialization point). ``Quiescing`` is the in-memory half: it marks a unit a removal
+is on its way through, from before it waits for the unit's lock until it is done, so
+that work already running stops at its next effect boundary and new work is refused
+while the removal's fence is not durable yet (it rides with the removal's first
+commit, docs/runner.md, "The record sequence").
 """
 
 from __future__ import annotations
@@ -107,12 +110,19 @@ def check_single_attachment(t: Reader, partition: str, root: str, attachment: st
 
 
 class Quiescing:
-    """Units a removal has fenced while it waits for the work running on them.
+    """Units a removal is on its way through: marked before it waits for the unit's lock.
 
-    Only needed from the fence's commit until the removal holds the unit's lock: every
-    create runs under that lock and, once it has it, reads the durable fence. So a mark
-    lives exactly as long as a removal is on its way through the unit (counted: two
-    removals of one unit may overlap), and the set stays as small as the removals in
+    The removal's fence becomes durable only with its first commit, which it makes under
+    the unit's lock. Until then the mark is the fence, while this process lives: work
+    running on the unit stops at its next effect boundary (``is_removing``), and a create
+    that takes the lock before the waiting removal is refused before it replays, resumes
+    or plans, and again in its intent's transaction (``check``), exactly as a durable
+    fence would refuse it. Once the fence is durable the mark only repeats it. A crash
+    loses the mark with everything the removal had not committed: nothing, in the kernel
+    (docs/runner.md, "The record sequence").
+
+    A mark lives exactly as long as a removal is on its way through the unit (counted:
+    two removals of one unit may overlap), so the set stays as small as the removals in
     flight.
     """
 
@@ -136,6 +146,16 @@ class Quiescing:
     def is_removing(self, partition: str, unit: str) -> bool:
         with self._lock:
             return (partition, unit) in self._removals
+
+    def check(self, partition: str, unit: str, name: str) -> None:
+        """``check_fence`` for a fence on its way: refuse work a waiting removal would undo."""
+        with self._lock:
+            removing = (partition, unit) in self._removals
+        if removing:
+            raise Aborted(
+                f"scope {name} is being removed (the removal waits for its lock); "
+                "earlier work cannot start or replay"
+            )
 
     def __len__(self) -> int:
         with self._lock:

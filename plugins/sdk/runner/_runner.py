@@ -8,8 +8,9 @@ intent -> commit the intent -> per effect: capture the before-image, persist it 
 Applying (and the previous effect's result), apply -> validate exports -> persist the
 last result with the replayable response -> return.
 
-Cleanup writes a durable terminal fence first, quiesces work on the scope, then
-undoes the recorded plan in reverse from the journal alone (``_cleanup``).
+Cleanup marks the unit quiescing (running work stops, new work is refused), takes its
+lock, then undoes the recorded plan in reverse from the journal alone (``_cleanup``);
+its terminal fence rides with its first commit, before any compensation.
 
 The parts: which state may follow which (``_transitions``), fencing and ordering
 (``_fencing``), bounded per-unit locks and joins (``_locks``), checks before the
@@ -417,6 +418,8 @@ class Runner:
                 lambda r: (r.operation(partition, env.operation_id), r.scope(partition, unit))
             )
             check_fence(scope, env.scope)  # before replay: a removed scope never resurrects
+            # Nor one a removal is waiting for: its fence rides with its first commit.
+            self._quiescing.check(partition, unit, env.scope)
             if existing is not None:
                 check_same(existing, env.hook, meaning.digest)
                 if existing.state is OperationState.SUCCEEDED and existing.response_json:
@@ -470,8 +473,10 @@ class Runner:
 
             def intent(t: Txn) -> OperationRecord:
                 current = t.scope(partition, unit)
-                # The single writer is the true serialization point: check the fence again.
+                # The single writer is the true serialization point: check the fence again,
+                # and the mark of a removal that arrived meanwhile and waits for this lock.
                 check_fence(current, env.scope)
+                self._quiescing.check(partition, unit, env.scope)
                 check_generation(current, env.generation, env.coordinator_epoch, env.scope)
                 if isinstance(request, ConnectRequest) and request.allocation is not None:
                     check_single_attachment(t, partition, request.allocation.root_id, env.scope)
@@ -669,7 +674,9 @@ class Runner:
         unit = unit_key(env.scope, env.step)
         store = self._require_store()
         target = cleanup_plan()
-        existing = store.read(lambda r: r.operation(partition, env.operation_id))
+        existing, accepted = store.read(
+            lambda r: (r.operation(partition, env.operation_id), r.scope(partition, unit))
+        )
         if existing is not None:
             check_same(existing, env.hook, meaning.digest)
             if existing.state is OperationState.CLEANED and existing.response_json:
@@ -679,6 +686,7 @@ class Runner:
         )
 
         def fence(t: Txn) -> OperationRecord:
+            """The removal's opening, in the transaction of its first commit (``Removal``)."""
             current = t.scope(partition, unit)
             check_generation(current, env.generation, env.coordinator_epoch, env.scope)
             advanced = advance(current, partition, unit, env.generation, env.coordinator_epoch)
@@ -693,27 +701,33 @@ class Runner:
                 f"({'; '.join(sorted(self._damaged.values())[:3])}), so absence proves nothing",
             )
         if target.target_hook is Hook.NODE_PREPARE:
-            # A refusal must change nothing: check attachments before the fence is written.
+            # A refusal must change nothing: check attachments before anything is written.
             self._undo.check_no_attachments(
                 reg, partition, self._undo.targets(partition, env.scope, env.step, target)
             )
+        # A stale removal is refused before it marks the unit (which would stop running
+        # work): generation and epoch only grow, so what is stale now stays stale. The
+        # check that decides is in the first commit's transaction, with the fence.
+        check_generation(accepted, env.generation, env.coordinator_epoch, env.scope)
         removal = Removal(fence)
-        with self._crash.scope(env.hook.value, env.operation_id):
-            removal.committed(self._commit(Commit.FENCE, removal.write))
-            # Running work on this unit stops at its next effect boundary.
-            with self._quiescing.removing(partition, unit), self._units.hold(partition, unit):
-                response = self._undo.scope(reg, record, target, removal)
-                answer = response_json(response)
+        # Running work on this unit stops at its next effect boundary, and new work is
+        # refused (``Quiescing``) until the fence, in the first commit, is durable.
+        with (
+            self._crash.scope(env.hook.value, env.operation_id),
+            self._quiescing.removing(partition, unit),
+            self._units.hold(partition, unit),
+        ):
+            response = self._undo.scope(reg, record, target, removal)
+            answer = response_json(response)
 
-                def finish(t: Txn) -> None:
-                    # What is carried (the last target's finish with its last result),
-                    # then the response.
-                    removal.write(t)
-                    cleanup_op = removal.opened
-                    assert cleanup_op is not None  # written by the fence's commit
-                    t.update_operation(tr.cleanup_finished(cleanup_op, response.status, answer))
+            def finish(t: Txn) -> None:
+                # What is carried (the fence, if nothing was committed before; the last
+                # target's finish with its last result), then the response.
+                cleanup_op = removal.write(t) or removal.opened
+                assert cleanup_op is not None  # written now or by an earlier commit
+                t.update_operation(tr.cleanup_finished(cleanup_op, response.status, answer))
 
-                self._commit(Commit.CLEANUP, finish)
+            self._commit(Commit.CLEANUP, finish)
         return response
 
     # -- inspection --------------------------------------------------------------------------
