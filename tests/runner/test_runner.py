@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -240,6 +241,33 @@ def test_unprepare_waits_for_attachment_cleanup(toy: ToyNode) -> None:
         toy.endpoint.node_unprepare(n.unprepare(op="op-unprepare-2")).status
         is CleanupStatus.CLEANED
     )
+
+
+def test_an_unprepare_refused_under_the_lock_writes_nothing(
+    toy: ToyNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attachment that raced the first check is seen under the lock, before the
+    removal's first commit: the refusal leaves no fence and no cleanup record."""
+    prepared = toy.endpoint.node_prepare(n.prepare())
+    toy.endpoint.connect_network(n.connect())
+    real, skipped = toy.runner._undo.check_no_attachments, []
+
+    def late(*args: Any) -> None:
+        if not skipped:  # the check before the unit is marked: as if the connect came later
+            skipped.append(args)
+            return
+        real(*args)
+
+    monkeypatch.setattr(toy.runner._undo, "check_no_attachments", late)
+    assert toy.store is not None
+    commits = toy.store.commits
+    with pytest.raises(FailedPrecondition, match="attachment att-1"):
+        toy.endpoint.node_unprepare(n.unprepare())
+    assert len(skipped) == 1
+    assert toy.store.commits == commits
+    assert not toy.endpoint.inspect("op-unprepare", "").found
+    assert not toy.endpoint.inspect("", "prep-1").fenced
+    assert toy.endpoint.node_prepare(n.prepare()) == prepared  # still replays
 
 
 def test_a_second_writer_is_refused(toy: ToyNode) -> None:
