@@ -99,9 +99,8 @@ class Phase:
     call: int = 0
 
     @classmethod
-    def commit(cls, kind: PhaseKind, commit: Commit | str, operation_id: str = "") -> Phase:
-        name = f"{commit}:{operation_id}" if operation_id else str(commit)
-        return cls(kind, name)
+    def commit(cls, kind: PhaseKind, commit: Commit | str) -> Phase:
+        return cls(kind, str(commit))
 
     @classmethod
     def kernel(cls, kind: PhaseKind, call: int, method: str) -> Phase:
