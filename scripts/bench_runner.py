@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -126,14 +127,17 @@ def main() -> int:
     floors: list[float] = []
     results: dict[int, tuple[list[float], list[float]]] = {1: ([], []), 16: ([], [])}
     kinds: dict[str, list[float]] = {}
-    for r in range(args.repeat):
-        floors.append(fdatasync_floor(base, args.hooks))
-        for clients in (1, 16):
-            rate, fsyncs, by_kind = run_hooks(base / f"run-{r}-{clients}", args.hooks, clients)
-            results[clients][0].append(rate)
-            results[clients][1].append(fsyncs)
-            for kind, per_hook in by_kind.items():
-                kinds.setdefault(kind, []).append(per_hook)
+    try:
+        for r in range(args.repeat):
+            floors.append(fdatasync_floor(base, args.hooks))
+            for clients in (1, 16):
+                rate, fsyncs, by_kind = run_hooks(base / f"run-{r}-{clients}", args.hooks, clients)
+                results[clients][0].append(rate)
+                results[clients][1].append(fsyncs)
+                for kind, per_hook in by_kind.items():
+                    kinds.setdefault(kind, []).append(per_hook)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)  # its journals: nothing of a run is kept
     floor = statistics.median(floors)
     print(f"file system: {base} ({args.repeat} repetitions, medians)")
     print(f"fdatasync floor: {floor:,.0f} durable writes/s")
