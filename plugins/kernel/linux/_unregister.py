@@ -23,6 +23,9 @@ for the whole delete), and the caller returns at whichever comes first:
   which says what the kernel did with our request;
 * the ack, or the error the kernel answered (raised as it gave it).
 
+A deletion of the same device by someone else, announced while we wait, answers too:
+the device is gone either way (our request would have been answered ENODEV).
+
 A listener whose queue overflowed (ENOBUFS) may have lost the announcement: the caller
 waits for the ack then. The sender thread outlives the call by the rest of the kernel's
 wait; ``LinuxKernel`` counts it as a call in progress until it ends, so nothing it uses
