@@ -283,10 +283,19 @@ def setlink(state: State, link: LinkState, changes: LinkChanges) -> None:
 # -- moving between namespaces ---------------------------------------------------------
 
 
-def move(state: State, link: LinkState, target: Namespace, new_name: str | None) -> None:
-    """do_setlink with IFLA_NET_NS_FD (+ IFLA_IFNAME): __dev_change_net_namespace, then rename."""
+def move(
+    state: State,
+    link: LinkState,
+    target: Namespace,
+    new_name: str | None,
+    alias: str | None = None,
+) -> None:
+    """do_setlink with IFLA_NET_NS_FD (+ IFLA_IFNAME, + IFLA_IFALIAS):
+    __dev_change_net_namespace, then rename, then the alias."""
     if new_name is not None:
         name_policy(new_name)
+    if alias is not None:
+        alias_policy(alias)
     if link.kind in NETNS_LOCAL or link.loopback:
         raise fail(errno.EINVAL, f"{link.kind} {link.name} is local to its namespace")
     dest = target.ref.inode
@@ -303,8 +312,11 @@ def move(state: State, link: LinkState, target: Namespace, new_name: str | None)
         dev_close(state, link)  # "If device is running close it first."
         state.relocate(link, dest, name)
     if new_name is not None:
-        # A separate step after the move: an error here leaves the link moved, old name.
+        # A separate step after the move: an error here leaves the link moved, old name
+        # (and old alias: the alias comes after the name).
         dev_change_name(state, link, new_name)
+    if alias is not None:
+        dev_set_alias(link, alias)
 
 
 # -- RTM_DELLINK and namespace teardown ------------------------------------------------

@@ -133,9 +133,19 @@ class FakeKernelClient:
         )
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
-        result = self._call("move_link", ns=ns, ifindex=ifindex, target=target, new_name=new_name)
+        # Sent only when given: a server from before the alias refuses the parameter.
+        extra = {} if alias is None else {"alias": alias}
+        result = self._call(
+            "move_link", ns=ns, ifindex=ifindex, target=target, new_name=new_name, **extra
+        )
         return from_json_value(Link, result)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:

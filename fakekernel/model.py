@@ -125,11 +125,17 @@ class FakeKernelModel:
         return self._view(link)
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
         link = self._s.require(self._ns(ns).ref.inode, ifindex)
         with self._settling():
-            _links.move(self._s, link, self._ns(target), new_name)
+            _links.move(self._s, link, self._ns(target), new_name, alias)
         return self._view(link)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:

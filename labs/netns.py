@@ -164,9 +164,15 @@ class NetnsKernel:
         return self.linux.set_link(ns, ifindex, changes)
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
-        return self.linux.move_link(ns, ifindex, target, new_name=new_name)
+        return self.linux.move_link(ns, ifindex, target, new_name=new_name, alias=alias)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         self.linux.delete_link(ns, ifindex)

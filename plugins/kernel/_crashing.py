@@ -61,10 +61,16 @@ class CrashingKernel:
         return self._mutate("set_link", self.inner.set_link, ns, ifindex, changes)
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
         return self._mutate(
-            "move_link", self.inner.move_link, ns, ifindex, target, new_name=new_name
+            "move_link", self.inner.move_link, ns, ifindex, target, new_name=new_name, alias=alias
         )
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:

@@ -61,9 +61,27 @@ class Kernel(Protocol):
     def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link: ...
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
-        """Move (and optionally rename) in one message; returns the link as seen in ``target``."""
+        """Move into ``target``, optionally renamed and re-aliased, in one RTM_SETLINK.
+
+        ``alias`` sets IFLA_IFALIAS ("" clears it). Returns the link as seen in ``target``.
+        Like Linux's do_setlink the parts apply in order, move, then name, then alias,
+        and the first error stops the rest and is raised with what was done kept: a new
+        name taken in ``target`` while the old one is free there (EEXIST from the rename
+        after the move) leaves the link moved under its old name with its old alias. A
+        link already in ``target`` is only renamed and re-aliased. Attribute checks (a
+        name or alias too long: ERANGE) fail before anything changes. One message means
+        no crash of the caller can fall between the parts; a listener in ``target``
+        still gets the kernel's announcement of each part as it is applied (the move's
+        shows the alias the link had before; a down link's new alias is not announced).
+        """
         ...
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None: ...

@@ -116,10 +116,16 @@ class ReadSharingKernel:
         return self.inner.set_link(ns, ifindex, changes)
 
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
         self._mutating()
-        return self.inner.move_link(ns, ifindex, target, new_name=new_name)
+        return self.inner.move_link(ns, ifindex, target, new_name=new_name, alias=alias)
 
     def delete_link(self, ns: NsRef, ifindex: int) -> None:
         self._mutating()

@@ -589,7 +589,13 @@ class LinuxKernel:
 
     @_call
     def move_link(
-        self, ns: NsRef, ifindex: int, target: NsRef, *, new_name: str | None = None
+        self,
+        ns: NsRef,
+        ifindex: int,
+        target: NsRef,
+        *,
+        new_name: str | None = None,
+        alias: str | None = None,
     ) -> Link:
         src = self._resolve(ns)
         dst = self._resolve(target)
@@ -603,6 +609,8 @@ class LinuxKernel:
             attrs = [w.nla_u32(w.IFLA_NET_NS_FD, dst_fd)]
             if new_name is not None:
                 attrs.append(w.nla_str(w.IFLA_IFNAME, new_name))
+            if alias is not None:
+                attrs.append(w.nla_raw_str(w.IFLA_IFALIAS, alias))
             self._setlink(src, ifindex, attrs)
         moved = self._get_msg(dst, name=name)
         if moved is None:
