@@ -29,6 +29,8 @@ class LinkEvents:
             os.close(fd)
         self._sock.setblocking(False)
         self.seen: list[tuple[str, str]] = []  # ("new"|"del", name)
+        # the same events with what each showed: ("new"|"del", ifindex, name, alias)
+        self.shown: list[tuple[str, int, str, str | None]] = []
 
     def close(self) -> None:
         self._sock.close()
@@ -46,7 +48,10 @@ class LinkEvents:
                 if mtype in (RTM_NEWLINK, RTM_DELLINK):
                     msg = decode_link_msg(bytes(data[offset : offset + length]))
                     event = "new" if mtype == RTM_NEWLINK else "del"
-                    self.seen.append((event, str(msg.get_attr("IFLA_IFNAME"))))
+                    name = str(msg.get_attr("IFLA_IFNAME"))
+                    self.seen.append((event, name))
+                    alias = msg.get_attr("IFLA_IFALIAS")
+                    self.shown.append((event, int(msg["index"]), name, alias or None))
                 offset += (length + 3) & ~3
 
     def wait_until(self, condition: Callable[[], bool], deadline_s: float = DEADLINE_S) -> None:

@@ -56,6 +56,32 @@ def test_a_refused_rename_sets_no_alias_from_the_same_message(
     assert (both.name, both.alias) == ("net1", "dranp:test:marker")
 
 
+def test_a_move_whose_rename_fails_sets_no_alias(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, va: int
+) -> None:
+    """do_setlink moves, renames, then sets the alias, and stops at the first error: a
+    name taken in the target leaves the link moved, its old name, its old alias."""
+    mac = kernel.set_link(ns_a, va, LinkChanges(alias="home")).mac
+    kernel.create_link(ns_b, LinkSpec(kind="veth", name="vb", peer_name="vb1"))
+    with pytest.raises(KernelError) as exc:
+        kernel.move_link(ns_a, va, ns_b, new_name="vb", alias="dranp:test:marker")
+    assert code_of(exc) == errno.EEXIST
+    moved = kernel.get_link(ns_b, name="va")
+    assert moved is not None
+    assert (moved.mac, moved.alias) == (mac, "home")  # (renumbered: vb has its ifindex)
+
+
+def test_a_move_with_a_too_long_alias_is_erange_and_moves_nothing(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, va: int
+) -> None:
+    with pytest.raises(KernelError) as exc:
+        kernel.move_link(ns_a, va, ns_b, new_name="eth0", alias="a" * 256)
+    assert code_of(exc) == errno.ERANGE  # the attribute policy, before any part applies
+    left = kernel.get_link(ns_a, ifindex=va)
+    assert left is not None
+    assert (left.name, left.alias) == ("va", None)
+
+
 def test_move_into_a_clashing_name_without_rename_is_eexist(
     kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, va: int
 ) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import errno
+import struct
+from typing import Any
 
 import pytest
 
 from plugins.kernel import KernelError, LinkChanges, LinkSpec, NsRef, VFChanges
 from plugins.kernel.linux import LinuxKernel
+from plugins.kernel.linux import _wire as w
 
 from .helpers import LinkEvents
 
@@ -91,6 +94,102 @@ def test_move_with_rename_in_one_call(kernel: LinuxKernel, ns_a: NsRef, ns_b: Ns
     back = kernel.move_link(ns_b, moved.ifindex, ns_a)
     assert back.name == "eth7"
     assert same_ns(back.ns, ns_a)
+
+
+def _setlinks(sent: list[tuple[int, bytes]]) -> list[set[int]]:
+    """The attribute types of each RTM_SETLINK request among ``sent``."""
+    found = []
+    for msg_type, body in sent:
+        if msg_type != w.RTM_SETLINK:
+            continue
+        types, offset = set(), _IFINFOMSG_SIZE
+        while offset + 4 <= len(body):
+            length, kind = struct.unpack_from("=HH", body, offset)
+            types.add(kind & 0x3FFF)
+            offset += (length + 3) & ~3
+        found.append(types)
+    return found
+
+
+_IFINFOMSG_SIZE = 16
+
+
+def spy_requests(kernel: LinuxKernel, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bytes]]:
+    """Every request ``kernel`` sends from now on: (message type, body)."""
+    sent: list[tuple[int, bytes]] = []
+    request = kernel._request
+
+    def spy(space: Any, msg_type: int, flags: int, body: bytes) -> list[bytes]:
+        sent.append((msg_type, body))
+        return request(space, msg_type, flags, body)
+
+    monkeypatch.setattr(kernel, "_request", spy)
+    return sent
+
+
+def test_move_with_rename_and_alias_is_one_setlink(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1"))
+    sent = spy_requests(kernel, monkeypatch)
+    moved = kernel.move_link(ns_a, va.ifindex, ns_b, new_name="eth7", alias="dranp:test:marker")
+    assert (moved.name, moved.alias) == ("eth7", "dranp:test:marker")
+    assert same_ns(moved.ns, ns_b)
+    assert kernel.get_link(ns_b, name="eth7") == moved
+    assert kernel.get_link(ns_a, ifindex=va.ifindex) is None
+    # Fails if the alias (or the name) were a second message.
+    assert _setlinks(sent) == [{w.IFLA_NET_NS_FD, w.IFLA_IFNAME, w.IFLA_IFALIAS}]
+
+
+def test_move_with_an_empty_alias_clears_it_on_the_way(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    va = kernel.create_link(ns_a, LinkSpec(kind="veth", name="va", peer_name="va1", alias="m"))
+    assert va.alias == "m"
+    sent = spy_requests(kernel, monkeypatch)
+    moved = kernel.move_link(ns_a, va.ifindex, ns_b, alias="")
+    assert (moved.name, moved.alias) == ("va", None)
+    assert kernel.get_link(ns_b, name="va") == moved
+    assert _setlinks(sent) == [{w.IFLA_NET_NS_FD, w.IFLA_IFALIAS}]
+    # and home again with an alias, no rename
+    home = kernel.move_link(ns_b, va.ifindex, ns_a, alias="back")
+    assert (home.name, home.alias) == ("va", "back")
+    assert same_ns(home.ns, ns_a)
+
+
+def test_a_listener_in_the_target_sees_each_part_announced_not_the_message(
+    kernel: LinuxKernel, ns_a: NsRef, ns_b: NsRef
+) -> None:
+    """do_setlink announces each part as it applies it: the move (__dev_change_net_namespace
+    sends RTM_NEWLINK into the target there, with the name and alias the link had at
+    home), then the rename; the alias of a link that is down (a move closes it) is not
+    announced at all. So a listener in the target sees the link without its new alias
+    whether the alias came in the same message or in a second one (the same events
+    either way, checked here): what the one message gives is that no crash of the caller
+    falls between the parts (the test above pins the one message), and a read, which
+    answers after the call, sees all three."""
+    outcomes = []
+    for n, one_message in enumerate((True, False)):
+        va = kernel.create_link(
+            ns_a, LinkSpec(kind="veth", name=f"va{n}", peer_name=f"vp{n}", alias="home")
+        )
+        events = LinkEvents(ns_b.path)
+        try:
+            if one_message:
+                moved = kernel.move_link(
+                    ns_a, va.ifindex, ns_b, new_name=f"eth{n}", alias="dranp:test:marker"
+                )
+            else:
+                kernel.move_link(ns_a, va.ifindex, ns_b, new_name=f"eth{n}")
+                moved = kernel.set_link(ns_b, va.ifindex, LinkChanges(alias="dranp:test:marker"))
+            events.drain()  # the kernel queues its announcements before it acks
+            shown = [(e, name, alias) for e, i, name, alias in events.shown if i == va.ifindex]
+        finally:
+            events.close()
+        assert (moved.name, moved.alias, moved.up) == (f"eth{n}", "dranp:test:marker", False)
+        assert shown[0] == ("new", f"va{n}", "home")  # the move's announcement
+        outcomes.append([(e, name.replace(str(n), "N"), alias) for e, name, alias in shown])
+    assert outcomes[0] == outcomes[1]
 
 
 def test_move_keeps_the_name_when_none_is_given(
