@@ -90,6 +90,58 @@ def test_a_failed_rename_after_a_move_leaves_the_link_moved(
     assert link(m, pod, "enp3s0f0v0").ifindex == v0.ifindex
 
 
+def test_a_move_sets_the_alias_after_the_name(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:
+    """IFLA_IFALIAS in the move's message: the link arrives renamed and aliased; ""
+    clears an alias it had at home."""
+    v0, v1 = link(m, host, "enp3s0f0v0"), link(m, host, "enp3s0f0v1")
+    moved = m.move_link(host, v0.ifindex, pod, new_name="eth0", alias="dranp:1234:marker")
+    assert (moved.ns, moved.name, moved.alias) == (pod, "eth0", "dranp:1234:marker")
+    assert link(m, pod, "eth0") == moved
+    m.set_link(host, v1.ifindex, LinkChanges(alias="its own"))
+    cleared = m.move_link(host, v1.ifindex, pod, alias="")  # no rename: the alias alone
+    assert (cleared.ns, cleared.name, cleared.alias) == (pod, "enp3s0f0v1", None)
+    home = m.move_link(pod, v0.ifindex, host, new_name="enp3s0f0v0", alias="back")
+    assert (home.ns, home.name, home.alias) == (host, "enp3s0f0v0", "back")
+
+
+def test_a_failed_rename_after_a_move_sets_no_alias(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    """do_setlink stops at the rename's error: moved, its old name, its old alias."""
+    mk(m, pod, "dummy", "eth0")
+    v0 = m.set_link(host, link(m, host, "enp3s0f0v0").ifindex, LinkChanges(alias="home"))
+    with kernel_error(errno.EEXIST):
+        m.move_link(host, v0.ifindex, pod, new_name="eth0", alias="dranp:1234:marker")
+    left = link(m, pod, "enp3s0f0v0")
+    assert (left.ifindex, left.alias) == (v0.ifindex, "home")
+
+
+def test_a_move_with_a_too_long_alias_changes_nothing(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    """The attribute policy (IFALIASZ - 1 bytes) refuses the message before the move."""
+    v0 = link(m, host, "enp3s0f0v0")
+    before = m.snapshot()
+    with kernel_error(errno.ERANGE):
+        m.move_link(host, v0.ifindex, pod, new_name="eth0", alias="a" * 256)
+    assert m.snapshot() == before
+
+
+def test_a_move_with_an_alias_is_one_crash_point(
+    m: FakeKernelModel, host: NsRef, pod: NsRef
+) -> None:
+    points = CrashPoints()
+    k = CrashingKernel(m, points)
+    v0 = link(m, host, "enp3s0f0v0")
+    with points.scope("test", "op-1"):
+        moved = k.move_link(host, v0.ifindex, pod, new_name="eth0", alias="marker")
+    assert (moved.name, moved.alias) == ("eth0", "marker")
+    assert points.reached == [
+        "test/op-1/-/kernel#1.move_link.before",
+        "test/op-1/-/kernel#1.move_link.after",
+    ]
+
+
 def test_renaming_in_place_through_move(m: FakeKernelModel, host: NsRef) -> None:
     d = mk(m, host, "dummy", "d0")
     assert m.move_link(host, d.ifindex, host, new_name="d1").name == "d1"

@@ -10,6 +10,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,38 @@ def test_the_process_and_an_in_process_model_agree(client: FakeKernelClient) -> 
     client.delete_namespace("pod")
     local.delete_namespace("pod")
     assert client.snapshot() == local.snapshot()
+
+
+def test_a_move_with_an_alias_over_the_socket(client: FakeKernelClient) -> None:
+    """The alias travels with the move (and "" clears one); without one the request
+    names no alias, so a server from before the parameter still answers it."""
+    local: FakeKernelModel = load_lab(DEFAULT_LAB)
+    for k in (client, local):
+        host, pod = k.host_namespace(), k.add_namespace("pod")
+        v0, v1 = k.get_link(host, name="enp3s0f0v0"), k.get_link(host, name="enp3s0f0v1")
+        assert v0 is not None
+        assert v1 is not None
+        moved = k.move_link(host, v0.ifindex, pod, new_name="net1", alias="dranp:1234:x")
+        assert (moved.ns, moved.name, moved.alias) == (pod, "net1", "dranp:1234:x")
+        k.set_link(host, v1.ifindex, LinkChanges(alias="its own"))
+        assert k.move_link(host, v1.ifindex, pod, alias="").alias is None
+        k.create_link(host, LinkSpec("dummy", "enp3s0f0v0"))
+        with kernel_error(errno.EEXIST):  # moved home, the rename refused: no alias set
+            k.move_link(pod, v0.ifindex, host, new_name="enp3s0f0v0", alias="")
+        back = k.get_link(host, name="net1")
+        assert back is not None
+        assert back.alias == "dranp:1234:x"
+    assert client.snapshot() == local.snapshot()
+    sent: list[dict[str, Any]] = []
+    call = client._call
+
+    def spy(method: str, **params: Any) -> Any:
+        sent.append(params)
+        return call(method, **params)
+
+    client._call = spy  # type: ignore[method-assign]
+    client.move_link(client.host_namespace(), back.ifindex, client.namespace("pod"))
+    assert "alias" not in sent[-1]
 
 
 def test_kernel_errors_keep_their_errno(client: FakeKernelClient) -> None:

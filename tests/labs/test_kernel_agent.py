@@ -9,6 +9,7 @@ from typing import Any
 from fakekernel.lab import load_lab
 from labs import DEFAULT_LAB
 from labs.kernel_agent import KernelAgent
+from plugins.sdk import to_json_value
 
 
 def ask(agent: KernelAgent, method: str, **params: Any) -> dict[str, Any]:
@@ -46,3 +47,21 @@ def test_requests_the_protocol_cannot_carry_are_named() -> None:
 def test_guest_only_methods_are_unknown_without_a_guest() -> None:
     reply = ask(KernelAgent(load_lab(DEFAULT_LAB)), "release")
     assert reply["error"]["message"] == "unknown method 'release'"
+
+
+def test_a_move_with_an_alias_is_decoded_from_the_protocols_hints() -> None:
+    model = load_lab(DEFAULT_LAB)
+    agent = KernelAgent(model)
+    host, pod = model.host_namespace(), model.add_namespace("pod")
+    vf = model.get_link(host, name="enp3s0f0v0")
+    assert vf is not None
+    reply = ask(
+        agent,
+        "move_link",
+        ns=to_json_value(host),
+        ifindex=vf.ifindex,
+        target=to_json_value(pod),
+        new_name="net1",
+        alias="dranp:1234:x",
+    )
+    assert (reply["result"]["name"], reply["result"]["alias"]) == ("net1", "dranp:1234:x")

@@ -105,6 +105,18 @@ def test_a_mutation_forgets_what_was_shared(counting: Counting) -> None:
     assert [lk.name for lk in after] == [*(lk.name for lk in before), "d0"]
 
 
+def test_a_move_with_an_alias_passes_through_and_forgets(counting: Counting) -> None:
+    kernel = _shared(counting)
+    host, pod = counting.model.host_namespace(), counting.model.namespace("pod")
+    d0 = counting.model.create_link(host, LinkSpec(kind="dummy", name="d0"))
+    with kernel.shared_reads():
+        assert kernel.get_link(pod, name="net0") is None
+        moved = kernel.move_link(host, d0.ifindex, pod, new_name="net0", alias="marker")
+        assert kernel.get_link(pod, name="net0") == moved
+    assert (moved.name, moved.alias) == ("net0", "marker")
+    assert counting.calls == {"get_link": 2, "move_link": 1}
+
+
 def test_errors_are_not_remembered(counting: Counting) -> None:
     kernel = _shared(counting)
     gone = NamespaceHandle("/run/netns/gone", 1, 2, counting.model.boot_id())
