@@ -227,6 +227,22 @@ def move_onto_a_taken_name(w: World) -> None:
     w.move(b, "vy", a, new_name="q" * 16)  # a bad name is refused before the move
 
 
+@scenario("veth")
+def move_with_an_alias(w: World) -> None:
+    """IFLA_IFALIAS in the move's RTM_SETLINK: applied after the move and the rename."""
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, veth("va", "vb"))
+    w.set(a, "va", up=True, alias="home")
+    w.move(a, "va", b, new_name="eth0", alias="dranp:0123abcd:marker")  # down, renamed, ours
+    w.checkpoint("moved in")
+    w.move(b, "eth0", a, new_name="va", alias="")  # home, "" clears the alias
+    w.move(a, "vb", b, alias="only an alias")  # no rename
+    w.move(b, "vb", b, new_name="vb2", alias="")  # the same namespace: rename and alias
+    w.move(a, "va", b, new_name="eth1", alias="a" * 256)  # ERANGE: nothing moves
+    w.create(a, veth("vx", "vy"))
+    w.move(b, "vb2", a, new_name="vx", alias="never")  # moved, the rename fails: no alias
+
+
 # -- macvlan ---------------------------------------------------------------------------
 
 
@@ -1235,6 +1251,24 @@ def sriov_numvfs_zero_with_vfs_in_other_namespaces(w: World) -> None:
     w.checkpoint("moved")
     w.numvfs("enp1s0", 0)
     w.attempt(lambda: w.kernel.list_links(b), "list b")
+
+
+@scenario("device")
+def sriov_vf_moved_with_a_marker_and_home_with_its_alias(w: World) -> None:
+    """The VF plugin's MoveLink: in under a temporary name with our marker, one message
+    each way; home under its own name with its own alias."""
+    a = w.ns("a")
+    w.numvfs("enp1s0", 1)
+    w.set(w.host, "enp1s0v0", alias="its own", up=True)
+    w.move(w.host, "enp1s0v0", a, new_name="np0123abcd", alias="dranp:0123abcd:vf")
+    w.set(a, "np0123abcd", name="net1")
+    w.set(a, "net1", up=True)
+    w.checkpoint("attached")
+    w.set(a, "net1", up=False)
+    w.set(a, "net1", name="np0123abcd")
+    w.move(a, "np0123abcd", w.host, new_name="enp1s0v0", alias="its own")
+    w.checkpoint("home")
+    w.numvfs("enp1s0", 0)
 
 
 @scenario("device")

@@ -174,11 +174,20 @@ class World:
             f"set {self.label_of(ns)}:{link} {what}",
         )
 
-    def move(self, ns: NsRef, name: str, target: NsRef, new_name: str | None = None) -> Outcome:
+    def move(
+        self,
+        ns: NsRef,
+        name: str,
+        target: NsRef,
+        new_name: str | None = None,
+        alias: str | None = None,
+    ) -> Outcome:
         index = self.ifindex(ns, name)
         dest = f"{self.label_of(target)}:{new_name or name}"
+        if alias is not None:
+            dest += f" alias={alias[:40]!r}"
         return self.attempt(
-            lambda: self.kernel.move_link(ns, index, target, new_name=new_name),
+            lambda: self.kernel.move_link(ns, index, target, new_name=new_name, alias=alias),
             f"move {self.label_of(ns)}:{name} -> {dest}",
         )
 
