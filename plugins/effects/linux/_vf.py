@@ -226,8 +226,10 @@ class MoveLink:
     closes a running device, so a VF that was up at home arrives down in the sandbox,
     and compensation must bring it up again once it is home. In the sandbox the VF
     carries our marker as its alias, the ownership evidence a node-wide scan attributes
-    to this attachment even when no journal record is left. Compensation returns the
-    VF to the host namespace under its original name and alias and never deletes it.
+    to this attachment even when no journal record is left: the move sets it in the
+    same RTM_SETLINK, so no crash of ours can leave the VF moved but unmarked.
+    Compensation returns the VF to the host namespace under its original name and alias,
+    again in one message, and never deletes it.
     """
 
     kind: str = "linux/move-link/v1"
@@ -272,12 +274,18 @@ class MoveLink:
         pci = self._pci(ctx)
         target = open_ns(self.kernel, ctx.payload["to"])
         link = _vf_link(self.kernel, pci)
+        marker = ctx.marker if "alias" in before else None  # older records: no evidence
         if link.ns.key != target.key:
             if link.ns.key != self.kernel.host_namespace().key:
                 raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
-            link = self.kernel.move_link(link.ns, link.ifindex, target, new_name=temp_name(ctx))
-        if "alias" in before and link.alias != ctx.marker:  # older records: no evidence
-            link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=ctx.marker))
+            link = self.kernel.move_link(
+                link.ns, link.ifindex, target, new_name=temp_name(ctx), alias=marker
+            )
+        if marker is not None and link.alias != marker:
+            # Already in the sandbox without it: moved by a version that marked in a
+            # second call and crashed in between, or by a move whose rename failed
+            # (which stops the message before its alias).
+            link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=marker))
         return {"link": describe(link, _physical(pci))}
 
     def undo(
@@ -288,20 +296,26 @@ class MoveLink:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
         host = self.kernel.host_namespace()
         moved = renamed = unmarked = False
-        if "alias" in before and link.alias == ctx.marker:
-            # Our evidence goes before the VF does: at home it has its own alias back.
-            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(alias=before["alias"]))
-            unmarked = True
+        marked = "alias" in before and link.alias == ctx.marker
         if link.ns.key != host.key:
             # No need to take it down first: the move closes a running device itself,
-            # and its admin state in the sandbox ends there.
-            link = self.kernel.move_link(link.ns, link.ifindex, host, new_name=before["name"])
+            # and its admin state in the sandbox ends there. Our evidence goes with the
+            # move (its last part): at home the VF has its own name and alias back.
+            alias = before["alias"] if marked else None
+            link = self.kernel.move_link(
+                link.ns, link.ifindex, host, new_name=before["name"], alias=alias
+            )
             moved = True
-        elif link.name != before["name"]:
-            # It came back by itself (the sandbox died, which closed it) under another
-            # name: take ours back.
-            link = self.kernel.set_link(host, link.ifindex, LinkChanges(name=before["name"]))
-            renamed = True
+        else:
+            if marked:
+                # Home with our marker still on it (the sandbox died): its alias back.
+                link = self.kernel.set_link(host, link.ifindex, LinkChanges(alias=before["alias"]))
+                unmarked = True
+            if link.name != before["name"]:
+                # It came back by itself (the sandbox died, which closed it) under another
+                # name: take ours back.
+                link = self.kernel.set_link(host, link.ifindex, LinkChanges(name=before["name"]))
+                renamed = True
         if link.up and not before["up"]:
             # Every way home closes the VF, so an up VF that was down before is an
             # administrator's doing: never overwritten.

@@ -1,0 +1,172 @@
+"""MoveLink's kernel calls: the VF goes into the sandbox under its temporary name with our
+marker as its alias in one ``move_link``, and home under its own name with its own alias
+in one ``move_link``; the branches for a VF found elsewhere (in the sandbox unmarked,
+home still marked) keep their separate ``set_link``."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from fakekernel.lab import load_lab
+from fakekernel.model import FakeKernelModel, diff
+from plugins.effects.linux import MoveLink, evidence_scan
+from plugins.effects.linux._common import describe, ns_json, temp_name
+from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec
+from plugins.kernel._crashing import CrashingKernel
+from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash, UndoOutcome
+
+from .node import LAB, VF0
+
+PCI = VF0["pciAddress"]
+HOME = "enp3s0f0v0"
+
+
+def model_with(alias: str | None, *, up: bool = False) -> FakeKernelModel:
+    model = load_lab(LAB)
+    model.add_namespace("pod-a")
+    vf = found(model)
+    model.set_link(vf.ns, vf.ifindex, LinkChanges(alias=alias, up=up))
+    return model
+
+
+def found(model: FakeKernelModel) -> Link:
+    link = model.find_device(PCI)
+    assert link is not None
+    return link
+
+
+def context(model: FakeKernelModel) -> EffectContext:
+    payload = {
+        "link": {"description": describe(found(model), f"pci:{PCI}")},
+        "to": ns_json(model.namespace("pod-a")),
+    }
+    return EffectContext("p/v1", "op-1", "move", "att-1", "step", payload)
+
+
+def mutations(crash: CrashPoints) -> list[str]:
+    return [p.rsplit("/", 1)[1] for p in crash.reached if p.endswith(".after")]
+
+
+@pytest.mark.parametrize("alias", [None, "its own"])
+def test_in_and_home_each_in_one_call_with_name_and_alias(alias: str | None) -> None:
+    model = model_with(alias, up=True)
+    initial = model.snapshot()
+    ctx = context(model)
+    crash = CrashPoints()
+    executor = MoveLink(CrashingKernel(model, crash))
+    with crash.scope("test", "op-1", "move"):
+        before = executor.capture(ctx)
+        outputs = executor.apply(ctx, before)
+    assert mutations(crash) == ["kernel#1.move_link.after"]  # the mark is no second call
+    moved = found(model)
+    assert (moved.ns, moved.name, moved.alias) == (
+        model.namespace("pod-a"),
+        temp_name(ctx),
+        ctx.marker,
+    )
+    assert outputs["link"]["ifName"] == temp_name(ctx)
+
+    crash = CrashPoints()
+    executor = MoveLink(CrashingKernel(model, crash))
+    with crash.scope("test", "op-1", "move"):
+        result = executor.undo(ctx, before, outputs)
+    assert result.outcome is UndoOutcome.UNDONE, result
+    # home with its name and alias in one move; then up again, as it was before
+    assert mutations(crash) == ["kernel#1.move_link.after", "kernel#2.set_link.after"]
+    assert diff(initial, model.snapshot()) == []
+    assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.ABSENT
+
+
+def test_a_crash_right_after_the_move_leaves_the_vf_marked() -> None:
+    """The evidence limit of docs/runner.md: a VF moved but not marked no longer happens
+    for a crash of ours; the node-wide scan attributes the moved VF to its scope."""
+    model = model_with(None)
+    ctx = context(model)
+    before = MoveLink(model).capture(ctx)
+    crash = CrashPoints(armed="test/op-1/move/kernel#1.move_link.after")
+    with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "move"):
+        MoveLink(CrashingKernel(model, crash)).apply(ctx, before)
+    where = f"device {temp_name(ctx)} in {model.namespace('pod-a').path}"
+    assert evidence_scan(model)(ctx.marker) == [(ctx.marker, where)]
+
+
+def test_a_vf_in_the_sandbox_without_the_marker_is_marked_on_resume() -> None:
+    """A service before the one-message move crashed between the move and the mark."""
+    model = model_with("its own")
+    ctx = context(model)
+    executor = MoveLink(model)
+    before = executor.capture(ctx)
+    vf = found(model)
+    model.move_link(vf.ns, vf.ifindex, model.namespace("pod-a"), new_name=temp_name(ctx))
+    crash = CrashPoints()
+    with crash.scope("test", "op-1", "move"):
+        outputs = MoveLink(CrashingKernel(model, crash)).apply(ctx, before)
+    assert mutations(crash) == ["kernel#1.set_link.after"]
+    assert (found(model).alias, outputs["link"]["ifName"]) == (ctx.marker, temp_name(ctx))
+
+
+def test_a_record_without_the_alias_moves_without_a_marker() -> None:
+    """Before-images from before the marker ("alias" not captured): no evidence, as then."""
+    model = model_with("its own")
+    ctx = context(model)
+    before = {k: v for k, v in MoveLink(model).capture(ctx).items() if k != "alias"}
+    MoveLink(model).apply(ctx, before)
+    assert found(model).alias == "its own"
+    assert MoveLink(model).undo(ctx, before, None).outcome is UndoOutcome.UNDONE
+    assert (found(model).name, found(model).alias) == (HOME, "its own")
+
+
+def test_a_vf_home_with_the_marker_gets_its_alias_and_name_back_by_set_link() -> None:
+    """The sandbox died: the kernel sent the VF home (closed, under a free name) still
+    carrying our marker."""
+    model = model_with("its own", up=True)
+    initial = model.snapshot()
+    ctx = context(model)
+    executor = MoveLink(model)
+    before = executor.capture(ctx)
+    outputs = executor.apply(ctx, before)
+    model.create_link(model.host_namespace(), LinkSpec(kind="dummy", name=temp_name(ctx)))
+    model.delete_namespace("pod-a")
+    back = found(model)
+    assert (back.ns, back.name, back.alias) == (
+        model.host_namespace(),
+        f"dev{back.ifindex}",
+        ctx.marker,
+    )
+    crash = CrashPoints()
+    with crash.scope("test", "op-1", "move"):
+        result = MoveLink(CrashingKernel(model, crash)).undo(ctx, before, outputs)
+    assert result.outcome is UndoOutcome.UNDONE, result
+    assert mutations(crash) == [
+        "kernel#1.set_link.after",  # the alias
+        "kernel#2.set_link.after",  # the name
+        "kernel#3.set_link.after",  # up
+    ]
+    dummy = model.get_link(model.host_namespace(), name=temp_name(ctx))
+    assert dummy is not None
+    model.delete_link(dummy.ns, dummy.ifindex)
+    after = {**model.snapshot(), "namespaces": initial["namespaces"]}
+    assert diff(initial, after) == []
+
+
+def test_a_name_taken_at_home_leaves_the_vf_moved_and_still_marked() -> None:
+    """do_setlink moves, then renames, then sets the alias: a taken home name stops it
+    after the move, so the VF is home under its temporary name with our marker (the
+    evidence stays until undo finishes); the retry after the name is free restores it."""
+    model = model_with("its own")
+    initial = model.snapshot()
+    ctx = context(model)
+    executor = MoveLink(model)
+    before = executor.capture(ctx)
+    outputs = executor.apply(ctx, before)
+    squatter = model.create_link(model.host_namespace(), LinkSpec(kind="dummy", name=HOME))
+    with pytest.raises(KernelError) as refused:
+        executor.undo(ctx, before, outputs)
+    assert refused.value.errno == errno.EEXIST
+    left = found(model)
+    assert (left.ns, left.name, left.alias) == (model.host_namespace(), temp_name(ctx), ctx.marker)
+    model.delete_link(squatter.ns, squatter.ifindex)
+    assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.UNDONE
+    assert diff(initial, model.snapshot()) == []
