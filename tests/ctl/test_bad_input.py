@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,10 +52,14 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 def clone(node: Node, dest: Path) -> Path:
     """Copies of every service's journal, a token, configs naming them, a node config.
 
-    Sockets go in a directory that does not exist: every service is down. Each keeps its
-    lease in ``run`` beside its state (none yet: no process of this boot opened the copy).
+    Sockets go in a directory that does not exist: every service is down. It is under
+    /tmp, not ``dest``: a socket path must fit in 107 bytes, and pytest's temporary paths
+    under xdist can be longer (the ctl then failed on the path, not on the absent
+    service). Each keeps its lease in ``run`` beside its state (none yet: no process of
+    this boot opened the copy).
     """
-    sockets = dest / "sockets"
+    sockets = Path("/tmp") / f"np-absent-{uuid.uuid4().hex[:12]}"
+    assert not sockets.exists()
     services = {}
     for name in SERVICES:
         root = dest / name
