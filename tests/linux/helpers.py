@@ -22,11 +22,7 @@ class LinkEvents:
     """RTNLGRP_LINK notifications of one namespace (RTM_NEWLINK/RTM_DELLINK by name)."""
 
     def __init__(self, ns_path: str) -> None:
-        fd, _ = open_netns(ns_path)
-        try:
-            self._sock = run_in_netns(fd, _listener, cleanup=socket.socket.close)
-        finally:
-            os.close(fd)
+        self._sock = link_listener(ns_path)
         self._sock.setblocking(False)
         self.seen: list[tuple[str, str]] = []  # ("new"|"del", name)
         # the same events with what each showed: ("new"|"del", ifindex, name, alias)
@@ -65,6 +61,15 @@ class LinkEvents:
                 raise AssertionError(f"condition still false after {deadline_s}s")
             if poller.poll(remaining * 1000):
                 self.drain()
+
+
+def link_listener(ns_path: str) -> socket.socket:
+    """A netlink socket in the namespace at ``ns_path``, joined to RTNLGRP_LINK."""
+    fd, _ = open_netns(ns_path)
+    try:
+        return run_in_netns(fd, _listener, cleanup=socket.socket.close)
+    finally:
+        os.close(fd)
 
 
 def _listener() -> socket.socket:

@@ -6,9 +6,7 @@ deletion; an error is the kernel's errno."""
 from __future__ import annotations
 
 import errno
-import os
 import select
-import socket
 import threading
 import time
 
@@ -16,12 +14,11 @@ import pytest
 
 from plugins.kernel import KernelError, LinkSpec, NsRef
 from plugins.kernel.linux import LinuxKernel
-from plugins.kernel.linux._nsfs import open_netns, run_in_netns
 from plugins.kernel.linux._unregister import announces_unregistration
 from plugins.kernel.linux._wire import RTM_DELLINK
 
 from .conftest import HOST_NS, MakeNamespace
-from .helpers import DEADLINE_S, RTMGRP_LINK
+from .helpers import DEADLINE_S, link_listener
 
 pytestmark = pytest.mark.netns
 
@@ -30,11 +27,7 @@ class RawEvents:
     """The raw RTNLGRP_LINK messages of one namespace, as the kernel sent them."""
 
     def __init__(self, ns_path: str) -> None:
-        fd, _ = open_netns(ns_path)
-        try:
-            self._sock = run_in_netns(fd, _listener, cleanup=socket.socket.close)
-        finally:
-            os.close(fd)
+        self._sock = link_listener(ns_path)
 
     def close(self) -> None:
         self._sock.close()
@@ -54,12 +47,6 @@ class RawEvents:
             got.append(data)
             if _has(data, kind, ifindex):
                 return got
-
-
-def _listener() -> socket.socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
-    sock.bind((0, RTMGRP_LINK))
-    return sock
 
 
 def _has(data: bytes, kind: int, ifindex: int) -> bool:

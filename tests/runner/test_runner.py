@@ -333,42 +333,58 @@ class WaitingLocks(UnitLocks):
             yield
 
 
-def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
-    entered, release = threading.Event(), threading.Event()
+class HeldConnect:
+    """A toy whose ConnectNetwork, on its own thread, stops at ``stop_at`` (holding the
+    unit's lock) until ``release`` is set, and a removal started against it."""
 
-    class Gate(CrashPoints):
-        def hit(self, phase: str) -> None:
-            super().hit(phase)
-            if phase == "kernel#1.set.before" and not entered.is_set():
-                entered.set()
-                assert release.wait(30)
+    def __init__(self, tmp_path: Path, stop_at: str) -> None:
+        self.reached, self.release = threading.Event(), threading.Event()
+        reached, release = self.reached, self.release
 
-    toy = ToyNode(tmp_path, Gate())
-    marking = Marking()
-    toy.runner._quiescing = marking
-    initial = toy.toy.observable()
-    outcome: list[BaseException] = []
+        class Gate(CrashPoints):
+            def hit(self, phase: str) -> None:
+                super().hit(phase)
+                if phase == stop_at and not reached.is_set():
+                    reached.set()
+                    assert release.wait(30)
 
-    def connect() -> None:
+        self.toy = ToyNode(tmp_path, Gate())
+        self.marking = Marking()
+        self.toy.runner._quiescing = self.marking
+        self.initial = self.toy.toy.observable()
+        self.outcome: list[BaseException] = []
+        self.removed: list[object] = []
+        self.connecting = threading.Thread(target=self._connect)
+        self.removing = threading.Thread(
+            target=lambda: self.removed.append(self.toy.endpoint.remove_network(n.remove()))
+        )
+
+    def _connect(self) -> None:
         try:
-            toy.endpoint.connect_network(n.connect())
+            self.toy.endpoint.connect_network(n.connect())
         except Aborted as exc:
-            outcome.append(exc)
+            self.outcome.append(exc)
 
-    connecting = threading.Thread(target=connect)
-    connecting.start()
-    assert entered.wait(30)  # the connect is inside its second effect
-    removed: list[object] = []
-    removing = threading.Thread(
-        target=lambda: removed.append(toy.endpoint.remove_network(n.remove()))
-    )
-    removing.start()
-    assert marking.marked.wait(30), "the removal never marked the unit"
+    def start(self) -> None:
+        """The connect up to its phase, then the removal up to its mark of the unit."""
+        self.connecting.start()
+        assert self.reached.wait(30), "the connect never reached its phase"
+        self.removing.start()
+        assert self.marking.marked.wait(30), "the removal never marked the unit"
+
+    def finish(self) -> None:
+        self.release.set()
+        self.connecting.join(30)
+        self.removing.join(30)
+
+
+def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
+    held = HeldConnect(tmp_path, "kernel#1.set.before")  # inside its second effect
+    toy, outcome, removed, initial = held.toy, held.outcome, held.removed, held.initial
+    held.start()
     # It waits for the connect's lock; its fence rides with its first commit, not yet made.
     assert not toy.endpoint.inspect("", "att-1").fenced
-    release.set()
-    connecting.join(30)
-    removing.join(30)
+    held.finish()
     assert len(outcome) == 1
     assert "stopped before create-peer" in str(outcome[0])
     assert removed[0].status is CleanupStatus.CLEANED  # type: ignore[attr-defined]
@@ -418,39 +434,11 @@ def test_a_create_planned_before_a_removal_arrived_is_refused_in_its_intent(
 ) -> None:
     """A create holds the lock, past its checks, when a removal marks the unit: its intent's
     transaction sees the mark, so nothing of it is written and nothing is left to undo."""
-    at_intent, release = threading.Event(), threading.Event()
-
-    class Gate(CrashPoints):
-        def hit(self, phase: str) -> None:
-            super().hit(phase)
-            if phase == "intent.before-commit" and not at_intent.is_set():
-                at_intent.set()
-                assert release.wait(30)
-
-    toy = ToyNode(tmp_path, Gate())
-    marking = Marking()
-    toy.runner._quiescing = marking
-    initial = toy.toy.observable()
-    outcome: list[BaseException] = []
-
-    def connect() -> None:
-        try:
-            toy.endpoint.connect_network(n.connect())
-        except Aborted as exc:
-            outcome.append(exc)
-
-    connecting = threading.Thread(target=connect)
-    connecting.start()
-    assert at_intent.wait(30)  # captured, about to commit its intent, holding the lock
-    removed: list[object] = []
-    removing = threading.Thread(
-        target=lambda: removed.append(toy.endpoint.remove_network(n.remove()))
-    )
-    removing.start()
-    assert marking.marked.wait(30)
-    release.set()
-    connecting.join(30)
-    removing.join(30)
+    # Captured, about to commit its intent, holding the lock:
+    held = HeldConnect(tmp_path, "intent.before-commit")
+    toy, outcome, removed, initial = held.toy, held.outcome, held.removed, held.initial
+    held.start()
+    held.finish()
     assert len(outcome) == 1
     assert "scope att-1 is being removed" in str(outcome[0])
     assert not toy.endpoint.inspect("op-connect", "").found
