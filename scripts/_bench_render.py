@@ -27,6 +27,7 @@ matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt
 from _bench_common import REPO, Curve, Outcome, outcome_from_json
 from _bench_table import section, splice, table
+from matplotlib.ticker import FuncFormatter
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 DPI = 110
@@ -54,6 +55,12 @@ def distribution(outcome: Outcome, path: Path) -> None:
     spread = min(medians) > 0 and max(medians) / min(medians) > 10
     if spread:
         ax.set_xscale("log")
+        # Plain numbers (1, 2, 5, 10, 20...), not matplotlib's "2 x 10^0" on the minor ticks.
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(
+            FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.1g}"[0] in "25" else "")
+        )
     ax.axhline(0.5, color="0.6", linewidth=0.6)
     ax.axhline(0.9, color="0.6", linewidth=0.6, linestyle="--")
     scale = ", log scale" if spread else ""

@@ -221,12 +221,12 @@ def p3_journal(sizes: Sizes) -> Outcome:
         Row("P3", "fsyncs per ConnectNetwork, 1 client", stat([connect], "fsyncs"),
             "effects + 1", stat([budget], "fsyncs"), connect / budget,
             "<= effects + 1 = 6", connect <= budget, f"per hook {one:.2f}"),
-        # A removal's own verdict: its fence and its targets' finish are commits of their
-        # own (docs/runner.md, "Not merged, and why"), so it is effects + 3, not + 1.
+        # A removal's own verdict: its fence and its targets' finish ride with its
+        # Undoing and response commits (docs/runner.md, "The record sequence").
         Row("P3", "fsyncs per RemoveNetwork, 1 client", stat([remove], "fsyncs"),
             "effects + 1", stat([budget], "fsyncs"), remove / budget,
             "<= effects + 1 = 6", remove <= budget,
-            "the fence, and the target's finish, commit on their own"),
+            "the fence with the first Undoing, the target's finish with the response"),
         Row("P3", "fsyncs per hook, 16 clients", stat([sixteen], "fsyncs"),
             "1 client", stat([one], "fsyncs"), sixteen / one,
             "group commit: < 1-client figure", sixteen < one),
