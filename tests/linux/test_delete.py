@@ -185,3 +185,26 @@ def test_delete_link_does_not_wait_for_the_kernels_ack(kernel: LinuxKernel, ns_a
             assert not thread.is_alive()
         assert kernel.get_link(ns_a, ifindex=link.ifindex) is None
     assert early >= 1
+
+
+def test_an_announcement_whose_attributes_do_not_parse_is_not_believed(
+    kernel: LinuxKernel, ns_a: NsRef
+) -> None:
+    """A move's IFLA_NEW_NETNSID could sit behind a malformed attribute: such a message
+    leaves the answer to the ack."""
+    events = RawEvents(ns_a.path)
+    try:
+        link = kernel.create_link(ns_a, LinkSpec(kind="veth", name="g0", peer_name="g1"))
+        kernel.delete_link(ns_a, link.ifindex)
+        (whole,) = [
+            d for d in events.until(link.ifindex) if announces_unregistration(d, link.ifindex)
+        ]
+    finally:
+        events.close()
+    first_attribute = 16 + 16  # nlmsghdr, ifinfomsg
+    broken = bytearray(whole)
+    broken[first_attribute : first_attribute + 2] = (2).to_bytes(2, "little")  # nla_len < 4
+    assert not announces_unregistration(bytes(broken), link.ifindex)
+    overlong = bytearray(whole)
+    overlong[first_attribute : first_attribute + 2] = (0xFFF0).to_bytes(2, "little")
+    assert not announces_unregistration(bytes(overlong), link.ifindex)

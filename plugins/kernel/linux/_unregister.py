@@ -72,18 +72,21 @@ def announces_unregistration(data: bytes | memoryview, ifindex: int) -> bool:
             family, _, index, _, _ = _IFINFOMSG.unpack_from(data, offset + _NLMSGHDR.size)
             if family == socket.AF_UNSPEC and index == ifindex:
                 attrs = offset + _NLMSGHDR.size + _IFINFOMSG.size
-                if not _attribute_kinds(data, attrs, offset + length) & _MOVED:
+                kinds = _attribute_kinds(data, attrs, offset + length)
+                if kinds is not None and not kinds & _MOVED:
                     return True
         offset += (length + 3) & ~3
     return False
 
 
-def _attribute_kinds(data: bytes | memoryview, offset: int, end: int) -> set[int]:
+def _attribute_kinds(data: bytes | memoryview, offset: int, end: int) -> set[int] | None:
+    """The attribute types of one message; None if they do not parse to its end (a move's
+    IFLA_NEW_NETNSID could hide behind a bad one: then only the ack is believed)."""
     kinds = set()
     while offset + _NLA.size <= end:
         length, kind = _NLA.unpack_from(data, offset)
-        if length < _NLA.size:
-            break
+        if length < _NLA.size or offset + length > end:
+            return None
         kinds.add(kind & ~w.NLA_F_NESTED)
         offset += (length + 3) & ~3
     return kinds
@@ -105,8 +108,10 @@ class _Sent:
 
     def finish(self, error: BaseException | None) -> None:
         self.error, self.done = error, True
-        os.eventfd_write(self.fd, 1)
-        self.release()
+        try:
+            os.eventfd_write(self.fd, 1)
+        finally:
+            self.release()
 
     def release(self) -> None:
         with self._lock:
