@@ -207,6 +207,40 @@ def test_a_namespace_met_under_a_new_path_after_its_paths_died_is_checked_anew(
         assert kernel._spaces[(ref.device, ref.inode)] is not known
 
 
+class Clock:
+    """The kernel module's clock, moved by hand: the linger is a matter of time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_linger_counts_from_the_last_use_not_from_the_socket(
+    netns_dir: Path, make_ns: MakeNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls 0.2 s apart on one namespace, with a 0.25 s linger, go on using its first
+    socket however long they go on: every request is a use, not only the one that made
+    the socket (a namespace let go between them would pay a thread and a socket each)."""
+    import plugins.kernel.linux.kernel as module
+
+    clock = Clock()
+    monkeypatch.setattr(module, "time", clock)
+    with LinuxKernel(HOST_NS, linger_s=0.25) as k:
+        ref = k.open_namespace(make_ns())
+        k.list_links(ref)
+        first = k._spaces[(ref.device, ref.inode)].sock
+        assert first is not None
+        for _ in range(5):
+            clock.now += 0.2
+            k.list_links(ref)
+            assert k._spaces[(ref.device, ref.inode)].sock is first
+        clock.now += 0.3  # idle for longer than the linger: let go at the next return
+        k.list_links(k.host_namespace())
+        assert k._spaces[(ref.device, ref.inode)].sock is None
+
+
 def test_a_reused_inode_number_is_estale(netns_dir: Path, make_ns: MakeNamespace) -> None:
     """Let go, a namespace can die and another get its inode number under its path: the
     namespace cookie of the next socket tells them apart."""

@@ -33,9 +33,9 @@ would. The mount paths of all the known ones are checked again at most every
 ``cached_namespaces``): a namespace none of whose paths still names it is forgotten
 (and let go at once). Not at every call: a node of N pods paid N stats per call, a
 quarter of a burst's CPU (docs/benchmarks.md); a deleted pod's namespace is let go by
-the linger anyway, and a known namespace met under a new path is checked then. A held namespace cannot die, so its inode number cannot be
-given to another namespace while we hold it: the check of the path's (st_dev, st_ino)
-is exact then. Once let go, a namespace could die and a new one get its inode number
+the linger anyway, and a known namespace met under a new path is checked then. A held
+namespace cannot die, so its inode number cannot be given to another namespace while
+we hold it: the check of the path's (st_dev, st_ino) is exact then. Once let go, a namespace could die and a new one get its inode number
 under the same path; so each socket's namespace cookie (``SO_NETNS_COOKIE``, 64 bits,
 never reused in a boot) is compared with the one the namespace's first socket had, and
 a mismatch is ESTALE. ``release_namespace`` forgets one explicitly, ``close`` all.
@@ -761,6 +761,7 @@ class LinuxKernel:
 
     def _socket(self, space: _Namespace) -> w.RtnlSocket:
         with space.lock:
+            space.held_fd()  # a use: the linger counts from here (and a released one fails)
             if space.sock is None or space.sock.closed:
                 (raw,) = self._sockets_in(space, 1)
                 space.sock = w.RtnlSocket(raw)
@@ -768,6 +769,7 @@ class LinuxKernel:
 
     def _delete_channel(self, space: _Namespace) -> DeleteChannel:
         with space.lock:
+            space.held_fd()  # a use, as in _socket
             if space.deletes is None or not space.deletes.usable:
                 if space.deletes is not None:
                     space.deletes.close()
