@@ -200,10 +200,6 @@ def _paths_naming(space: _Namespace) -> list[str]:
     return live
 
 
-def _named_by_any(space: _Namespace) -> bool:
-    return bool(_paths_naming(space))
-
-
 @contextlib.contextmanager
 def _borrow_fd(space: _Namespace) -> Iterator[int]:
     """A private duplicate of a namespace's descriptor, for IFLA_NET_NS_FD/NETNSA_FD.
@@ -684,7 +680,7 @@ class LinuxKernel:
                 space = self._spaces[expect]
                 if path in space.paths:
                     return space
-                if space.held or _named_by_any(space):
+                if space.held or _paths_naming(space):
                     space.paths.append(path)  # another path of a namespace alive now
                     return space
                 # None of its paths names it and we do not hold it: it may have died and a
@@ -824,18 +820,15 @@ class LinuxKernel:
             others = [s for s in self._spaces.values() if s is not space]
         if key is None:
             for other in others:
-                try:
-                    with other.lock:
-                        other_fd = os.dup(other.held_fd())  # as _borrow_fd
-                except NetlinkError as exc:
-                    if exc.code == errno.ENOENT:
-                        continue  # gone (no path names it any more) or dropped meanwhile
-                    raise
-                try:
+                with contextlib.ExitStack() as borrowed:
+                    try:
+                        other_fd = borrowed.enter_context(_borrow_fd(other))
+                    except NetlinkError as exc:
+                        if exc.code == errno.ENOENT:
+                            continue  # gone (no path names it any more) or dropped meanwhile
+                        raise
                     body = w.rtgenmsg() + w.nla_u32(w.NETNSA_FD, other_fd)
                     replies = self._request(space, w.RTM_GETNSID, 0, body)
-                finally:
-                    os.close(other_fd)
                 found = decode_nsid(replies[0]) if replies else None
                 if found is None or found in _NSID_UNASSIGNED:
                     continue
