@@ -78,6 +78,8 @@ from _bench_node import (
 from labs import NetnsLab
 from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import DRIVER_DOMAIN, root_id
+from plugins.kernel import LinkChanges, LinkSpec
+from plugins.kernel.linux import LinuxKernel
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -298,19 +300,15 @@ class InProcessKernel:
     what = "LinuxKernel in process: the floor's calls, no service"
 
     def __init__(self, scene: Scene, stack: contextlib.ExitStack) -> None:
-        from plugins.kernel import LinkChanges, LinkSpec
-        from plugins.kernel.linux import LinuxKernel
-
         self.kernel = stack.enter_context(LinuxKernel(scene.lab.kernel.host_namespace().path))
         self.pod = self.kernel.open_namespace(scene.pod)
         self.scene = scene
         self.index = 0
-        self._spec, self._changes = LinkSpec, LinkChanges
 
     def add(self, label: str) -> None:
         temp, alias = floor_names(label)
         host = self.kernel.host_namespace()
-        spec = self._spec(
+        spec = LinkSpec(
             kind="macvlan",
             name=temp,
             parent=self.scene.parent_index,
@@ -319,8 +317,8 @@ class InProcessKernel:
             mtu=MTU,
         )
         self.index = self.kernel.create_link(self.pod, spec).ifindex
-        self.kernel.set_link(self.pod, self.index, self._changes(alias=alias, name=IFNAME))
-        self.kernel.set_link(self.pod, self.index, self._changes(up=True))
+        self.kernel.set_link(self.pod, self.index, LinkChanges(alias=alias, name=IFNAME))
+        self.kernel.set_link(self.pod, self.index, LinkChanges(up=True))
 
     def delete(self, label: str) -> None:
         self.kernel.delete_link(self.pod, self.index)
