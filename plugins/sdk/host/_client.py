@@ -84,6 +84,15 @@ class PluginClient:
     def socket_path(self) -> Path:
         return self._path
 
+    def watch_connectivity(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        """Call ``callback`` with the channel's state at each change (on a gRPC thread).
+
+        A state other than ``READY`` means the next call may reach a new process on the
+        socket: the coordinator checks the peer's identity again then. Never connects by
+        itself; ``close`` ends the watch.
+        """
+        self._channel.subscribe(callback, try_to_connect=False)
+
     def _call(
         self,
         rpc: str,
