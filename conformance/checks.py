@@ -48,13 +48,6 @@ def expect(condition: bool, message: str) -> None:
         raise ConformanceError(message)
 
 
-def _prepare(node: TargetNode, op: str = "prepare-1") -> PreparedState | None:
-    t = node.target
-    if t.prepare is None:
-        return None
-    return node.endpoint.node_prepare(t.prepare(node.host, op)).prepared_state
-
-
 def _connect(
     node: TargetNode, prepared: PreparedState | None, op: str = "connect-1"
 ) -> ConnectResponse:
@@ -62,13 +55,13 @@ def _connect(
 
 
 def _teardown(node: TargetNode) -> None:
-    receipt = node.endpoint.remove_network(node.target.remove())
+    receipt = node.endpoint.remove_network(node.remove())
     expect(
         receipt.status is CleanupStatus.CLEANED,
         f"RemoveNetwork was {receipt.status}: {receipt.detail}",
     )
     if not node.target.operation_only:
-        receipt = node.endpoint.node_unprepare(node.target.unprepare())
+        receipt = node.endpoint.node_unprepare(node.unprepare())
         expect(
             receipt.status is CleanupStatus.CLEANED,
             f"NodeUnprepare was {receipt.status}: {receipt.detail}",
@@ -76,7 +69,7 @@ def _teardown(node: TargetNode) -> None:
 
 
 def _lifecycle(node: TargetNode) -> None:
-    _connect(node, _prepare(node))
+    _connect(node, node.prepare())
     _teardown(node)
 
 
@@ -142,12 +135,14 @@ def check_wrong_step_kind(target: Target, work: Path, make_lab: LabFactory | Non
         raise NotApplicable("an Allocation root has every hook")
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        from plugins.sdk import Hook, PrepareRequest
+        from plugins.sdk import CleanupRequest, Hook, PrepareRequest
 
+        # The suite's own ids: the target has no claim whose ids it could name.
         request = PrepareRequest(envelope(Hook.NODE_PREPARE, "p", "prep-1", "step-1"), None, "{}")
+        unprepare = CleanupRequest(envelope(Hook.NODE_UNPREPARE, "u", "prep-1", "step-1"))
         for call in (
             lambda: node.endpoint.node_prepare(request),
-            lambda: node.endpoint.node_unprepare(target.unprepare()),
+            lambda: node.endpoint.node_unprepare(unprepare),
         ):
             try:
                 call()
@@ -207,7 +202,7 @@ def _with_config(request: Any, raw: str) -> Any:
 def check_replay(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        prepared = _prepare(node)
+        prepared = node.prepare()
         first = _connect(node, prepared)
         after = node.host.kernel.snapshot()
         again = _connect(node, prepared)
@@ -221,7 +216,7 @@ def check_replay(target: Target, work: Path, make_lab: LabFactory | None = None)
 def check_reused_id(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        prepared = _prepare(node)
+        prepared = node.prepare()
         _connect(node, prepared)
         rows = node.journal_rows()
         import dataclasses
@@ -243,9 +238,9 @@ def check_reused_id(target: Target, work: Path, make_lab: LabFactory | None = No
 def check_fencing(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        prepared = _prepare(node)
+        prepared = node.prepare()
         after_prepare = node.host.kernel.snapshot()
-        receipt = node.endpoint.remove_network(target.remove())
+        receipt = node.endpoint.remove_network(node.remove())
         expect(
             receipt.status is CleanupStatus.CLEANED,
             "removal of a never-connected attachment was not CLEANED",
@@ -259,7 +254,7 @@ def check_fencing(target: Target, work: Path, make_lab: LabFactory | None = None
             raise ConformanceError("a connect delayed past its removal was executed")
         _restored(node, after_prepare, "fenced connect")
         if not target.operation_only:
-            node.endpoint.node_unprepare(target.unprepare())
+            node.endpoint.node_unprepare(node.unprepare())
     finally:
         node.close()
 
@@ -275,14 +270,14 @@ def _reference_points(target: Target, work: Path, make_lab: LabFactory | None) -
 
 def _lifecycle_steps(node: TargetNode) -> list[Callable[[], Any]]:
     """prepare, connect, remove, unprepare (as applicable), sharing one prepared state."""
-    target, state = node.target, dict[str, Any]()
+    target = node.target
     steps: list[Callable[[], Any]] = [
-        lambda: state.__setitem__("prepared", _prepare(node)),
-        lambda: _connect(node, state.get("prepared")),
-        lambda: node.endpoint.remove_network(target.remove()),
+        node.prepare,
+        lambda: _connect(node, node.prepared),
+        lambda: node.endpoint.remove_network(node.remove()),
     ]
     if not target.operation_only:
-        steps.append(lambda: node.endpoint.node_unprepare(target.unprepare()))
+        steps.append(lambda: node.endpoint.node_unprepare(node.unprepare()))
     return steps
 
 
@@ -330,7 +325,7 @@ def check_cleanup_without_response(
     node = TargetNode(target, work / "node", crash=CrashPoints(armed=point), make_lab=make_lab)
     try:
         baseline = node.host.kernel.snapshot()
-        prepared = _prepare(node)
+        prepared = node.prepare()
         try:
             _connect(node, prepared)
         except SimulatedCrash:
@@ -348,20 +343,20 @@ def check_repeated_cleanup(target: Target, work: Path, make_lab: LabFactory | No
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
         baseline = node.host.kernel.snapshot()
-        _connect(node, _prepare(node))
-        first = node.endpoint.remove_network(target.remove())
+        _connect(node, node.prepare())
+        first = node.endpoint.remove_network(node.remove())
         expect(
-            node.endpoint.remove_network(target.remove()) == first,
+            node.endpoint.remove_network(node.remove()) == first,
             "a repeated cleanup was not replayed",
         )
-        other = node.endpoint.remove_network(target.remove(op="remove-2"))
+        other = node.endpoint.remove_network(node.remove(op="remove-2"))
         expect(
             other.status is CleanupStatus.CLEANED,
             "a second cleanup of a clean scope was not CLEANED",
         )
         if not target.operation_only:
-            node.endpoint.node_unprepare(target.unprepare())
-            again = node.endpoint.node_unprepare(target.unprepare(op="unprepare-2"))
+            node.endpoint.node_unprepare(node.unprepare())
+            again = node.endpoint.node_unprepare(node.unprepare(op="unprepare-2"))
             expect(again.status is CleanupStatus.CLEANED, "a repeated unprepare was not CLEANED")
         _restored(node, baseline, "repeated cleanup")
     finally:
@@ -371,7 +366,7 @@ def check_repeated_cleanup(target: Target, work: Path, make_lab: LabFactory | No
 def check_foreign_object(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        prepared = _prepare(node)
+        prepared = node.prepare()
         plant_foreign(node.host, target.interface)
         with_foreign = node.host.kernel.snapshot()
         try:
@@ -380,14 +375,14 @@ def check_foreign_object(target: Target, work: Path, make_lab: LabFactory | None
             pass
         else:
             raise ConformanceError(f"a foreign link named {target.interface} was adopted")
-        receipt = node.endpoint.remove_network(target.remove())
+        receipt = node.endpoint.remove_network(node.remove())
         expect(
             receipt.status is CleanupStatus.CLEANED,
             f"cleanup after refusing a foreign object: {receipt}",
         )
         _restored(node, with_foreign, "the foreign object or our own state")
         if not target.operation_only:
-            node.endpoint.node_unprepare(target.unprepare())
+            node.endpoint.node_unprepare(node.unprepare())
     finally:
         node.close()
 
@@ -395,7 +390,7 @@ def check_foreign_object(target: Target, work: Path, make_lab: LabFactory | None
 def check_damaged_journal(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        _connect(node, _prepare(node))
+        _connect(node, node.prepare())
         node.stop()
         db = node.state_dir / "journal.db"
         for sidecar in ("journal.db-wal", "journal.db-shm"):
@@ -406,7 +401,7 @@ def check_damaged_journal(target: Target, work: Path, make_lab: LabFactory | Non
         node.start()
         expect(not node.endpoint.info().ready, "a service with a corrupt journal reports ready")
         try:
-            node.endpoint.remove_network(target.remove())
+            node.endpoint.remove_network(node.remove())
         except DataLoss:
             pass  # permanent: "retry later" (UNAVAILABLE) would be a lie
         except Unavailable as exc:
@@ -433,13 +428,13 @@ def check_lost_journal(target: Target, work: Path, make_lab: LabFactory | None =
     """
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        _connect(node, _prepare(node))
+        _connect(node, node.prepare())
         node.stop()
         for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id"):
             (node.state_dir / name).unlink(missing_ok=True)
         attached = node.host.kernel.snapshot()
         node.start()  # a fresh journal: nothing told it a journal existed before
-        receipt = node.endpoint.remove_network(target.remove())
+        receipt = node.endpoint.remove_network(node.remove())
         expect(
             receipt.status is not CleanupStatus.CLEANED,
             "a lost journal's attachment was reported CLEANED while its objects exist: "
@@ -455,7 +450,7 @@ def check_concurrent_duplicates(
 ) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        prepared = _prepare(node)
+        prepared = node.prepare()
         request = node.connect_request(prepared, "connect-1")
         results: list[Any] = []
         errors: list[BaseException] = []
@@ -486,12 +481,12 @@ def check_concurrent_duplicates(
 def check_inspect_read_only(target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        _connect(node, _prepare(node))
+        _connect(node, node.prepare())
         assert node.store is not None
         commits, state = node.store.commits, node.host.kernel.snapshot()
         seen = node.endpoint.inspect("connect-1", "")
         expect(seen.found, "InspectOperation does not find a recorded operation")
-        node.endpoint.inspect("", "att-1")
+        node.endpoint.inspect("", node.connect_request(node.prepared).envelope.scope)
         node.endpoint.inspect("no-such-operation", "")
         expect(node.store.commits == commits, "InspectOperation wrote to the journal")
         _restored(node, state, "InspectOperation")
@@ -506,12 +501,12 @@ def check_external_change(target: Target, work: Path, make_lab: LabFactory | Non
         raise NotApplicable("the target declares no field an administrator could change under it")
     node = TargetNode(target, work / "node", make_lab=make_lab)
     try:
-        _connect(node, _prepare(node))
-        node.endpoint.remove_network(target.remove())
+        _connect(node, node.prepare())
+        node.endpoint.remove_network(node.remove())
         target.tamper(node.host)
         tampered = node.host.kernel.snapshot()
         receipt = (
-            node.endpoint.node_unprepare(target.unprepare()) if not target.operation_only else None
+            node.endpoint.node_unprepare(node.unprepare()) if not target.operation_only else None
         )
         if receipt is not None:
             expect(

@@ -24,7 +24,6 @@ from labs import FakeModelLab, Lab, LabKernel
 from plugins.kernel import Kernel, LinkChanges, LinkSpec, NsRef
 from plugins.sdk import (
     AllocationBinding,
-    CleanupRequest,
     ConnectRequest,
     Grant,
     Hook,
@@ -130,12 +129,6 @@ class Target:
     @property
     def operation_only(self) -> bool:
         return self.prepare is None
-
-    def remove(self, op: str = "remove-1", attachment: str = "att-1") -> CleanupRequest:
-        return CleanupRequest(envelope(Hook.REMOVE_NETWORK, op, attachment, "step-1"))
-
-    def unprepare(self, op: str = "unprepare-1") -> CleanupRequest:
-        return CleanupRequest(envelope(Hook.NODE_UNPREPARE, op, "prep-1", "step-1"))
 
 
 # -- the five logical plugins of this project ---------------------------------------------------
