@@ -10,7 +10,6 @@ snapshot; the plugin's journal, its language and its code are its own business.
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import shutil
@@ -25,10 +24,10 @@ from typing import Any
 from fakekernel.lab import randomize_start_state
 from fakekernel.model import diff
 from labs import DEFAULT_LAB, FakeServerLab, Lab, NetnsLab
-from plugins.kernel import KernelError, LinkSpec
 from plugins.sdk import SandboxHandle
 from plugins.sdk.host import PluginCallError, PluginClient
 
+from .target import foreign_link
 from .wire_target import WireTarget, placeholder_values
 
 STOP_DEADLINE_S = 15.0
@@ -284,15 +283,7 @@ class WireSession:
         """An administrator's link with exactly the name the plugin is about to use."""
         assert self.lab is not None
         kernel = self.lab.kernel
-        ns = kernel.open_namespace(self.sandbox.namespace)
-        try:
-            kernel.create_link(ns, LinkSpec(kind="dummy", name=name, alias="foreign-admin"))
-        except KernelError as exc:
-            if exc.errno != errno.EOPNOTSUPP:
-                raise
-            # A kernel without the dummy module (this machine's): a veth pair in the pod.
-            spec = LinkSpec(kind="veth", name=name, alias="foreign-admin", peer_name="foreign-peer")
-            kernel.create_link(ns, spec)
+        foreign_link(kernel, kernel.open_namespace(self.sandbox.namespace), name)
 
     def close(self) -> None:
         for client in self._clients:
