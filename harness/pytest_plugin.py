@@ -4,6 +4,11 @@ A test without a lab marker needs neither root nor a lab, so it is marked ``fake
 ``pytest -m fake`` is the whole fast suite. A lab tier that cannot run here skips with
 one line saying what is missing, unless it was asked for explicitly (``-m vm``), in
 which case its absence fails the run.
+
+``--lab URL`` is what a test taking ``make_lab`` builds its labs on (a plugin author's
+conformance tests: docs/writing-a-plugin.md). A run that names a lab no selected test
+runs on, or one this machine cannot run, is a usage error of one line: it never passes
+on the fake kernel in the lab's place.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +26,7 @@ import pytest
 
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.stats import STATS_DIR_ENV
-from labs import AgentLab
+from labs import SEED_ENV, AgentLab, FakeModelLab, Lab, NetnsLab, start_state_seed
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
 
 if TYPE_CHECKING:  # testinfra and ansible-runner load only for a run of the sriov tier
@@ -59,8 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--lab",
         default=None,
         metavar="URL",
-        help="the lab of the run's lab tier: vm://?kernel=6.12 (default vm://), "
-        "sriov://INVENTORY (the sriov tier needs it); fake:// and netns:// take no options",
+        help="the lab of the run's lab tier, and what the make_lab fixture builds: fake:// "
+        "(default), netns://, vm://?kernel=6.12 (default vm://), sriov://INVENTORY (the "
+        "sriov tier needs it); fake:// and netns:// take no options. A lab no selected "
+        "test runs on, or one this machine cannot run, fails the run",
     )
 
 
@@ -83,6 +90,30 @@ def pytest_configure(config: pytest.Config) -> None:
 def asked_lab(config: pytest.Config) -> LabSpec | None:
     """The run's ``--lab`` (None: not given)."""
     return config.stash.get(LAB_KEY, None)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    url = config.getoption("lab", None) or "fake:// (no --lab)"
+    return f"lab: {url}, start-state seed {start_state_seed()} ({SEED_ENV} changes it)"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``--lab`` must be used, and usable: one line, exit 4, before any test runs.
+
+    Without this, a suite whose tests take no lab ran on the fake kernel and passed
+    under ``--lab netns://``. An xdist controller collects nothing (its workers check)."""
+    spec = asked_lab(session.config)
+    if spec is None or spec.tier == "fake" or not session.items:
+        return
+    url = session.config.getoption("lab")
+    if not any(item.get_closest_marker(spec.tier) for item in session.items):
+        raise pytest.UsageError(
+            f"--lab {url}: no selected test runs on it (none takes the make_lab fixture or "
+            f"is marked {spec.tier}); they would run on the fake kernel instead"
+        )
+    missing = spec.missing()
+    if missing is not None:
+        raise pytest.UsageError(f"--lab {url}: this machine cannot run it: {missing}")
 
 
 @pytest.fixture(scope="session")
@@ -135,6 +166,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test taking ``nic_lab`` runs on every NIC lab: the VM lab's guest (marked
     ``vm``) and each host of the ``--lab sriov://`` inventory (marked ``sriov``; without
     one, a single ``sriov`` case that skips or fails saying so)."""
+    if "make_lab" in metafunc.fixturenames:
+        metafunc.parametrize("make_lab", make_lab_params(metafunc.config), indirect=True)
     if "nic_lab" not in metafunc.fixturenames:
         return
     params = [pytest.param("vm", marks=pytest.mark.vm, id="vm")]
@@ -143,6 +176,49 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not hosts:
         params.append(pytest.param("sriov", marks=pytest.mark.sriov, id="sriov"))
     metafunc.parametrize("nic_lab", params, indirect=True, scope="session")
+
+
+def make_lab_params(config: pytest.Config) -> list[Any]:
+    """The labs of a test taking ``make_lab``: the one ``--lab`` names (fake:// without
+    it), marked with its tier; under ``sriov://``, each host of the inventory."""
+    spec = asked_lab(config) or parse_lab_url("fake://")
+    tier = spec.tier
+    if tier != "sriov":
+        return [pytest.param(tier, marks=getattr(pytest.mark, tier), id=tier)]
+    hosts = sriov_host_names(spec)
+    if not hosts:  # the inventory does not load: the sriov_lab fixture says why
+        return [pytest.param("sriov", marks=pytest.mark.sriov, id="sriov")]
+    return [pytest.param(f"sriov/{h}", marks=pytest.mark.sriov, id=f"sriov-{h}") for h in hosts]
+
+
+@pytest.fixture
+def make_lab(request: pytest.FixtureRequest) -> Iterator[Callable[[], Lab]]:
+    """A factory of fresh labs on the run's ``--lab`` (``conformance.LabFactory``: pass
+    it to the conformance checks): ``fake://`` (also without ``--lab``) the fake kernel
+    model in this process, ``netns://`` a ``NetnsLab`` on this machine's kernel (root),
+    ``vm://`` a session of the run's guest, ``sriov://`` a session of one host (one case
+    per host). Each starts from the run's seeded random state; labs a test left open are
+    closed after it."""
+    tier, _, host = str(request.param).partition("/")
+    factory: Callable[[], Lab]
+    if tier == "fake":
+        factory = FakeModelLab
+    elif tier == "netns":
+        factory = lambda: NetnsLab(randomize=True)  # noqa: E731 - the factory is the value
+    elif tier == "vm":
+        factory = request.getfixturevalue("vm_lab").session
+    else:
+        factory = request.getfixturevalue("sriov_lab").host_lab(host).session
+    made: list[Lab] = []
+
+    def make() -> Lab:
+        lab = factory()
+        made.append(lab)
+        return lab
+
+    yield make
+    for lab in reversed(made):
+        lab.close()
 
 
 def sriov_host_names(spec: LabSpec | None) -> list[str]:
