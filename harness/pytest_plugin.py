@@ -25,6 +25,7 @@ import allure
 import pytest
 
 from harness.labs import LabSpec, LabURLError, parse_lab_url
+from harness.report_labels import ReportLabels
 from harness.stats import STATS_DIR_ENV
 from labs import SEED_ENV, AgentLab, FakeModelLab, Lab, NetnsLab, start_state_seed
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
@@ -85,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[LAB_KEY] = spec
     if spec is not None and spec.tier == "vm":
         os.environ[KERNEL_ENV] = spec.kernel  # the guest every vm test boots (asked_kernel)
+    # The report's tree (lab, family, file) and each test's true host label.
+    config.pluginmanager.register(ReportLabels(), "dra-networkplugins-report-labels")
 
 
 def asked_lab(config: pytest.Config) -> LabSpec | None:
