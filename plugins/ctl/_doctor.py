@@ -21,7 +21,7 @@ from plugins.sdk import NetworkPluginError
 from plugins.sdk.host import PluginCallError, PluginClient, read_token
 
 from ._contents import read_contents
-from ._errors import CtlError
+from ._errors import CtlError, failed_call
 from ._journal import snapshot
 from ._node import Service
 from ._reconcile import with_kernel
@@ -101,7 +101,8 @@ def _answers(path: Path, token: str, plugin: str) -> list[str]:
         with PluginClient(path, token, timeout=GETINFO_TIMEOUT_S) as client:
             info = client.get_info()
     except PluginCallError as exc:
-        return [f"GetInfo: {exc.code} {exc.message}".strip()]
+        _, words = failed_call(exc.code, exc.message, peer="service", timeout_s=GETINFO_TIMEOUT_S)
+        return [f"GetInfo: {words}"]
     problems = []
     if info.plugin_name != plugin:
         problems.append(f"answers as plugin {info.plugin_name!r}, not {plugin!r}")

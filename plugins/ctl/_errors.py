@@ -26,3 +26,26 @@ class CtlError(Exception):
         self.exit_code = exit_code
         self.message = " ".join(message.split())
         self.reason = self.message.removeprefix(subject)
+
+
+def failed_call(code: str, message: str, *, peer: str, timeout_s: float) -> tuple[Exit, str]:
+    """A failed gRPC call to a service or the coordinator, in words, and its exit code.
+
+    ``code`` is the status code's name. Transport failures say what a person should
+    suspect, never gRPC's own text (``failed to connect to all addresses; last error:
+    UNKNOWN: unix:...``); the codes our servers answer with a sentence of their own
+    (``NOT_FOUND``, ``INVALID_ARGUMENT``, ...) keep it, as the server wrote it for callers.
+    """
+    if code == "UNAVAILABLE":
+        return Exit.UNREACHABLE, f"nothing answers ({peer} down?)"
+    if code == "DEADLINE_EXCEEDED":
+        return Exit.UNREACHABLE, f"no answer within {timeout_s:g} s ({peer} hung or overloaded?)"
+    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return Exit.USAGE, f"refuses the token (is the token file the {peer}'s?)"
+    if code == "UNIMPLEMENTED":
+        return Exit.USAGE, f"answers, but not as a {peer} (another program's socket?)"
+    if code == "DATA_LOSS":
+        return Exit.JOURNAL, f"its journal is damaged: {message}"
+    if code in ("NOT_FOUND", "INVALID_ARGUMENT"):
+        return Exit.USAGE, message
+    return Exit.FINDINGS, f"refused ({code}): {message}"

@@ -3,11 +3,14 @@
 The CLI reads the very files the services read (``--config`` of each service), so it
 can never disagree with them about a state directory, a socket or a token. The node
 config only says which service each file belongs to (the file itself does not: one
-format serves all three):
+format serves all three), and where the coordinator's config is (its socket and token):
 
     services:
       networkplugin-links: /etc/dra-networkplugins/networkplugin-links.yaml
       networkplugin-vf: vf.yaml          # relative paths: against this file's directory
+    coordinator: coordinator.yaml        # optional: for ``networkplugin-ctl coordinator``
+
+Which node config: ``--node``, else ``$NETWORKPLUGIN_CTL_NODE``, else the default.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from plugins.services import SERVICES
 from ._errors import CtlError, Exit
 
 DEFAULT_NODE_CONFIG: Final = Path("/etc/dra-networkplugins/node.yaml")
+NODE_ENV: Final = "NETWORKPLUGIN_CTL_NODE"
+"""The environment variable naming the node config when ``--node`` does not (as KUBECONFIG)."""
 
 _SCHEMA: Final[Mapping[str, Any]] = {
     "type": "object",
@@ -43,7 +48,8 @@ _SCHEMA: Final[Mapping[str, Any]] = {
             "minProperties": 1,
             "propertyNames": {"enum": sorted(SERVICES)},
             "additionalProperties": {"type": "string", "minLength": 1},
-        }
+        },
+        "coordinator": {"type": "string", "minLength": 1},
     },
 }
 
@@ -68,23 +74,57 @@ class Service:
         return None
 
 
+@dataclass(frozen=True)
+class NodeConfig:
+    """A node config, read and checked; each service's and the coordinator's config path."""
+
+    path: Path
+    service_configs: Mapping[str, Path]
+    coordinator_config: Path | None
+    origin: str = ""  # where the path came from when not --node (for the error lines)
+
+    @classmethod
+    def load(cls, path: Path, *, origin: str = "") -> NodeConfig:
+        path = path.absolute()
+        named = f" (named by {origin})" if origin else ""
+        try:
+            document = load_yaml_mapping(path)
+            DocumentSchema(_SCHEMA).check(document, str(path))
+        except (YAMLLoadError, DocumentError) as exc:
+            raise CtlError(Exit.USAGE, f"node config {exc}{named}") from None
+        services = {name: path.parent / value for name, value in document["services"].items()}
+        coordinator = document.get("coordinator")
+        return cls(
+            path,
+            dict(sorted(services.items())),
+            None if coordinator is None else path.parent / coordinator,
+            origin,
+        )
+
+    def services(self) -> tuple[Service, ...]:
+        """The services it names, each with its config loaded as the service does."""
+        loaded = []
+        for name, config_path in self.service_configs.items():
+            try:
+                config = ServiceConfig.load(config_path)
+            except NetworkPluginError as exc:
+                raise CtlError(Exit.USAGE, f"{name}: {exc}") from None
+            registrations = Registry.of(SERVICES[name]).seal()
+            loaded.append(Service(name, config_path, config, registrations))
+        return tuple(loaded)
+
+
+def node_config_path(flag: Path | None, environ: Mapping[str, str]) -> tuple[Path, str]:
+    """The node config to read and where its name came from: ``--node``, else
+    ``$NETWORKPLUGIN_CTL_NODE`` (unless empty, as an empty KUBECONFIG), else the default."""
+    if flag is not None:
+        return flag, ""
+    named = environ.get(NODE_ENV, "")
+    if named:
+        return Path(named), f"${NODE_ENV}"
+    return DEFAULT_NODE_CONFIG, ""
+
+
 def load_node(path: Path) -> tuple[Service, ...]:
     """The services a node config names, each with its config loaded as the service does."""
-    path = path.absolute()
-    try:
-        document = load_yaml_mapping(path)
-        DocumentSchema(_SCHEMA).check(document, str(path))
-    except YAMLLoadError as exc:
-        raise CtlError(Exit.USAGE, f"node config {exc}") from None
-    except DocumentError as exc:
-        raise CtlError(Exit.USAGE, f"node config {exc}") from None
-    services = []
-    for name, value in sorted(document["services"].items()):
-        config_path = path.parent / value
-        try:
-            config = ServiceConfig.load(config_path)
-        except NetworkPluginError as exc:
-            raise CtlError(Exit.USAGE, f"{name}: {exc}") from None
-        registrations = Registry.of(SERVICES[name]).seal()
-        services.append(Service(name, config_path, config, registrations))
-    return tuple(services)
+    return NodeConfig.load(path).services()

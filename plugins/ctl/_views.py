@@ -6,7 +6,7 @@ Pure functions of journal contents; rendering (tables or JSON) is ``_output``'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from plugins.sdk import CleanupStatus, EffectState, Hook, OperationState
@@ -28,19 +28,24 @@ def _json(text: str | None) -> JSON:
     return None if text is None else json.loads(text)
 
 
-def _effects_summary(contents: Contents, op: OperationRecord) -> str:
-    effects = contents.effects_of(op)
-    if not effects:
-        return "-"
+def _effects(contents: Contents, op: OperationRecord) -> list[dict[str, JSON]]:
+    return [
+        {"id": e.effect_id, "kind": e.kind, "state": e.state.value} for e in contents.effects_of(op)
+    ]
+
+
+def effects_summary(effects: Iterable[dict[str, JSON]]) -> str:
+    """An ``ops`` row's effects counted by state, for a table cell (``1 Applied,1 Planned``)."""
     counts: dict[str, int] = {}
     for e in effects:
-        counts[e.state.value] = counts.get(e.state.value, 0) + 1
+        counts[e["state"]] = counts.get(e["state"], 0) + 1
     return ",".join(f"{n} {state}" for state, n in counts.items())
 
 
 def operation_rows(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
-    """``ops``: every operation of every journal. Age is in operations recorded since
-    (the journal keeps no wall-clock time: order is what it can vouch for)."""
+    """``ops``: every operation of every journal, its effects by id, kind and state. Age is
+    in operations recorded since (the journal keeps no wall-clock time: order is what it
+    can vouch for)."""
     rows = []
     for contents in all_contents:
         last = contents.last_seq
@@ -55,12 +60,38 @@ def operation_rows(all_contents: Iterable[Contents]) -> list[dict[str, JSON]]:
                     "hook": op.hook.value,
                     "state": op.state.value,
                     "cleanup": op.cleanup_status.value if op.cleanup_status else "",
-                    "effects": _effects_summary(contents, op),
+                    "effects": _effects(contents, op),
+                    "partition": op.partition,
+                    "generation": op.generation,
+                    "epoch": op.epoch,
                     "seq": op.seq,
                     "age": last - op.seq,
                 }
             )
     return rows
+
+
+def select_operations(
+    rows: Sequence[dict[str, JSON]],
+    *,
+    services: Collection[str] = (),
+    states: Collection[str] = (),
+    scopes: Collection[str] = (),
+    limit: int | None = None,
+) -> list[dict[str, JSON]]:
+    """``ops``' filters: a row passes when it matches one value of each filter given; then
+    ``limit`` keeps the newest (smallest age, the first service's on a tie), in their order."""
+    kept = [
+        r
+        for r in rows
+        if (not services or r["service"] in services)
+        and (not states or r["state"] in states)
+        and (not scopes or r["scope"] in scopes)
+    ]
+    if limit is None:
+        return kept
+    newest = sorted(range(len(kept)), key=lambda i: (kept[i]["age"], i))[:limit]
+    return [kept[i] for i in sorted(newest)]
 
 
 def operation_details(all_contents: Iterable[Contents], operation_id: str) -> list[dict[str, JSON]]:

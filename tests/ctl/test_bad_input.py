@@ -2,8 +2,8 @@
 
 One line on stderr each, a non-zero exit, and nothing changed: every file of every
 state directory is byte-identical afterwards. The journals are copies (``clone``) of
-one module-wide node's, left by a crash mid-connect and one restart (the connect is
-Failed and its macvlan child is still in the pod), so each test damages its own.
+the ``crashed`` node's (conftest.py), left by a crash mid-connect and one restart (the
+connect is Failed and its macvlan child is still in the pod), so each test damages its own.
 """
 
 from __future__ import annotations
@@ -11,88 +11,33 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from harness.scenarios import Lifecycle
-from labs import FakeServerLab, Node
+from labs import Node
 from plugins.ctl import Exit
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
 from plugins.sdk.store import DB_NAME, ID_NAME, LOCK_NAME, ScopeRecord, Store
 from tests.journal_damage import flip_first
 
-from .kit import LINKS, ctl, files_of
-from .test_reconcile_e2e import MARKED
-
-SERVICES = ("networkplugin-bond", LINKS, "networkplugin-vf")
-
-
-@pytest.fixture(scope="module")
-def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    """The services in this process over the fake kernel server (no processes to start):
-    crashed mid-connect, restarted once (recovery marks the connect Failed), closed."""
-    root = tmp_path_factory.mktemp("crashed")
-    with Node(FakeServerLab(), root, crash=CrashPoints(armed=MARKED)) as node:
-        life = Lifecycle("macvlan", node)
-        life.run(0, 1)
-        with pytest.raises(SimulatedCrash):
-            life.phase("connect")()
-        node.services.crash(CrashPoints())  # abandoned, then started from the journals
-        node.services.close()
-        yield node
-
-
-def clone(node: Node, dest: Path) -> Path:
-    """Copies of every service's journal, a token, configs naming them, a node config.
-
-    Sockets go in a directory that does not exist: every service is down. It is under
-    /tmp, not ``dest``: a socket path must fit in 107 bytes, and pytest's temporary paths
-    under xdist can be longer (the ctl then failed on the path, not on the absent
-    service). Each keeps its lease in ``run`` beside its state (none yet: no process of
-    this boot opened the copy).
-    """
-    sockets = Path("/tmp") / f"np-absent-{uuid.uuid4().hex[:12]}"
-    assert not sockets.exists()
-    services = {}
-    for name in SERVICES:
-        root = dest / name
-        shutil.copytree(node.services.state_dir(name), root / "state")
-        token = root / "token"
-        token.write_text("a-token\n")
-        token.chmod(0o600)
-        config = root / "service.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "socketDir": str(sockets / name),
-                    "stateDir": str(root / "state"),
-                    "tokenFile": str(token),
-                    "kernel": node.lab.kernel_url,
-                    "runtimeDir": str(root / "run"),
-                }
-            )
-        )
-        services[name] = str(config)
-    node_config = dest / "node.yaml"
-    node_config.write_text(yaml.safe_dump({"services": services}))
-    return node_config
-
-
-def state_files(dest: Path) -> dict[str, dict[str, bytes]]:
-    return {name: files_of(dest / name / "state") for name in SERVICES}
-
-
-def one_line(err: str) -> str:
-    assert err.count("\n") == 1, err
-    assert err.startswith("networkplugin-ctl: "), err
-    return err
+from .kit import (
+    LINKS,
+    SERVICES,
+    clone,
+    coordinator_config,
+    ctl,
+    files_of,
+    one_line,
+    state_files,
+    with_coordinator,
+)
 
 
 def test_read_commands_on_stopped_services_change_nothing(
@@ -290,3 +235,157 @@ def test_rolled_back_journal(
     assert "were acknowledged in this boot" in one_line(result.err)
     assert state_files(tmp_path) == before
     assert files_of(run) == lease
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file nobody listens on (what a SIGKILLed server leaves)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+    path.chmod(0o600)
+
+
+def test_doctor_says_in_words_why_a_socket_does_not_answer(
+    crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not gRPC's own text (``failed to connect to all addresses; last error: ...``)."""
+    config = clone(crashed, tmp_path)
+    socket_dir = Path(yaml.safe_load((tmp_path / LINKS / "service.yaml").read_text())["socketDir"])
+    stale = socket_dir / "macvlan.sock"
+    try:
+        _stale_socket(stale)
+        run = ctl(config, ["doctor", "-o", "json"], capsys)
+    finally:
+        shutil.rmtree(socket_dir.parent)
+    assert run.code == Exit.FINDINGS, run
+    (check,) = [c for c in run.json()["checks"] if c["subject"] == str(stale)]
+    assert (check["status"], check["detail"]) == (
+        "fail",
+        "GetInfo: nothing answers (service down?)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["ops", "-o", "table"], "argument -o/--output: invalid choice: 'table'"),
+        (["ops", "--limit", "0"], "argument --limit: '0' is not a whole number of 1 or more"),
+        (["ops", "--limit", "many"], "argument --limit: 'many' is not a whole number"),
+        (["ops", "--state", "Done"], "argument --state: 'Done' is not an operation state"),
+        (["ops", "--service", "networkplugin-x"], "argument --service: invalid choice"),
+        (["ops", "--service", "networkplugin-vf"], "--service networkplugin-vf: the node config"),
+        (["reconcile", "--dry-run", "--limit", "1"], "unrecognized arguments: --limit 1"),
+        (["coordinator"], "the following arguments are required: action"),
+        (["coordinator", "show"], "the following arguments are required: application"),
+    ],
+    ids=[
+        "output", "limit-zero", "limit-word", "state", "service-unknown", "service-not-on-node",
+        "option-of-another-command", "coordinator-action", "coordinator-application",
+    ],
+)  # fmt: skip
+def test_bad_arguments(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line naming the argument, exit 2, nothing created; a node naming only links."""
+    node = tmp_path / "node.yaml"
+    node.write_text(yaml.safe_dump({"services": {LINKS: "links.yaml"}}))
+    (tmp_path / "links.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "socketDir": "/tmp/np-absent-bad-arguments",
+                "stateDir": str(tmp_path / "state"),
+                "tokenFile": str(tmp_path / "token"),
+                "kernel": "fake:///unused",
+            }
+        )
+    )
+    before = sorted(tmp_path.rglob("*"))
+    run = ctl(node, args, capsys)
+    assert (run.code, run.out) == (Exit.USAGE, ""), run
+    assert said in one_line(run.err), run.err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def _no_coordinator_key(node: Path, tmp: Path) -> list[str]:
+    return []
+
+
+def _coordinator_not_a_string(node: Path, tmp: Path) -> list[str]:
+    with_coordinator(node, "x")
+    node.write_text(node.read_text().replace("coordinator: x", "coordinator: 5"))
+    return []
+
+
+def _coordinator_config_incomplete(node: Path, tmp: Path) -> list[str]:
+    config = coordinator_config(tmp, tmp / "absent" / "coordinator.sock")
+    document = yaml.safe_load(config.read_text())
+    del document["inventory"]
+    config.write_text(yaml.safe_dump(document))
+    with_coordinator(node, config)
+    return []
+
+
+def _coordinator_token_readable_by_all(node: Path, tmp: Path) -> list[str]:
+    with_coordinator(node, coordinator_config(tmp, tmp / "absent" / "coordinator.sock"))
+    (tmp / "coordinator.token").chmod(0o644)
+    return []
+
+
+def _coordinator_socket_missing(node: Path, tmp: Path) -> list[str]:
+    with_coordinator(node, coordinator_config(tmp, tmp / "absent" / "coordinator.sock"))
+    return []
+
+
+def _coordinator_socket_a_file(node: Path, tmp: Path) -> list[str]:
+    (tmp / "plain.sock").write_text("a regular file where a socket should be")
+    with_coordinator(node, coordinator_config(tmp, tmp / "plain.sock"))
+    return []
+
+
+def _coordinator_socket_stale(node: Path, tmp: Path) -> list[str]:
+    with_coordinator(node, coordinator_config(tmp, tmp / "absent" / "coordinator.sock"))
+    stale = Path("/tmp") / f"np-stale-{uuid.uuid4().hex[:12]}" / "coordinator.sock"
+    _stale_socket(stale)  # removed by the test; --coordinator-socket overrides the config's
+    return ["--coordinator-socket", str(stale)]
+
+
+@pytest.mark.parametrize(
+    ("setup", "code", "said"),
+    [
+        (_no_coordinator_key, Exit.USAGE, "no 'coordinator' key naming the coordinator's config"),
+        (_coordinator_not_a_string, Exit.USAGE, "$.coordinator"),
+        (_coordinator_config_incomplete, Exit.USAGE, "inventory"),
+        (_coordinator_token_readable_by_all, Exit.USAGE, "coordinator.token"),
+        (_coordinator_socket_missing, Exit.UNREACHABLE, "No such file or directory (coordinator down?)"),
+        (_coordinator_socket_a_file, Exit.USAGE, "plain.sock: not a Unix socket"),
+        (_coordinator_socket_stale, Exit.UNREACHABLE, "coordinator.sock: nothing answers (coordinator down?)"),
+    ],
+    ids=[
+        "no-key", "key-not-a-string", "config-incomplete", "token-too-open", "socket-missing",
+        "socket-a-file", "socket-stale",
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [["apps"], ["show", "att-1"], ["remove", "att-1"]])
+def test_coordinator_unreachable_or_misconfigured(
+    setup: Callable[[Path, Path], list[str]],
+    code: Exit,
+    said: str,
+    command: list[str],
+    crashed: Node,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One line naming the file, key or socket and what is wrong; nothing created."""
+    node = clone(crashed, tmp_path / "node")
+    extra = setup(node, tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        run = ctl(node, ["coordinator", *command, *extra], capsys)
+    finally:
+        if extra:
+            shutil.rmtree(Path(extra[-1]).parent)
+    assert (run.code, run.out) == (code, ""), run
+    line = one_line(run.err)
+    assert said in line, line
+    assert "failed to connect" not in line  # gRPC's own words never reach a person
+    assert sorted(tmp_path.rglob("*")) == before

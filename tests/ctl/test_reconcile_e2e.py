@@ -18,11 +18,16 @@ import pytest
 from harness.invariants import leaks
 from plugins.ctl import Exit
 
-from .kit import LINKS, crashed_connect, ctl, files_of, process_node, write_node_config
-
-CONNECT = "ConnectNetwork/att-1:secondary:ConnectNetwork:g1/create-child"
-UNMARKED = f"{CONNECT}/kernel#1.create_link.after"  # born under its temporary name
-MARKED = f"{CONNECT}/kernel#2.set_link.after"  # carries the marker as its alias
+from .kit import (
+    LINKS,
+    MARKED,
+    UNMARKED,
+    crashed_connect,
+    ctl,
+    files_of,
+    process_node,
+    write_node_config,
+)
 
 
 def _leaked_links(node: Any) -> list[tuple[str, str]]:
