@@ -47,9 +47,11 @@ LAYERS: dict[str, frozenset[str]] = {
         {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.vf", "plugins.bond"}
         | {"plugins.links"}
     ),
-    # the operator's CLI reads journals and the kernel as the services do, never the rig
+    # the operator's CLI reads journals and the kernel as the services do, and asks the
+    # coordinator over its socket (its config and client); never the rig
     "plugins.ctl": frozenset(
         {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.services"}
+        | {"plugins.coordinator"}
     ),
     "examples": frozenset({"plugins.sdk", "plugins.kernel", "plugins.effects"}),
     # the test kit builds nodes from everything a node runs, never from the rig
