@@ -2,7 +2,8 @@
 allocation, and its journal (the call states are public: the rig checks that none is left open);
 and the coordinator as a program (``networkplugin-coordinator``: ``run``, ``serve``), with its
 config (``CoordinatorConfig``), its requests (``CoordinatorService``) and its client
-(``CoordinatorClient``)."""
+(``CoordinatorClient``), which checks who answers on each plugin socket
+(``CheckedPluginClient``)."""
 
 from ._allocate import AllocatedDevice, AllocationError, Allocator, allocate
 from ._authority import NodeAuthority
@@ -26,7 +27,16 @@ from ._journal import (
     Claim,
     CoordinatorJournal,
 )
-from ._main import load_manifests, main, pinned_descriptors, run, serve
+from ._main import (
+    check_plugins,
+    load_manifests,
+    main,
+    pinned_descriptors,
+    plugin_clients,
+    run,
+    serve,
+)
+from ._peers import CheckedPluginClient, PeerMismatch, identity_problem
 from ._policy import (
     DRIVER_DOMAIN,
     CapacitySpec,
@@ -92,6 +102,7 @@ __all__ = [
     "AttributeValue",
     "Call",
     "CapacitySpec",
+    "CheckedPluginClient",
     "Claim",
     "CompatibilityRule",
     "CompiledSelector",
@@ -116,6 +127,7 @@ __all__ = [
     "NodeAuthority",
     "OpenCall",
     "OutputHandle",
+    "PeerMismatch",
     "PluginEndpoint",
     "PluginRef",
     "PortSource",
@@ -132,7 +144,9 @@ __all__ = [
     "TopologyErrors",
     "YAMLLoadError",
     "allocate",
+    "check_plugins",
     "compile_selector",
+    "identity_problem",
     "load_inventory",
     "load_manifests",
     "load_policies",
@@ -145,6 +159,7 @@ __all__ = [
     "parse_policy",
     "parse_topology",
     "pinned_descriptors",
+    "plugin_clients",
     "publish",
     "qualify",
     "root_id",

@@ -120,7 +120,8 @@ a cleanup receipt that is not CLEANED (retry later / an operator must reconcile)
 CLOSED_CALL_STATES = ("succeeded", "cleaned", "abandoned")
 """``succeeded``: a create's response. ``cleaned``: a cleanup's CLEANED receipt.
 ``abandoned``: a call that never succeeded, closed by the CLEANED receipt of its step's
-cleanup (the evidence is stored as its response)."""
+cleanup, or because the plugin refused the cleanup and has no record of the step's
+creating calls (``abandon_unrun``); the evidence is stored as its response."""
 
 
 APPLICATION_STATES = ("applying", "applied", "failed", "removing", "removed")
@@ -323,6 +324,31 @@ class CoordinatorJournal:
             return closed
 
         return self.write(finish)
+
+    def abandon_unrun(self, unit: str, step: str, evidence: dict[str, Any]) -> list[str]:
+        """Close every open call of ``unit``'s ``step`` as ``abandoned``: the step never ran.
+
+        For a step whose cleanup the plugin refused while it has no record of any call
+        of the step that would have created something (``evidence`` names them, the
+        cleanup and its refusal). One transaction; each closed call keeps its error and
+        stores its previous state and the evidence as its response. Returns the closed ids.
+        """
+
+        def abandon(t: Txn) -> list[str]:
+            closed = []
+            for row in t.select("calls", {"unit": unit, "step": step}, order_by="seq"):
+                if row["state"] not in OPEN_CALL_STATES:
+                    continue
+                response = {"was": row["state"], "neverRan": evidence}
+                t.put(
+                    "calls",
+                    {**row, "state": "abandoned", "response_json": _dumps(response)},
+                    key=["operation_id"],
+                )
+                closed.append(row["operation_id"])
+            return closed
+
+        return self.write(abandon)
 
     def calls(self, unit: str | None = None) -> list[Call]:
         where = None if unit is None else {"unit": unit}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from plugins.sdk import BundleStore, Descriptor, NetworkPluginError, pinned_bundles
-from plugins.sdk.host import PluginClient, read_token
+from plugins.sdk.host import PluginCallError, read_token
 from plugins.sdk.runner import NO_CRASH, CrashPoints
 from plugins.sdk.service import (
     EXIT_MARGIN_S,
@@ -46,6 +46,7 @@ from ._allocate import Allocator
 from ._compile import CompiledTopology, validate_topology
 from ._inventory import load_inventory
 from ._journal import CoordinatorJournal
+from ._peers import CheckedPluginClient, PeerMismatch
 from ._policy import DeviceExposurePolicy, load_policies
 from ._program import CoordinatorService
 from ._program_config import CoordinatorConfig
@@ -68,9 +69,10 @@ def pinned_descriptors(store: BundleStore | None = None) -> dict[str, Descriptor
 
 
 def load_manifests(
-    config: CoordinatorConfig,
+    config: CoordinatorConfig, descriptors: Mapping[str, Descriptor] | None = None
 ) -> tuple[Allocator, dict[str, CompiledTopology]]:
-    """The allocator over the node's inventory and policies, and the compiled topologies."""
+    """The allocator over the node's inventory and policies, and the compiled topologies
+    (``descriptors``: the pinned ones, ``pinned_descriptors()`` when not given)."""
 
     def refuse(what: str, path: Path, exc: BaseException) -> NoReturn:
         message = exc.message if isinstance(exc, NetworkPluginError) else str(exc)
@@ -88,7 +90,7 @@ def load_manifests(
             policies = load_policies(config.policies)
         except (NetworkPluginError, OSError) as exc:
             refuse("policies", config.policies, exc)
-    descriptors = pinned_descriptors()
+    descriptors = pinned_descriptors() if descriptors is None else descriptors
     configured = {p.name for p in config.plugins}
     compiled: dict[str, CompiledTopology] = {}
     for path in config.topologies:
@@ -106,6 +108,55 @@ def load_manifests(
             )
         compiled[name] = topology
     return Allocator(inventory, policies), compiled
+
+
+def plugin_clients(
+    config: CoordinatorConfig, descriptors: Mapping[str, Descriptor]
+) -> dict[str, CheckedPluginClient]:
+    """A client per configured plugin that checks its peer against the pinned descriptor;
+    a plugin no pinned contract names is refused (its identity could not be checked)."""
+    unknown = sorted(p.name for p in config.plugins if p.name not in descriptors)
+    if unknown:
+        raise StartupRefused(
+            f"{config.where}: $.plugins: no contract this artifact pins is for "
+            f"{', '.join(repr(n) for n in unknown)} (pinned: {', '.join(sorted(descriptors))})"
+        )
+    tokens = {p.name: read_token(p.token_file) for p in config.plugins}
+    return {
+        p.name: CheckedPluginClient(
+            p.name,
+            p.socket,
+            tokens[p.name],
+            descriptors[p.name],
+            timeout=config.call_timeout_seconds,
+        )
+        for p in config.plugins
+    }
+
+
+def check_plugins(config: CoordinatorConfig, clients: Mapping[str, CheckedPluginClient]) -> None:
+    """Ask every plugin socket that answers who it is; refuse one that is another plugin
+    or refuses the token. One that does not answer yet is checked at its first connection."""
+    for endpoint in config.plugins:
+        try:
+            clients[endpoint.name].admit()
+        except PeerMismatch as exc:
+            raise StartupRefused(
+                f"{config.where}: $.plugins.{endpoint.name}.socket: {exc.problem}"
+            ) from None
+        except PluginCallError as exc:
+            if exc.code == "UNAUTHENTICATED":
+                raise StartupRefused(
+                    f"{config.where}: $.plugins.{endpoint.name}.tokenFile: {endpoint.socket} "
+                    f"refuses the token in {endpoint.token_file}"
+                ) from None
+            log.warning(
+                "plugin %s: %s does not answer yet (%s: %s); it is checked at its first connection",
+                endpoint.name,
+                endpoint.socket,
+                exc.code,
+                _one_line(exc.message),
+            )
 
 
 def _open_journal(config: CoordinatorConfig) -> tuple[CoordinatorJournal | None, str]:
@@ -131,17 +182,20 @@ def serve(
     """Run the coordinator until ``stop`` is set (or SIGTERM/SIGINT); the exit status."""
     stop = stop or threading.Event()
     token = read_token(config.token_file)
-    plugin_tokens = {p.name: read_token(p.token_file) for p in config.plugins}
-    allocator, topologies = load_manifests(config)
-    check_private_dir("state directory", config.state_dir)
-    check_private_dir("socket directory", config.socket.parent, follow_symlinks=False)
-    if config.runtime_dir is not None:
-        check_private_dir("runtime directory", config.runtime_dir)
-    journal, fault = _open_journal(config)
-    clients: Mapping[str, PluginClient] = {
-        p.name: PluginClient(p.socket, plugin_tokens[p.name], timeout=config.call_timeout_seconds)
-        for p in config.plugins
-    }
+    descriptors = pinned_descriptors()
+    allocator, topologies = load_manifests(config, descriptors)
+    clients = plugin_clients(config, descriptors)
+    try:
+        check_plugins(config, clients)  # before anything is created
+        check_private_dir("state directory", config.state_dir)
+        check_private_dir("socket directory", config.socket.parent, follow_symlinks=False)
+        if config.runtime_dir is not None:
+            check_private_dir("runtime directory", config.runtime_dir)
+        journal, fault = _open_journal(config)
+    except BaseException:
+        for client in clients.values():
+            client.close()
+        raise
     service = CoordinatorService(
         journal,
         clients,

@@ -46,6 +46,7 @@ from ._allocate import Allocator
 from ._compile import CompiledTopology
 from ._journal import OPEN_CALL_STATES, Application, CoordinatorJournal
 from ._program_values import (
+    NOT_RUN,
     ApplicationStatus,
     ApplyRequest,
     ApplyResult,
@@ -281,9 +282,10 @@ class CoordinatorService:
             error = f"step {first.step}: {first.hook} {first.status}: {one_line(first.detail)}"
             self._journal.put_application(replace(app, state="removing", error=error))
             return RemoveResult(app.attachment, "removing", tuple(receipts))
-        self._journal.put_application(replace(app, state="removed"))
+        # Removed: what went wrong before is history (the log has it), not its state.
+        self._journal.put_application(replace(app, state="removed", error=""))
         self._allocator.release(allocations_of(app).values())
-        return RemoveResult(app.attachment, "removed", tuple(receipts))
+        return RemoveResult(app.attachment, "removed", self._with_not_run(app, receipts))
 
     @staticmethod
     def _receipts(hook: Hook, receipts: Mapping[str, CleanupResponse]) -> list[StepReceipt]:
@@ -358,9 +360,47 @@ class CoordinatorService:
             calls += self._journal.calls(prep_scope(app.claim, root))
         receipts = []
         for call in calls:
-            if call.hook in _CLEANUP_HOOKS and call.response is not None:
+            if call.hook in _CLEANUP_HOOKS and call.state == "cleaned":
+                assert call.response is not None, "a cleaned call has its receipt"
                 receipt: CleanupResponse = from_json_value(CleanupResponse, call.response)
                 receipts.append(
                     StepReceipt(call.step, call.hook, receipt.status.value, receipt.detail)
                 )
-        return tuple(receipts)
+        return self._with_not_run(app, receipts)
+
+    def _with_not_run(
+        self, app: Application, receipts: Sequence[StepReceipt]
+    ) -> tuple[StepReceipt, ...]:
+        """A finished removal's receipts, one per step and hook in the removal's order:
+        ``NOT_RUN`` for a step that never ran (never sent, or unknown to its plugin)."""
+        order, roots = self._steps_of(app)
+        found = {(r.step, r.hook): r for r in receipts}
+        complete = [
+            found.pop((step, hook))
+            if (step, hook) in found
+            else StepReceipt(step, hook, NOT_RUN, why)
+            for hook, steps, why in (
+                (Hook.REMOVE_NETWORK.value, order, "never connected: nothing to remove"),
+                (Hook.NODE_UNPREPARE.value, roots, "never prepared: nothing to unprepare"),
+            )
+            for step in reversed(steps)
+        ]
+        return (*complete, *found.values())
+
+    def _steps_of(self, app: Application) -> tuple[list[str], list[str]]:
+        """The connect order and the roots, as journaled when the apply got that far."""
+        assert self._journal is not None
+        compiled = self._topologies.get(app.topology)
+        attachment = self._journal.unit(app.attachment)
+        preparation = self._journal.unit(app.claim)
+        order = (
+            attachment[1]["order"]
+            if attachment is not None
+            else list(compiled.connect_order if compiled is not None else ())
+        )
+        roots = (
+            preparation[1]["roots"]
+            if preparation is not None
+            else list(compiled.prepare_order if compiled is not None else ())
+        )
+        return list(order), list(roots)

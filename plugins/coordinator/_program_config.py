@@ -51,6 +51,12 @@ class CoordinatorConfig:
     call_timeout_seconds: float = 60.0
     plugin_wait_seconds: float = 30.0
     shutdown_grace_seconds: float = 10.0
+    path: Path | None = None  # the file it was loaded from
+
+    @property
+    def where(self) -> str:
+        """``coordinator config FILE``: how a refusal names this config."""
+        return f"coordinator config {self.path}" if self.path is not None else "coordinator config"
 
     @property
     def lease_dir(self) -> Path:
@@ -96,6 +102,7 @@ class CoordinatorConfig:
             call_timeout_seconds=float(data.get("callTimeoutSeconds", 60.0)),
             plugin_wait_seconds=float(data.get("pluginWaitSeconds", 30.0)),
             shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
+            path=path,
         )
 
 

@@ -45,11 +45,15 @@ class ApplyResult:
     outputs: tuple[OutputHandle, ...]
 
 
+NOT_RUN: Final = "NOT_RUN"
+"""A removed application's receipt for a step that never ran: nothing to clean up."""
+
+
 @dataclass(frozen=True)
 class StepReceipt:
     step: str
     hook: str
-    status: str  # CLEANED, PENDING or QUARANTINED
+    status: str  # CLEANED, PENDING or QUARANTINED; NOT_RUN in a finished removal
     detail: str
 
 

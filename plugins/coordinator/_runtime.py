@@ -6,6 +6,14 @@ dependent's CLEANED receipt before its ancestors (failed and uncertain steps
 included); NodeUnprepare after cleanup, then release the node-authority claims.
 Every call is journaled here before it is sent, under the operation id both sides
 share, and ends closed: succeeded, cleaned, or abandoned by its step's CLEANED cleanup.
+
+A step that never ran needs no cleanup, and a removal never waits for one: a root whose
+NodePrepare was never sent is not unprepared (its claims are released), and a step
+whose cleanup the plugin refuses while it has no record of any call that would have
+created something is closed as never run (``CoordinatorJournal.abandon_unrun``), so
+an application whose plugin refused everything (an Operation-only plugin behind a root's
+socket) can still be removed. A client that checks its peer (``CheckedPluginClient``)
+is asked before a call is journaled: a refusal there sends nothing and journals nothing.
 Every journal commit is bracketed by crash points named
 ``Coordinator/<hook>/<operation, unit or scope>/<commit>.before-commit|after-commit``.
 """
@@ -41,9 +49,12 @@ from plugins.sdk.runner import CrashPoints
 from ._allocate import AllocatedDevice
 from ._authority import NodeAuthority, ResourceClaim
 from ._compile import CompiledTopology
-from ._journal import Call, CoordinatorJournal
+from ._journal import OPEN_CALL_STATES, Call, CoordinatorJournal
+from ._peers import CheckedPluginClient
 
 T = TypeVar("T")
+
+_CREATE_OF = {Hook.REMOVE_NETWORK: Hook.CONNECT_NETWORK, Hook.NODE_UNPREPARE: Hook.NODE_PREPARE}
 
 
 class StepFailed(FailedPrecondition):
@@ -218,7 +229,11 @@ class Coordinator:
         return result
 
     def remove(self, attachment: str) -> dict[str, CleanupResponse]:
-        """Remove every requested step, dependents first; stop at the first unclean receipt."""
+        """Remove every requested step, dependents first; stop at the first unclean receipt.
+
+        A step that never ran has no receipt (it was never requested, or the plugin has
+        no record of it).
+        """
         unit = self.journal.unit(attachment)
         if unit is None:
             return {}
@@ -234,6 +249,8 @@ class Coordinator:
             request = CleanupRequest(self._envelope(Hook.REMOVE_NETWORK, attachment, name))
             plugin = detail["plugins"][name]
             receipt = self._cleanup(attachment, name, plugin, request, remove=True)
+            if receipt is None:
+                continue  # it never ran: nothing of it to remove
             receipts[name] = receipt
             if receipt.status is not CleanupStatus.CLEANED:
                 return receipts  # ancestors wait for this dependent's receipt
@@ -241,6 +258,9 @@ class Coordinator:
         return receipts
 
     def unprepare(self, claim: str) -> dict[str, CleanupResponse]:
+        """Unprepare every root in reverse, releasing its claims on a CLEANED receipt; stop
+        at the first unclean one. A root that was never prepared (its NodePrepare never
+        sent, or the plugin has no record of it) has no receipt; its claims are released."""
         unit = self.journal.unit(claim)
         if unit is None:
             return {}
@@ -248,12 +268,17 @@ class Coordinator:
         receipts: dict[str, CleanupResponse] = {}
         for name in reversed(detail.get("roots", [])):
             scope = prep_scope(claim, name)
-            request = CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, scope, name))
-            receipt = self._cleanup(scope, name, detail["plugins"][name], request, remove=False)
-            receipts[name] = receipt
-            if receipt.status is not CleanupStatus.CLEANED:
-                return receipts
-            # Only a CLEANED receipt frees the resource.
+            sent = any(c.hook == Hook.NODE_PREPARE.value for c in self.journal.calls(scope))
+            receipt = None
+            if sent:
+                request = CleanupRequest(self._envelope(Hook.NODE_UNPREPARE, scope, name))
+                plugin = detail["plugins"][name]
+                receipt = self._cleanup(scope, name, plugin, request, remove=False)
+            if receipt is not None:
+                receipts[name] = receipt
+                if receipt.status is not CleanupStatus.CLEANED:
+                    return receipts
+            # Only a CLEANED receipt, or a root that never ran, frees the resource.
             self._commit(
                 Hook.NODE_UNPREPARE, scope, "release", partial(self.authority.release, scope)
             )
@@ -315,11 +340,23 @@ class Coordinator:
         )
         return env
 
+    def _admit(self, plugin: str) -> PluginClient:
+        """The plugin's client, once it says the call may leave (its peer checked)."""
+        client = self.clients[plugin]
+        if isinstance(client, CheckedPluginClient):
+            client.admit()
+        return client
+
     def _call(self, unit: str, step: str, plugin: str, request: Any, send: Any) -> Any:
+        hook: Hook = request.envelope.hook
+        try:
+            client = self._admit(plugin)
+        except PluginCallError as exc:  # nothing journaled, nothing sent: the step never ran
+            raise StepFailed(step, hook.value, f"{exc.code}: {exc.message}") from exc
         env = self._record(unit, step, plugin, request)
         with self.observer(env.hook.value, step, plugin, request) as seen:
             try:
-                response = send(self.clients[plugin])
+                response = send(client)
             except PluginCallError as exc:
                 error = f"{exc.code}: {exc.message}"
                 self._finish(env, "failed", error=error)
@@ -331,20 +368,25 @@ class Coordinator:
 
     def _cleanup(
         self, unit: str, step: str, plugin: str, request: CleanupRequest, *, remove: bool
-    ) -> CleanupResponse:
-        client = self.clients[plugin]
+    ) -> CleanupResponse | None:
+        """The step's cleanup receipt; None when the step never ran (nothing to clean)."""
+        try:
+            client = self._admit(plugin)
+        except PluginCallError as exc:  # nothing journaled, nothing sent
+            return CleanupResponse(CleanupStatus.PENDING, f"{exc.code}: {exc.message}")
         send = client.remove_network if remove else client.node_unprepare
         env = self._record(unit, step, plugin, request)
         with self.observer(env.hook.value, step, plugin, request) as seen:
             try:
                 receipt = send(request)
             except PluginCallError as exc:
-                # Not proof of anything: the step stays pending until a receipt says CLEANED.
+                # Not proof of anything: the step stays pending until a receipt says CLEANED,
+                # or the plugin says it never ran.
                 error = f"{exc.code}: {exc.message}"
                 self._finish(env, "pending", error=error)
                 receipt = CleanupResponse(CleanupStatus.PENDING, error)
                 seen(receipt)
-                return receipt
+                return None if self._never_ran(client, env, error) else receipt
             if receipt.status is CleanupStatus.CLEANED:
                 # The receipt proves nothing of this step is left: every call of it that
                 # never succeeded (requested, failed) is closed in the same commit.
@@ -359,6 +401,29 @@ class Coordinator:
                 self._finish(env, state[receipt.status.value], to_json_value(receipt))
             seen(receipt)
         return receipt
+
+    def _never_ran(self, client: PluginClient, cleanup: OperationEnvelope, refusal: str) -> bool:
+        """After a refused cleanup: True, and the step's open calls closed, if no call of
+        the step that creates something ever succeeded and the plugin has no record of
+        any of them (its journal records an operation before its first effect)."""
+        create = _CREATE_OF[cleanup.hook].value
+        calls = self.journal.calls(cleanup.scope)
+        creates = [c.operation_id for c in calls if c.step == cleanup.step and c.hook == create]
+        if any(c.state not in OPEN_CALL_STATES for c in calls if c.operation_id in set(creates)):
+            return False  # one succeeded (or was cleaned up): it ran
+        try:
+            if any(client.inspect(op, cleanup.scope).found for op in creates):
+                return False
+        except PluginCallError:
+            return False  # no answer is no evidence
+        evidence = {"noRecord": creates, "cleanup": cleanup.operation_id, "refusal": refusal}
+        self._commit(
+            cleanup.hook,
+            cleanup.operation_id,
+            "abandon_unrun",
+            lambda: self.journal.abandon_unrun(cleanup.scope, cleanup.step, evidence),
+        )
+        return True
 
 
 CallObserver = Callable[[str, str, str, Any], AbstractContextManager[Callable[[Any], None]]]

@@ -203,7 +203,9 @@ class StepReceipt(_message.Message):
     step: _builtins.str
     hook: _builtins.str
     status: _builtins.str
-    """CLEANED, PENDING or QUARANTINED."""
+    """CLEANED, PENDING or QUARANTINED; in a finished removal, NOT_RUN for a step that never
+    ran (never sent, or unknown to its plugin): there was nothing to clean up.
+    """
     detail: _builtins.str
     def __init__(
         self,
@@ -230,7 +232,7 @@ class RemoveTopologyResponse(_message.Message):
     RECEIPTS_FIELD_NUMBER: _builtins.int
     attachment_id: _builtins.str
     state: _builtins.str
-    """"removed" when every receipt is CLEANED, else "removing" (retry later)."""
+    """"removed" when every receipt is CLEANED or NOT_RUN, else "removing" (retry later)."""
     @_builtins.property
     def receipts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepReceipt]: ...
     def __init__(
