@@ -282,13 +282,17 @@ def test_every_rpc_carries_sdk_values_both_ways(harness: Harness) -> None:
 # ----------------------------------------------------------------------------- file modes
 
 
-def test_socket_dir_is_0700_and_sockets_0600(harness: Harness, sock_dir: Path) -> None:
-    before = os.umask(0o022)
-    try:
-        host, _ = harness.host("vlan.sock", "macvlan.sock")
-        assert os.umask(0o022) == 0o022, "the host must restore the umask"
-    finally:
-        os.umask(before)
+def test_socket_dir_is_0700_and_sockets_0600(
+    harness: Harness, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The umask is process-wide: another thread creating a file while a socket is bound
+    # would get a changed one. Binding must not touch it at all.
+    def no_umask(mask: int) -> int:
+        raise AssertionError(f"os.umask({mask:#o}) called while binding")
+
+    monkeypatch.setattr(os, "umask", no_umask)
+    host, _ = harness.host("vlan.sock", "macvlan.sock")
+    monkeypatch.undo()
     st = os.lstat(sock_dir)
     assert stat.S_ISDIR(st.st_mode)
     assert stat.S_IMODE(st.st_mode) == 0o700
@@ -427,6 +431,10 @@ ERRORS: list[tuple[BaseException, str]] = [
 ]
 
 
+INTERNAL_REASON = "internal error; see the plugin log"
+"""What a peer reads of any INTERNAL failure: one stable sentence, never its details."""
+
+
 @pytest.mark.parametrize(
     ("error", "code"), ERRORS, ids=[f"{type(e).__name__}-{c}" for e, c in ERRORS]
 )
@@ -437,7 +445,10 @@ def test_sdk_errors_map_to_their_codes(harness: Harness, error: BaseException, c
     err = call_code(lambda: client.connect_network(CONNECT))
     assert err.code == code
     assert isinstance(error, NetworkPluginError)
-    assert error.message in err.message
+    if code == "INTERNAL":  # a bug inside: the peer gets the stable reason, the log the rest
+        assert err.message == INTERNAL_REASON
+    else:
+        assert error.message in err.message
     assert [c[0] for c in fake.hook_calls()] == ["connect_network"]
 
 
@@ -449,7 +460,23 @@ def test_status_for_covers_every_code(code: Code) -> None:
     Err.code = code
     status, message = status_for(Err("msg"))
     assert status.name == code.name
-    assert message == "msg"
+    assert message == (INTERNAL_REASON if code is Code.INTERNAL else "msg")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [PlanError(["effect e1 undeclared at /opt/secret/plan.py"]), RegistrationError("/etc/x: bad")],
+    ids=["PlanError", "RegistrationError"],
+)
+def test_an_internal_sdk_error_is_logged_not_sent(
+    harness: Harness, caplog: pytest.LogCaptureFixture, error: NetworkPluginError
+) -> None:
+    _, (fake,) = harness.host("vlan.sock")
+    fake.error = error
+    with caplog.at_level(logging.ERROR, logger="plugins.sdk.host"):
+        err = call_code(lambda: harness.client("vlan.sock").connect_network(CONNECT))
+    assert (err.code, err.message) == ("INTERNAL", INTERNAL_REASON)
+    assert any(error.message in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_unexpected_exceptions_are_internal_and_logged(
@@ -466,13 +493,17 @@ def test_unexpected_exceptions_are_internal_and_logged(
     assert status_for(ValueError("x"))[0] is grpc.StatusCode.INTERNAL
 
 
-def test_unencodable_response_is_internal(harness: Harness) -> None:
+def test_unencodable_response_is_internal_with_a_stable_reason(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     _, (fake,) = harness.host("vlan.sock")
     bad = ResourceHandle("h", "KernelInterface/v1", "", "", "", "", "", "[]")
     fake.response = ConnectResponse(outputs={"interface": (bad,)})
-    err = call_code(lambda: harness.client("vlan.sock").connect_network(CONNECT))
-    assert err.code == "INTERNAL"
-    assert "outputs[interface][0].description_json" in err.message
+    with caplog.at_level(logging.ERROR, logger="plugins.sdk.host"):
+        err = call_code(lambda: harness.client("vlan.sock").connect_network(CONNECT))
+    # The conversion's text is the plugin's internals: logged, not sent.
+    assert (err.code, err.message) == ("INTERNAL", INTERNAL_REASON)
+    assert "outputs[interface][0].description_json" in caplog.text
 
 
 # ----------------------------------------------------------------------------- conversion errors

@@ -7,7 +7,8 @@
 * :func:`status_for` is the only exception -> gRPC status mapping.
 * ``prepare_socket_dir``, ``clear_stale_socket``, ``bind_linked_socket`` and
   ``remove_own_socket`` bind any authenticated node socket (the coordinator's too);
-  ``bearer_token_matches`` is its token check.
+  ``check_socket_paths`` / ``socket_path_fits`` say before anything is created whether
+  its path can be bound; ``bearer_token_matches`` is its token check.
 """
 
 from typing import TYPE_CHECKING
@@ -41,11 +42,15 @@ from ._convert import (
 from ._server import SOCKET_NAME, Host, read_token, status_for
 from ._service import EndpointService
 from ._socket import (
+    MAX_SOCKET_PATH,
+    STAGING_EXTRA,
     bearer_token_matches,
     bind_linked_socket,
+    check_socket_paths,
     clear_stale_socket,
     prepare_socket_dir,
     remove_own_socket,
+    socket_path_fits,
 )
 
 if TYPE_CHECKING:
@@ -53,7 +58,9 @@ if TYPE_CHECKING:
     from ._polling import poll_until_ready
 
 __all__ = [
+    "MAX_SOCKET_PATH",
     "SOCKET_NAME",
+    "STAGING_EXTRA",
     "EndpointService",
     "Host",
     "PluginCallError",
@@ -61,6 +68,7 @@ __all__ = [
     "bearer_token_matches",
     "bind_linked_socket",
     "check_identifier",
+    "check_socket_paths",
     "cleanup_request_from_pb",
     "cleanup_request_to_pb",
     "cleanup_response_from_pb",
@@ -87,6 +95,7 @@ __all__ = [
     "read_token",
     "remove_own_socket",
     "remove_request_to_pb",
+    "socket_path_fits",
     "status_for",
     "unprepare_request_to_pb",
 ]

@@ -35,18 +35,20 @@ from typing import TypeVar
 import grpc
 
 from plugins.api.networkplugin.v1alpha1 import pb, pb_grpc
-from plugins.sdk._errors import NetworkPluginError, RegistrationError
+from plugins.sdk._errors import Code, NetworkPluginError, RegistrationError
 from plugins.sdk._requests import CleanupRequest, ConnectRequest, PrepareRequest
 
 from . import _convert as convert
 from ._service import EndpointService
 from ._socket import (
+    MAX_SOCKET_PATH,
     STAGING_EXTRA,
     bearer_token_matches,
     bind_linked_socket,
     clear_stale_socket,
     prepare_socket_dir,
     remove_own_socket,
+    socket_path_fits,
 )
 
 __all__ = ["SOCKET_NAME", "Host", "read_token", "status_for"]
@@ -55,8 +57,6 @@ logger = logging.getLogger("plugins.sdk.host")
 
 # Same rule as the Registry's socket names: a plain file name, never a path.
 SOCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\.sock")
-# AF_UNIX sun_path is 108 bytes including the terminating NUL.
-_MAX_SOCKET_PATH = 107
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 _MAX_TOKEN_FILE = 4096
 _STOP_SLACK_S = 5.0
@@ -73,10 +73,13 @@ _GENERIC_INTERNAL = "internal error; see the plugin log"
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The single mapping from an exception to a gRPC status code and message.
 
-    SDK errors map by their ``code``; anything else is ``INTERNAL`` with a generic
-    message (the caller logs the traceback; internals are not sent to the peer).
+    SDK errors map by their ``code`` and say their message, which is written for the
+    caller (a field path, a precondition, a fence). ``INTERNAL`` is a bug of the plugin
+    or the SDK, whatever raised it (an invalid plan, any other exception): its message
+    is one stable sentence, and the caller logs the details and the traceback. What went
+    wrong inside is not the peer's to read.
     """
-    if isinstance(exc, NetworkPluginError):
+    if isinstance(exc, NetworkPluginError) and exc.code is not Code.INTERNAL:
         return grpc.StatusCode[exc.code.name], exc.message or type(exc).__name__
     return grpc.StatusCode.INTERNAL, _GENERIC_INTERNAL
 
@@ -246,19 +249,20 @@ class _Servicer(pb_grpc.NetworkPluginServicer):
                         # The service returned something the wire cannot carry: our bug,
                         # not the caller's, whatever the conversion error says.
                         logger.error(
-                            "%s %s: invalid response from the service",
+                            "%s %s: invalid response from the service: %s",
                             self._socket,
                             rpc,
+                            exc,
                             exc_info=exc,
                         )
-                        failure = (grpc.StatusCode.INTERNAL, f"invalid {rpc} response: {exc}")
+                        failure = (grpc.StatusCode.INTERNAL, _GENERIC_INTERNAL)
         context.abort(*failure)
         raise AssertionError("unreachable: context.abort() returned")
 
     def _failed(self, rpc: str, stage: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
         code, message = status_for(exc)
         if code is grpc.StatusCode.INTERNAL:
-            logger.error("%s %s: %s failed", self._socket, rpc, stage, exc_info=exc)
+            logger.error("%s %s: %s failed: %s", self._socket, rpc, stage, exc, exc_info=exc)
         else:
             logger.info("%s %s: %s: %s", self._socket, rpc, code.name, message)
         return code, message
@@ -358,9 +362,9 @@ class Host:
     ``start`` validates the whole endpoint set before binding anything; one bad entry
     fails it with :class:`RegistrationError` and no socket is created. The socket
     directory is created with mode 0700 (an existing one must already be owned by the
-    effective uid with no group/other bits); each socket is bound under umask 0177 at
-    a private staging name, chmod 0600, then hard-linked to its public name (never
-    replacing a file that is there). A leftover socket file is removed only if nothing
+    effective uid with no group/other bits); each socket is bound at a staging name in a
+    private directory (the process's umask untouched), chmod 0600, then hard-linked to
+    its public name (never replacing a file that is there). A leftover socket file is removed only if nothing
     answers on it; a live one fails start with "another service is serving ...".
 
     ``stop(grace)`` stops admitting RPCs at once, lets in-flight ones finish for up
@@ -449,9 +453,9 @@ class Host:
                     "EndpointService"
                 )
             path = self._dir / name
-            if len(os.fsencode(path)) + STAGING_EXTRA > _MAX_SOCKET_PATH:
+            if not socket_path_fits(path):
                 problems.append(
-                    f"endpoint {name!r}: socket path {path} exceeds {_MAX_SOCKET_PATH} bytes "
+                    f"endpoint {name!r}: socket path {path} exceeds {MAX_SOCKET_PATH} bytes "
                     f"(with {STAGING_EXTRA} bytes of headroom for binding)"
                 )
         if problems:

@@ -5,12 +5,15 @@ coordinator program's) is bound by these functions:
 
 - the directory is created 0700; an existing one must be ours with no group/other bits;
 - a socket left at the public path is removed only if nothing answers on it;
-- the server binds a private staging name under umask 0177, the socket is chmod 0600
-  and hard-linked to its public name, and the staging name is removed. gRPC unlinks
-  whatever sits at the address it binds, and again at shutdown: binding the staging
-  name means gRPC never touches the public path, so a socket that appeared there since
-  the stale check is not replaced, and a successor's socket at the same path is not
-  removed when this server stops;
+- the server binds a staging name in a directory of its own (created 0700 inside the
+  socket directory), the socket is chmod 0600 and hard-linked to its public name, and
+  the staging name and directory are removed. Nobody else can reach the socket before
+  it is 0600 (its directory is ours, 0700), so the process's umask is never changed:
+  that is process-wide, and a file another thread created meanwhile would get it. gRPC
+  unlinks whatever sits at the address it binds, and again at shutdown: binding the
+  staging name means gRPC never touches the public path, so a socket that appeared
+  there since the stale check is not replaced, and a successor's socket at the same
+  path is not removed when this server stops;
 - at stop only the file this server linked (by inode) is removed.
 
 The bearer-token check every such server makes first is here too, in constant time.
@@ -24,7 +27,7 @@ import logging
 import os
 import socket
 import stat
-import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -33,19 +36,44 @@ import grpc
 from plugins.sdk._errors import RegistrationError
 
 __all__ = [
+    "MAX_SOCKET_PATH",
+    "STAGING_EXTRA",
     "bearer_token_matches",
     "bind_linked_socket",
+    "check_socket_paths",
     "clear_stale_socket",
     "prepare_socket_dir",
     "remove_own_socket",
+    "socket_path_fits",
 ]
 
 logger = logging.getLogger("plugins.sdk.host")
 
 _PROBE_TIMEOUT_S: Final = 1.0
-_SOCKET_UMASK: Final = 0o177
-# os.umask is process-wide: two servers binding at once must not interleave.
-_UMASK_LOCK = threading.Lock()
+
+MAX_SOCKET_PATH: Final = 107
+"""Bytes of a Unix socket's path: AF_UNIX's sun_path is 108 with the terminating NUL."""
+STAGING_EXTRA: Final = 10
+"""Bytes the staging directory adds to a socket path (".<8 hex>/"): sun_path must hold it."""
+
+
+def socket_path_fits(path: Path) -> bool:
+    """True if ``path`` can be bound through its staging name (``bind_linked_socket``)."""
+    return len(os.fsencode(path)) + STAGING_EXTRA <= MAX_SOCKET_PATH
+
+
+def check_socket_paths(directory: Path, names: Iterable[str]) -> None:
+    """Refuse, naming the first, a socket of ``names`` whose path in ``directory`` is too
+    long to bind. Creates nothing: a program calls it before its journal or any file."""
+    for name in names:
+        path = directory / name
+        if not socket_path_fits(path):
+            raise RegistrationError(
+                f"socket directory {directory}: socket path {path} is "
+                f"{len(os.fsencode(path))} bytes; at most {MAX_SOCKET_PATH - STAGING_EXTRA} "
+                f"fit (a Unix socket path holds {MAX_SOCKET_PATH}, and binding adds "
+                f"{STAGING_EXTRA} for a staging name)"
+            )
 
 
 def bearer_token_matches(context: grpc.ServicerContext, token: bytes) -> bool:
@@ -111,18 +139,16 @@ def bind_linked_socket(server: grpc.Server, path: Path, *, serving: str = "servi
     """Bind ``server`` (not yet started) to ``path`` through a staging name; its inode.
 
     The socket is 0600. A file that appeared at ``path`` meanwhile is never replaced:
-    "PATH appeared while starting; another <serving> may be serving it".
+    "PATH appeared while starting; another <serving> may be serving it". The process's
+    umask is left as it is (the module's docstring says why that is safe).
     """
     # os.urandom, as secrets.token_hex would use: secrets imports random (~2 ms of CPU at
     # each service start) for nothing else.
-    staging = path.parent / f".{os.urandom(4).hex()}.{path.name}"
-    with _UMASK_LOCK:
-        previous = os.umask(_SOCKET_UMASK)
-        try:
-            server.add_insecure_port(f"unix:{staging}")
-        finally:
-            os.umask(previous)
+    staging_dir = path.parent / f".{os.urandom(4).hex()}"
+    staging = staging_dir / path.name
+    os.mkdir(staging_dir, 0o700)  # the umask can only narrow it
     try:
+        server.add_insecure_port(f"unix:{staging}")
         os.chmod(staging, 0o600)
         try:
             os.link(staging, path)
@@ -133,11 +159,11 @@ def bind_linked_socket(server: grpc.Server, path: Path, *, serving: str = "servi
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(staging)
+        # Not over the error that brought us here: an empty dot directory left behind
+        # is harmless, and the next start makes a directory of its own.
+        with contextlib.suppress(OSError):
+            os.rmdir(staging_dir)
     return os.lstat(path).st_ino
-
-
-STAGING_EXTRA: Final = 10
-"""Bytes a staging name adds to a socket path (".<8 hex>."): sun_path must hold it."""
 
 
 def remove_own_socket(path: Path, inode: int | None) -> None:
