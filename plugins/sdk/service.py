@@ -17,6 +17,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -31,7 +32,7 @@ from ._documents import SERVICE_CONFIG_SCHEMA, DocumentError, DocumentSchema
 from ._errors import NetworkPluginError, RegistrationError
 from ._registry import Registration, Registry
 from ._yaml import YAMLLoadError, load_yaml_documents
-from .host import Host, read_token
+from .host import Host, check_socket_paths, read_token
 from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
 from .signals import SignalStop
 from .store import JournalFault, JournalUnavailable
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DISTRIBUTION = "dra-networkplugins"
 _PATH_KEYS = ("socketDir", "stateDir", "tokenFile", "runtimeDir")
 
 EXIT_REFUSED = 2
@@ -78,6 +80,7 @@ class ServiceConfig:
     runtime_dir: Path = Path()  # Path() (the default): the socket dir
     metrics: MetricsConfig | None = None  # None (the default): no metrics at all
     log_format: LogFormat = "text"
+    allow_volatile_state_dir: bool = False  # a journal on tmpfs or under /run: test rigs only
 
     def __post_init__(self) -> None:
         if self.runtime_dir == Path():
@@ -109,6 +112,12 @@ class ServiceConfig:
             refuse("; ".join(exc.lines))
         # An optional key set to null takes its default.
         data = {k: v for k, v in documents[0].items() if v is not None}
+        for key, value in _path_values(data):
+            if "${" in value:
+                refuse(
+                    f"$.{key}: {value!r} holds an unexpanded ${{...}}: the service expands "
+                    "no variables; write the path itself"
+                )
         grace = data.get("shutdownGraceSeconds", 10.0)
         base = path.parent
         paths = {key: base / data[key] for key in _PATH_KEYS if key in data}
@@ -122,7 +131,18 @@ class ServiceConfig:
             runtime_dir=paths.get("runtimeDir", Path()),
             metrics=_metrics_config(data.get("metrics"), base),
             log_format=data.get("logFormat", "text"),
+            allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
         )
+
+
+def _path_values(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(key path, value)`` of every path the config names (the kernel URL's included)."""
+    for key in (*_PATH_KEYS, "kernel"):
+        if isinstance(data.get(key), str):
+            yield key, data[key]
+    metrics = data.get("metrics")
+    if isinstance(metrics, dict) and isinstance(metrics.get("textfile"), str):
+        yield "metrics.textfile", metrics["textfile"]
 
 
 def _metrics_config(data: dict[str, Any] | None, base: Path) -> MetricsConfig | None:
@@ -223,9 +243,103 @@ def check_private_dir(what: str, path: Path, *, follow_symlinks: bool = True) ->
         )
 
 
-def check_directories(config: ServiceConfig) -> None:
-    """The directories the service writes to, checked before anything is created."""
-    check_private_dir("state directory", config.state_dir)
+VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+"""File systems whose contents are gone at the next boot: no journal belongs on one."""
+
+
+def check_state_dir(
+    path: Path, *, init: bool = False, allow_volatile: bool = False, what: str = "state directory"
+) -> None:
+    """Refuse a state directory that would start an empty journal where none belongs.
+
+    The one check of a journal's directory for every program that keeps one (the three
+    services, the coordinator), before anything is created; it creates nothing itself:
+
+    - an existing ``path`` must be a directory of the service uid, mode 0700
+      (:func:`check_private_dir`);
+    - a missing ``path`` is created later only if its parent exists: a mistyped parent
+      would otherwise start an empty journal beside the real one. ``init`` (the
+      programs' ``--init``) says the operator means a new one: the parents are created;
+    - ``path`` must not be under ``/run`` nor on a file system emptied at every boot
+      (tmpfs, ramfs), unless ``allow_volatile`` (the config's
+      ``allowVolatileStateDir``: test rigs that keep journals in RAM).
+
+    Raises :class:`StartupRefused`, one line: ``state directory PATH: <why>``.
+    """
+    check_private_dir(what, path)
+    if not allow_volatile:
+        _check_persistent(what, path)
+    if not init and not os.path.lexists(path) and not path.parent.is_dir():
+        raise StartupRefused(
+            f"{what} {path}: its parent {path.parent} does not exist (a mistyped path would "
+            "start an empty journal); start once with --init to create a new one"
+        )
+
+
+def _check_persistent(what: str, path: Path) -> None:
+    """Refuse ``path`` under ``/run`` or on a file system emptied at every boot."""
+    resolved = os.path.realpath(path)
+    if resolved == "/run" or resolved.startswith("/run/"):
+        where = "" if resolved == os.fspath(path) else f" ({resolved})"
+        raise StartupRefused(
+            f"{what} {path}: under /run{where}, which is emptied at every boot; the journal "
+            "must be on persistent storage (e.g. /var/lib/dra-networkplugins/<name>)"
+        )
+    mounted = _filesystem_of(resolved)
+    if mounted is not None and mounted[0] in VOLATILE_FILESYSTEMS:
+        raise StartupRefused(
+            f"{what} {path}: on a {mounted[0]} mounted at {mounted[1]}, which is emptied at "
+            "every boot; the journal must be on persistent storage "
+            "(e.g. /var/lib/dra-networkplugins/<name>)"
+        )
+
+
+def _filesystem_of(path: str) -> tuple[str, str] | None:
+    """``(type, mount point)`` of the file system ``path`` (or its nearest existing
+    ancestor) is on, from ``/proc/self/mountinfo``; None if that cannot be told.
+
+    Matched by device number, not by path prefix: a bind mount or a mount hidden under
+    another has the device of the file system it shows."""
+    existing = path
+    while True:
+        try:
+            device = os.stat(existing).st_dev
+            break
+        except FileNotFoundError:
+            if existing == os.path.dirname(existing):
+                return None
+            existing = os.path.dirname(existing)
+        except OSError:
+            return None
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    candidates = []  # (contains the path, mount point length, type, mount point)
+    for line in lines:
+        fields, sep, rest = line.partition(" - ")
+        parts, kind = fields.split(), rest.split()
+        if not sep or len(parts) < 5 or not kind or parts[2] != wanted:
+            continue
+        mount_point = _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), parts[4])
+        inside = existing == mount_point or existing.startswith(mount_point.rstrip("/") + "/")
+        candidates.append((inside, len(mount_point), kind[0], mount_point))
+    if not candidates:
+        return None
+    _, _, kind_of, mount_point = max(candidates)
+    return kind_of, mount_point
+
+
+_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def check_directories(config: ServiceConfig, *, init: bool = False) -> None:
+    """The directories the service writes to, checked before anything is created.
+
+    ``init``: the operator asked for a new state directory (``--init``)."""
+    check_state_dir(config.state_dir, init=init, allow_volatile=config.allow_volatile_state_dir)
     # The host refuses a symlink here too (it binds sockets in the directory itself).
     check_private_dir("socket directory", config.socket_dir, follow_symlinks=False)
     if config.runtime_dir != config.socket_dir:
@@ -292,8 +406,12 @@ def serve(
     crash: CrashPoints = NO_CRASH,
     stop: threading.Event | None = None,
     exit_process: bool = False,
+    init: bool = False,
 ) -> int:
     """Run the service until ``stop`` is set (or SIGTERM/SIGINT); return the exit status.
+
+    ``init`` (``--init``): create the state directory's missing parents, a new state
+    directory the operator asked for (:func:`check_state_dir`).
 
     ``exit_process`` (a service process: ``main``): once stopping began, the process
     exits ``shutdown_grace_seconds`` later with :data:`EXIT_UNFINISHED` if calls are
@@ -307,7 +425,9 @@ def serve(
     stop = stop or threading.Event()
     registrations = make_registry().seal()  # one invalid registration fails startup
     token = read_token(config.token_file)
-    check_directories(config)
+    # Every socket path must fit before the journal, its lease or metrics exist.
+    check_socket_paths(config.socket_dir, [r.endpoint.socket_name for r in registrations])
+    check_directories(config, init=init)
     metrics, publisher = _publish_metrics(config.metrics)
     try:
         effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
@@ -439,6 +559,16 @@ def _exit_now(status: int) -> NoReturn:
     os._exit(status)
 
 
+def package_version() -> str:
+    """The installed distribution's version (``dra-networkplugins``), for ``--version``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def main(
     argv: Sequence[str] | None,
     prog: str,
@@ -462,6 +592,13 @@ def main(
         default=None,
         help="text or json lines on stderr (default: the config's logFormat, else text)",
     )
+    parser.add_argument(
+        "--init",
+        action="store_true",
+        help="create the state directory and its missing parents (a new journal): without "
+        "it a stateDir whose parent is missing is refused",
+    )
+    parser.add_argument("--version", action="version", version=f"{prog} {package_version()}")
     args = parser.parse_args(argv)
     configure_logging(prog, args.log_level, args.log_format or "text")
     try:
@@ -474,6 +611,7 @@ def main(
             make_effects,
             crash=crash,
             exit_process=True,
+            init=args.init,
         )
     except NetworkPluginError as exc:
         print(f"{prog}: {_one_line(str(exc))}", file=sys.stderr)
@@ -493,6 +631,8 @@ __all__ = [
     "artifact_digest",
     "check_directories",
     "check_private_dir",
+    "check_state_dir",
     "main",
+    "package_version",
     "serve",
 ]

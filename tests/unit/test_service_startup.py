@@ -11,6 +11,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -286,14 +287,107 @@ def test_a_world_writable_runtime_dir_is_refused(node: Deployment) -> None:
 
 
 def test_a_read_only_state_dir_is_refused(node: Deployment) -> None:
+    # A tmpfs is a small file system to fill or mount read-only; a journal on one must be
+    # allowed explicitly (it would be refused for being on a tmpfs otherwise).
+    node.write_config(allowVolatileStateDir=True)
     with tmpfs(node.state, "ro,mode=0700,size=64k"):
         node.refuse(f"state directory {node.state}: ", "Read-only file system (EROFS)")
 
 
 def test_a_full_state_dir_is_refused(node: Deployment) -> None:
+    node.write_config(allowVolatileStateDir=True)
     # nr_inodes=1: the root inode is the only one; no journal file fits.
     with tmpfs(node.state, "mode=0700,size=4k,nr_inodes=1"):
         node.refuse(f"state directory {node.state}: ", "No space left on device (ENOSPC)")
+
+
+def test_a_state_dir_whose_parent_is_missing_is_refused(node: Deployment) -> None:
+    """A mistyped parent would start an empty journal beside the real one."""
+    state = node.root / "mistyped" / "state"
+    node.write_config(stateDir=str(state))
+    node.refuse(
+        f"state directory {state}: its parent {state.parent} does not exist",
+        "start once with --init to create a new one",
+    )
+
+
+def test_init_creates_a_state_dir_whose_parent_is_missing(node: Deployment) -> None:
+    state = node.root / "new" / "state"
+    node.write_config(stateDir=str(state))
+    lines = _serve_then_stop(node, "--init")
+    assert "Traceback" not in "\n".join(lines)
+    assert (state / "journal.db").is_file()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+
+
+def test_a_state_dir_on_a_tmpfs_is_refused(node: Deployment) -> None:
+    with tmpfs(node.root / "ram", "mode=0700,size=1m") as ram:
+        node.write_config(stateDir=str(ram / "state"))
+        node.refuse(
+            f"state directory {ram / 'state'}: on a tmpfs mounted at {ram}, which is emptied "
+            "at every boot"
+        )
+        (ram / "state").mkdir(mode=0o700)  # an existing one is refused as well
+        node.refuse(f"state directory {ram / 'state'}: on a tmpfs mounted at {ram}")
+
+
+def test_a_state_dir_under_run_is_refused(node: Deployment) -> None:
+    # Under a symlink into /run: the path the directory resolves to is what counts. Nothing
+    # is created in /run (the refusal comes first).
+    link = node.root / "var-run"
+    link.symlink_to("/run")
+    state = link / "dra-networkplugins-test-h4" / "state"
+    node.write_config(stateDir=str(state), allowVolatileStateDir=False)
+    node.refuse(
+        f"state directory {state}: under /run (/run/dra-networkplugins-test-h4/state), "
+        "which is emptied at every boot"
+    )
+    assert not Path("/run/dra-networkplugins-test-h4").exists()
+
+
+# -- the endpoints ----------------------------------------------------------------------------
+
+
+def test_a_socket_path_too_long_to_bind_is_refused_before_anything_is_created(
+    node: Deployment,
+) -> None:
+    # macvlan.sock, the links service's longest name, passes 97 bytes; vlan.sock fits.
+    sockets = Path("/tmp") / ("s" * (97 - len("/tmp/") - len("/macvlan.sock") + 1))
+    assert len(str(sockets / "vlan.sock")) <= 97 < len(str(sockets / "macvlan.sock"))
+    node.sockets = sockets
+    node.write_config(socketDir=str(sockets), metrics={"textfile": str(node.root / "m.prom")})
+    node.refuse(
+        f"socket directory {sockets}: socket path {sockets / 'macvlan.sock'} is 98 bytes; "
+        "at most 97 fit"
+    )
+    assert not node.state.exists()
+
+
+# -- paths that are not paths -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("socketDir", "/run/dra-networkplugins/links-${ARTIFACT_ID}"),
+        ("stateDir", "${STATE_DIRECTORY}"),
+        ("tokenFile", "${CREDENTIALS_DIRECTORY}/token"),
+        ("runtimeDir", "/run/${NAME}"),
+        ("kernel", "linux:///run/netns/${NETNS}"),
+        ("metrics.textfile", "/var/lib/node_exporter/${NAME}.prom"),
+    ],
+)
+def test_an_unexpanded_variable_in_a_path_is_refused(
+    node: Deployment, key: str, value: str
+) -> None:
+    if key == "metrics.textfile":
+        node.write_config(metrics={"textfile": value})
+    else:
+        node.write_config(**{key: value})
+    node.refuse(
+        f"service config {node.config}: $.{key}: {value!r} holds an unexpanded ${{...}}: "
+        "the service expands no variables"
+    )
 
 
 # -- the runtime directory ---------------------------------------------------------------------
@@ -337,10 +431,10 @@ def test_a_damaged_journal_is_one_log_line_and_the_service_serves(node: Deployme
     assert "journal" in about[0], about
 
 
-def _serve_then_stop(node: Deployment) -> list[str]:
+def _serve_then_stop(node: Deployment, *options: str) -> list[str]:
     """Start the service, wait until it logs that it serves, SIGTERM it: its log lines."""
     proc = subprocess.Popen(
-        [str(SCRIPT), "--config", str(node.config)],
+        [str(SCRIPT), "--config", str(node.config), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -372,3 +466,23 @@ def _read_until(stream: Any, marker: bytes, deadline_s: float) -> list[str]:
                 assert chunk, f"exited before {marker!r}: {seen.decode()}"
                 seen += chunk
     return seen.decode().splitlines()
+
+
+# -- --version --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "program", ["networkplugin-vf", "networkplugin-bond", "networkplugin-links"]
+)
+def test_version_prints_the_package_version(program: str) -> None:
+    from importlib.metadata import version
+
+    result = subprocess.run(
+        [str(SCRIPT.with_name(program)), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"{program} {version('dra-networkplugins')}\n"
