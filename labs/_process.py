@@ -72,6 +72,9 @@ class ServiceProcess:
                     "tokenFile": str(token_file),
                     "kernel": kernel_url,
                     "shutdownGraceSeconds": 5,
+                    # The rig's fake tier keeps journals on /dev/shm (harness.rig.scratch_root),
+                    # which a deployment's service refuses.
+                    "allowVolatileStateDir": True,
                 }
             )
         )

@@ -62,6 +62,9 @@ class Deployment:
             "tokenFile": str(self.token),
             "kernel": self.kernel,
             "shutdownGraceSeconds": 5,
+            # The rig keeps a run's temporary files on /dev/shm (harness.rig.scratch_root);
+            # the tests of that refusal say False.
+            "allowVolatileStateDir": True,
         }
         data.update(overrides)
         self.config.write_text(yaml.safe_dump({k: v for k, v in data.items() if v is not None}))
@@ -287,15 +290,13 @@ def test_a_world_writable_runtime_dir_is_refused(node: Deployment) -> None:
 
 
 def test_a_read_only_state_dir_is_refused(node: Deployment) -> None:
-    # A tmpfs is a small file system to fill or mount read-only; a journal on one must be
-    # allowed explicitly (it would be refused for being on a tmpfs otherwise).
-    node.write_config(allowVolatileStateDir=True)
+    # A tmpfs is a small file system to fill or mount read-only (the config allows a
+    # journal on one, which would be refused otherwise).
     with tmpfs(node.state, "ro,mode=0700,size=64k"):
         node.refuse(f"state directory {node.state}: ", "Read-only file system (EROFS)")
 
 
 def test_a_full_state_dir_is_refused(node: Deployment) -> None:
-    node.write_config(allowVolatileStateDir=True)
     # nr_inodes=1: the root inode is the only one; no journal file fits.
     with tmpfs(node.state, "mode=0700,size=4k,nr_inodes=1"):
         node.refuse(f"state directory {node.state}: ", "No space left on device (ENOSPC)")
@@ -322,7 +323,7 @@ def test_init_creates_a_state_dir_whose_parent_is_missing(node: Deployment) -> N
 
 def test_a_state_dir_on_a_tmpfs_is_refused(node: Deployment) -> None:
     with tmpfs(node.root / "ram", "mode=0700,size=1m") as ram:
-        node.write_config(stateDir=str(ram / "state"))
+        node.write_config(stateDir=str(ram / "state"), allowVolatileStateDir=False)
         node.refuse(
             f"state directory {ram / 'state'}: on a tmpfs mounted at {ram}, which is emptied "
             "at every boot"
