@@ -8,7 +8,8 @@
 * ``prepare_socket_dir``, ``clear_stale_socket``, ``bind_linked_socket`` and
   ``remove_own_socket`` bind any authenticated node socket (the coordinator's too);
   ``check_socket_paths`` / ``socket_path_fits`` say before anything is created whether
-  its path can be bound; ``bearer_token_matches`` is its token check.
+  its path can be bound; ``bearer_token_matches`` is its token check;
+  ``add_health_service`` serves ``grpc.health.v1`` on it.
 """
 
 from typing import TYPE_CHECKING
@@ -55,6 +56,7 @@ from ._socket import (
 
 if TYPE_CHECKING:
     from ._client import PluginCallError, PluginClient
+    from ._health import add_health_service
     from ._polling import poll_until_ready
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "Host",
     "PluginCallError",
     "PluginClient",
+    "add_health_service",
     "bearer_token_matches",
     "bind_linked_socket",
     "check_identifier",
@@ -100,14 +103,16 @@ __all__ = [
     "unprepare_request_to_pb",
 ]
 
-_CLIENT_SIDE = {
+_ON_FIRST_USE = {
     "PluginCallError": "_client",
     "PluginClient": "_client",
+    "add_health_service": "_health",
     "poll_until_ready": "_polling",
 }
 
-# The client side is imported on first use: a service only serves, and never needs it.
-# Hidden from mypy, which would otherwise accept any name imported from here; the
-# TYPE_CHECKING imports above type these.
+# The client side is imported on first use: a service only serves, and never needs it;
+# the health service (grpc_health) only once a server is built. Hidden from mypy, which
+# would otherwise accept any name imported from here; the TYPE_CHECKING imports above
+# type these.
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = first_use_exports(__name__, _CLIENT_SIDE, globals(), __all__)
+    __getattr__, __dir__ = first_use_exports(__name__, _ON_FIRST_USE, globals(), __all__)

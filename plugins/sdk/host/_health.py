@@ -3,7 +3,9 @@
 It answers without the token because a health probe (kubelet's gRPC probe,
 ``grpc_health_probe``) has none, and so it says nothing but SERVING or NOT_SERVING
 for two names: ``""`` (the socket's server) and ``networkplugin.v1alpha1.NetworkPlugin``
-(the one service behind it). Any other name is ``NOT_FOUND``; metadata is never read.
+(the one service behind it; ``coordinator.v1alpha1.Coordinator`` on the coordinator's
+socket, through ``add_health_service``). Any other name is ``NOT_FOUND``; metadata is
+never read.
 
 The status is computed at each ``Check``: SERVING only once recovery is done and the
 journal is intact (``serving()`` of the endpoint when it has one, else GetInfo's
@@ -24,10 +26,9 @@ from plugins.api.networkplugin.v1alpha1 import pb
 
 from ._service import EndpointService
 
-__all__ = ["HealthReporting", "add_health"]
+__all__ = ["HealthReporting", "add_health", "add_health_service"]
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["NetworkPlugin"].full_name
-_NAMES = ("", SERVICE_NAME)
 _NO_WATCH = "Watch is not served on this socket; poll Check instead"
 
 
@@ -52,8 +53,9 @@ def _serving_of(service: EndpointService) -> Callable[[], bool]:
 class _Health:
     """``grpc.health.v1.Health`` for one endpoint: Check and List, live."""
 
-    def __init__(self, serving: Callable[[], bool]) -> None:
+    def __init__(self, serving: Callable[[], bool], service_name: str) -> None:
         self._serving = serving
+        self._names = ("", service_name)
 
     def _status(self) -> Any:
         try:
@@ -64,14 +66,14 @@ class _Health:
         return response.SERVING if up else response.NOT_SERVING
 
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
-        if request.service not in _NAMES:
+        if request.service not in self._names:
             context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
         return health_pb2.HealthCheckResponse(status=self._status())
 
     def List(self, request: Any, context: grpc.ServicerContext) -> Any:
         status = self._status()
         return health_pb2.HealthListResponse(
-            statuses={name: health_pb2.HealthCheckResponse(status=status) for name in _NAMES}
+            statuses={name: health_pb2.HealthCheckResponse(status=status) for name in self._names}
         )
 
     def Watch(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -80,4 +82,11 @@ class _Health:
 
 def add_health(server: grpc.Server, service: EndpointService) -> None:
     """Serve the health service for ``service`` on ``server`` (before it starts)."""
-    health_pb2_grpc.add_HealthServicer_to_server(_Health(_serving_of(service)), server)
+    add_health_service(server, SERVICE_NAME, _serving_of(service))
+
+
+def add_health_service(server: grpc.Server, service_name: str, serving: Callable[[], bool]) -> None:
+    """Serve the health service on ``server`` (before it starts) for ``""`` and
+    ``service_name``: SERVING while ``serving()`` says so, asked at each Check (an
+    exception is NOT_SERVING). Any authenticated node socket's (the coordinator's too)."""
+    health_pb2_grpc.add_HealthServicer_to_server(_Health(serving, service_name), server)
