@@ -145,6 +145,19 @@ def _cause(data: Mapping[str, Any]) -> str:
     return f"{data.get('task', 'a task')}: {message}"
 
 
+def _output(runner: Any) -> str:
+    """What Ansible printed: ``Runner.stdout`` opens the file anew at each access (and
+    raises if the run left none), so it is opened once here, and closed."""
+    import ansible_runner
+
+    try:
+        stdout = runner.stdout
+    except ansible_runner.AnsibleRunnerException:  # "stdout missing"
+        return ""
+    with stdout:
+        return str(stdout.read())
+
+
 def _run(playbook: str, inventory: Inventory, dists: Mapping[str, Distribution]) -> ProvisionResult:
     import ansible_runner  # the rig extra's; imported here so loading an inventory needs none
 
@@ -187,7 +200,7 @@ def _run(playbook: str, inventory: Inventory, dists: Mapping[str, Distribution])
         )
         if runner.rc != 0 and all(o.ok for o in outcomes):
             # Nothing ran on any host (a playbook or inventory Ansible refused).
-            output = runner.stdout.read() if runner.stdout else ""
+            output = _output(runner)
             last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
             raise ProvisionError([f"{playbook}: ansible-runner {runner.status}: {last[0].strip()}"])
     return ProvisionResult(playbook, outcomes)
