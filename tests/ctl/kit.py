@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import signal
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,25 @@ def with_coordinator(node_config: Path, coordinator: Path | str) -> Path:
     document = yaml.safe_load(node_config.read_text())
     node_config.write_text(yaml.safe_dump({**document, "coordinator": str(coordinator)}))
     return node_config
+
+
+# Values the CLI copies from a journal as the journal has them (a plan, a request, a
+# before-image): their keys are the SDK's wire format, not the CLI's to name.
+_JOURNAL_VALUES = {"request", "plan", "response", "error", "beforeImage", "outputs"}
+_CAMEL = re.compile(r"[a-z][a-zA-Z0-9]*")
+
+
+def _keys(document: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield path, key
+            if key not in _JOURNAL_VALUES:
+                yield from _keys(value, f"{path}.{key}")
+    elif isinstance(document, list):
+        for i, item in enumerate(document):
+            yield from _keys(item, f"{path}[{i}]")
+
+
+def camel_case_problems(document: Any) -> list[str]:
+    """Every key of a ``-o json`` document that is not camelCase, by path."""
+    return [f"{path}.{key}" for path, key in _keys(document) if not _CAMEL.fullmatch(key)]

@@ -12,9 +12,7 @@ import io
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -24,23 +22,7 @@ from plugins.ctl import DEFAULT_NODE_CONFIG, NODE_ENV, PROG, Exit, main
 from plugins.ctl._node import node_config_path
 from plugins.ctl._output import Output
 
-from .kit import LINKS, clone, ctl, one_line, state_files
-
-# Values the CLI copies from a journal as the journal has them (a plan, a request, a
-# before-image): their keys are the SDK's wire format, not the CLI's to name.
-_JOURNAL_VALUES = {"request", "plan", "response", "error", "beforeImage", "outputs"}
-_CAMEL = re.compile(r"[a-z][a-zA-Z0-9]*")
-
-
-def _keys(document: Any, path: str = "$") -> Iterator[tuple[str, str]]:
-    if isinstance(document, dict):
-        for key, value in document.items():
-            yield path, key
-            if key not in _JOURNAL_VALUES:
-                yield from _keys(value, f"{path}.{key}")
-    elif isinstance(document, list):
-        for i, item in enumerate(document):
-            yield from _keys(item, f"{path}[{i}]")
+from .kit import LINKS, camel_case_problems, clone, ctl, one_line, state_files
 
 
 @pytest.fixture
@@ -69,8 +51,7 @@ def test_yaml_is_the_json_document_and_every_key_is_camel_case(
         assert as_yaml.code == as_json.code, (command, as_yaml)
         assert as_json.err == as_yaml.err == "", (command, as_json.err)
         assert yaml.safe_load(as_yaml.out) == as_json.json(), command
-        wrong = [(path, key) for path, key in _keys(as_json.json()) if not _CAMEL.fullmatch(key)]
-        assert wrong == [], command
+        assert camel_case_problems(as_json.json()) == [], command
 
 
 def test_ops_effects_are_structured(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
