@@ -10,7 +10,7 @@ node config (``NodeConfig``, ``load_node``), take a verified copy of a journal
 ``digest``). The coordinator is asked over its socket, never read behind its back.
 """
 
-from ._cli import PROG, console_main, main, version
+from ._cli import PROG, console_main, main
 from ._contents import Contents, read_contents
 from ._errors import CtlError, Exit
 from ._journal import Snapshot, snapshot
@@ -39,5 +39,4 @@ __all__ = [
     "quarantine_rows",
     "read_contents",
     "snapshot",
-    "version",
 ]

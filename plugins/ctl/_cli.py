@@ -13,11 +13,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, NoReturn, TextIO
 
 from plugins.sdk import OperationState
+from plugins.sdk.service import package_version
 from plugins.services import SERVICES
 
 from . import _coordinator as coord
@@ -38,7 +38,6 @@ from ._views import (
 )
 
 PROG: Final = "networkplugin-ctl"
-DISTRIBUTION: Final = "dra-networkplugins"
 
 _EXIT_CODES = """\
 exit codes (the same for every command; when several things go wrong, the highest wins):
@@ -80,14 +79,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line, not the usage block: ``networkplugin-ctl: <problem>`` and exit 2."""
         self.exit(Exit.USAGE, f"{PROG}: {message} (see {self.prog} --help)\n")
-
-
-def version() -> str:
-    """The installed release (``0.1.0``), as every program of the project prints it."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
 
 
 def _state(value: str) -> str:
@@ -140,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         "of this node (docs/operating.md).",
         epilog=_epilog("ops", "reconcile", "coordinator apps"),
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, help: str, *, key: str = "", parents: Sequence[Any] = ()) -> Any:
