@@ -9,10 +9,10 @@ class Exit(enum.IntEnum):
     """What ``networkplugin-ctl`` exits with; the same meaning for every command."""
 
     OK = 0
-    FINDINGS = 1  # the command ran and found something wrong (leaks, a failed check...)
-    USAGE = 2  # bad arguments, a bad node config, an unknown operation
-    JOURNAL = 3  # a journal is missing, damaged or rolled back
-    UNREACHABLE = 4  # a service that holds its journal does not answer on its socket
+    FINDINGS = 1  # found something wrong (leaks, a failed check, a removal left removing)
+    USAGE = 2  # bad arguments or config, an unknown operation or application, a bad token
+    JOURNAL = 3  # a journal (a service's or the coordinator's) is missing, damaged, rolled back
+    UNREACHABLE = 4  # a service or the coordinator does not answer, or is recovering
     REFUSED = 5  # reconcile --apply: no dry-run digest, or the state changed since it
 
 
