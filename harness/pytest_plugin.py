@@ -5,7 +5,7 @@ A test without a lab marker needs neither root nor a lab, so it is marked ``fake
 one line saying what is missing, unless it was asked for explicitly (``-m vm``), in
 which case its absence fails the run.
 
-``--lab URL`` is what a test taking ``make_lab`` builds its labs on (a plugin author's
+``--lab URL`` is what a test taking ``lab_factory`` builds its labs on (a plugin author's
 conformance tests: docs/writing-a-plugin.md). A run that names a lab no selected test
 runs on, or one this machine cannot run, is a usage error of one line: it never passes
 on the fake kernel in the lab's place.
@@ -65,7 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--lab",
         default=None,
         metavar="URL",
-        help="the lab of the run's lab tier, and what the make_lab fixture builds: fake:// "
+        help="the lab of the run's lab tier, and what the lab_factory fixture builds: fake:// "
         "(default), netns://, vm://?kernel=6.12 (default vm://), sriov://INVENTORY (the "
         "sriov tier needs it); fake:// and netns:// take no options. A lab no selected "
         "test runs on, or one this machine cannot run, fails the run",
@@ -111,7 +111,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     url = session.config.getoption("lab")
     if not any(item.get_closest_marker(spec.tier) for item in session.items):
         raise pytest.UsageError(
-            f"--lab {url}: no selected test runs on it (none takes the make_lab fixture or "
+            f"--lab {url}: no selected test runs on it (none takes the lab_factory fixture or "
             f"is marked {spec.tier}); they would run on the fake kernel instead"
         )
     missing = spec.missing()
@@ -169,8 +169,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test taking ``nic_lab`` runs on every NIC lab: the VM lab's guest (marked
     ``vm``) and each host of the ``--lab sriov://`` inventory (marked ``sriov``; without
     one, a single ``sriov`` case that skips or fails saying so)."""
-    if "make_lab" in metafunc.fixturenames:
-        metafunc.parametrize("make_lab", make_lab_params(metafunc.config), indirect=True)
+    if "lab_factory" in metafunc.fixturenames:
+        metafunc.parametrize("lab_factory", lab_factory_params(metafunc.config), indirect=True)
     if "nic_lab" not in metafunc.fixturenames:
         return
     params = [pytest.param("vm", marks=pytest.mark.vm, id="vm")]
@@ -181,8 +181,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("nic_lab", params, indirect=True, scope="session")
 
 
-def make_lab_params(config: pytest.Config) -> list[Any]:
-    """The labs of a test taking ``make_lab``: the one ``--lab`` names (fake:// without
+def lab_factory_params(config: pytest.Config) -> list[Any]:
+    """The labs of a test taking ``lab_factory``: the one ``--lab`` names (fake:// without
     it), marked with its tier; under ``sriov://``, each host of the inventory."""
     spec = asked_lab(config) or parse_lab_url("fake://")
     tier = spec.tier
@@ -195,7 +195,7 @@ def make_lab_params(config: pytest.Config) -> list[Any]:
 
 
 @pytest.fixture
-def make_lab(request: pytest.FixtureRequest) -> Iterator[Callable[[], Lab]]:
+def lab_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], Lab]]:
     """A factory of fresh labs on the run's ``--lab`` (``conformance.LabFactory``: pass
     it to the conformance checks): ``fake://`` (also without ``--lab``) the fake kernel
     model in this process, ``netns://`` a ``NetnsLab`` on this machine's kernel (root),

@@ -1,7 +1,7 @@
 """The conformance suite against the bridge plugin, on the lab ``--lab`` names:
 ``pytest`` runs it on the fake kernel (``fake://``) anywhere, ``pytest --lab netns://``
 on this machine's kernel in namespaces of its own (root). No conftest: the kit's pytest
-plugin (installed with ``pip install 'dra-networkplugins[rig]'``) brings ``make_lab``.
+plugin (installed with ``pip install 'dra-networkplugins[rig]'``) brings ``lab_factory``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ TARGET = Target(
 
 
 @pytest.mark.parametrize("check", list(CHECKS))
-def test_conformance(check: str, make_lab: LabFactory, tmp_path: Path) -> None:
+def test_conformance(check: str, lab_factory: LabFactory, tmp_path: Path) -> None:
     try:
-        CHECKS[check](TARGET, tmp_path, make_lab)
+        CHECKS[check](TARGET, tmp_path, lab_factory)
     except NotApplicable as exc:
         pytest.skip(f"{check} does not apply: {exc}")

@@ -30,7 +30,7 @@ def test_the_doc_names_the_install_the_entry_point_and_the_pin_tool() -> None:
 def test_the_doc_quotes_the_lines_a_wrong_lab_fails_with() -> None:
     # The first is the exact line tests/conformance/test_lab_option.py expects.
     assert (
-        "ERROR: --lab netns://: no selected test runs on it (none takes the make_lab fixture "
+        "ERROR: --lab netns://: no selected test runs on it (none takes the lab_factory fixture "
         "or is marked netns); they would run on the fake kernel instead\n"
     ) in DOC
     as_non_root = "NetnsLab needs root (to create network namespaces and links)"

@@ -1,6 +1,6 @@
 """``--lab`` in a plugin author's repository (no conftest; the kit's pytest11 plugin).
 
-A test taking ``make_lab`` builds its labs on the lab ``--lab`` names and carries that
+A test taking ``lab_factory`` builds its labs on the lab ``--lab`` names and carries that
 tier's marker; a run naming a lab that no selected test runs on, or one this machine
 cannot run, fails before any test with one line (exit 4) instead of passing on the
 fake kernel.
@@ -20,8 +20,8 @@ from labs.netns import missing as netns_missing
 ON_A_LAB = """\
 import pytest
 
-def test_on_the_lab(make_lab, request: pytest.FixtureRequest) -> None:
-    lab = make_lab()
+def test_on_the_lab(lab_factory, request: pytest.FixtureRequest) -> None:
+    lab = lab_factory()
     assert lab.tier == {tier!r}, lab
     assert request.node.get_closest_marker({tier!r}) is not None
     lab.kernel.snapshot()
@@ -50,7 +50,7 @@ def test_a_lab_no_test_runs_on_fails_the_run(tmp_path: Path, url: str) -> None:
     result = run_pytest(tmp_path, f"--lab={url}")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert error_lines(result) == [
-        f"ERROR: --lab {url}: no selected test runs on it (none takes the make_lab fixture "
+        f"ERROR: --lab {url}: no selected test runs on it (none takes the lab_factory fixture "
         f"or is marked {url.partition(':')[0]}); they would run on the fake kernel instead"
     ], result.stderr
     assert "passed" not in result.stdout
@@ -75,7 +75,7 @@ def test_a_lab_this_machine_cannot_run_fails_the_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("lab", [[], ["--lab=fake://"]], ids=["no-lab", "fake"])
-def test_make_lab_is_the_fake_lab_by_default(tmp_path: Path, lab: list[str]) -> None:
+def test_lab_factory_is_the_fake_lab_by_default(tmp_path: Path, lab: list[str]) -> None:
     (tmp_path / "test_lab.py").write_text(ON_A_LAB.format(tier="fake") + NO_LAB)
     result = run_pytest(tmp_path, *lab, "-m", "fake")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -84,7 +84,7 @@ def test_make_lab_is_the_fake_lab_by_default(tmp_path: Path, lab: list[str]) -> 
 
 
 @pytest.mark.netns
-def test_make_lab_builds_netns_labs_under_lab_netns(
+def test_lab_factory_builds_netns_labs_under_lab_netns(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     require_lab(request.config, "netns", netns_missing())
