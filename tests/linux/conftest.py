@@ -21,6 +21,8 @@ from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux.netns import create_namespace, delete_namespace
 from plugins.sdk import NamespaceHandle
 
+from .helpers import senders_end
+
 TIER = "netns tier needs root and the veth/macvlan kernel modules"
 MODULES: dict[str, str] = {"bond": "bonding", "vlan": "8021q", "ipvlan": "ipvlan", "dummy": "dummy"}
 HOST_NS = "/proc/self/ns/net"  # the tests' approved host namespace, given explicitly
@@ -93,6 +95,16 @@ def require_kind(kind_support: dict[str, str | None]) -> Callable[[LinkKind], No
             )
 
     return require
+
+
+@pytest.fixture(autouse=True)
+def _senders_end() -> Iterator[None]:
+    """A delete's sender thread outlives its call by the kernel's ack, and ``close`` no
+    longer waits for it (it may never come): each test waits here for its senders to end,
+    so none closes its socket during the next test (whose descriptor counts it would
+    upset). One still running after the deadline fails the test that left it."""
+    yield
+    senders_end()
 
 
 @pytest.fixture

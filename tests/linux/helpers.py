@@ -6,6 +6,7 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 
@@ -76,6 +77,25 @@ def _listener() -> socket.socket:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
     sock.bind((0, RTMGRP_LINK))
     return sock
+
+
+def senders_end() -> None:
+    """Wait for every delete's sender thread to end (each outlives its call by the kernel's
+    ack), up to the deadline; fail if one is still running then."""
+    end = time.monotonic() + DEADLINE_S
+    for thread in [t for t in threading.enumerate() if t.name == "netlink-delete"]:
+        thread.join(max(0.0, end - time.monotonic()))
+        assert not thread.is_alive(), f"a delete's sender still runs after {DEADLINE_S}s"
+
+
+class Clock:
+    """The kernel module's clock, moved by hand: the linger is a matter of time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 def fd_count() -> int:

@@ -15,7 +15,7 @@ from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux.netns import create_namespace, delete_namespace, namespace_handle
 
 from .conftest import HOST_NS, MakeNamespace
-from .helpers import LinkEvents, fd_count
+from .helpers import Clock, LinkEvents, fd_count
 
 pytestmark = pytest.mark.netns
 
@@ -205,16 +205,6 @@ def test_a_namespace_met_under_a_new_path_after_its_paths_died_is_checked_anew(
         again = kernel.open_namespace(handle)
         assert [lk.name for lk in kernel.list_links(again)] == ["lo"]
         assert kernel._spaces[(ref.device, ref.inode)] is not known
-
-
-class Clock:
-    """The kernel module's clock, moved by hand: the linger is a matter of time."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 def test_the_linger_counts_from_the_last_use_not_from_the_socket(

@@ -28,13 +28,26 @@ the device is gone either way (our request would have been answered ENODEV).
 
 A listener whose queue overflowed (ENOBUFS) may have lost the announcement: the caller
 waits for the ack then. The sender thread outlives the call by the rest of the kernel's
-wait; ``LinuxKernel`` counts it as a call in progress until it ends, so nothing it uses
-is let go under it.
+wait; ``LinuxKernel`` counts it as a call in progress in that namespace (and in no
+other) until it ends, so nothing it uses is let go under it.
+
+A delete that never returns. The kernel's wait can last for good (a device whose last
+reference is never dropped: "unregister_netdevice: waiting for ... to become free"), and
+nothing can interrupt a ``send()``. So each delete has a deadline (``deadline_s`` from
+its start). A caller still without an answer then discards the channel (its listener
+now, its sender socket when the stuck request returns, if it ever does: ``close`` never
+waits), logs it, and raises ETIMEDOUT naming the link and the namespace; the kernel may
+still carry the delete out later. A channel whose sender is past its deadline, even
+after its caller was answered by the announcement, is not used again either
+(``usable``): the next delete in that namespace gets new sockets instead of queueing
+behind the stuck one. Until its thread returns, the stuck request counts in
+``InFlight.stuck`` (the metric ``networkplugin_kernel_stuck_calls``).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import socket
@@ -43,8 +56,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from plugins.sdk.telemetry import log_event
+
 from . import _wire as w
 from ._errors import netlink_error
+
+log = logging.getLogger("plugins.kernel.linux")
 
 RTNLGRP_LINK = 1
 NETLINK_ADD_MEMBERSHIP = 1
@@ -52,9 +69,6 @@ NETLINK_DROP_MEMBERSHIP = 2
 IFLA_NEW_NETNSID = 45
 IFLA_NEW_IFINDEX = 49
 _MOVED = frozenset((IFLA_NEW_NETNSID, IFLA_NEW_IFINDEX))
-# The sender's own deadline for the ack (w.RECV_DEADLINE_S) comes first; this one only
-# bounds a caller whose sender thread never reports.
-WAIT_DEADLINE_S = w.RECV_DEADLINE_S + 5.0
 _NLMSGHDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")
 _NLA = struct.Struct("=HH")
@@ -128,69 +142,129 @@ class DeleteChannel:
     Both must have been created inside the namespace. Callers wait one at a time on the
     listener (each only until its device is announced); their senders share ``sender``,
     whose lock serializes them (a second delete in one namespace at once waits for the
-    first's ack before its own request goes out, as it did on one socket).
+    first's ack before its own request goes out, as it did on one socket). ``where``
+    names the namespace in errors and logs; ``deadline_s`` and ``in_flight``: the
+    module's docstring.
     """
 
-    def __init__(self, sender: socket.socket, listener: socket.socket) -> None:
+    def __init__(
+        self,
+        sender: socket.socket,
+        listener: socket.socket,
+        *,
+        where: str = "",
+        deadline_s: float = w.CALL_DEADLINE_S,
+        in_flight: w.InFlight | None = None,
+    ) -> None:
         try:
             listener.setblocking(False)
             listener.bind((0, 0))
-            self._sender = w.RtnlSocket(sender)
+            self._sender = w.RtnlSocket(
+                sender, where=where, deadline_s=deadline_s, in_flight=in_flight
+            )
         except BaseException:
             sender.close()
             listener.close()
             raise
         self._listener = listener
-        self._lock = threading.Lock()
+        self._where = where
+        self._deadline_s = deadline_s
+        self._lock = threading.Lock()  # the caller using the listener
         self.closed = False
 
     def close(self) -> None:
-        """Close both sockets; a delete in flight finishes first (its sender holds the
-        sender socket's lock until its ack)."""
-        with self._lock:
-            if not self.closed:
-                self.closed = True
-                self._listener.close()
+        """Close both sockets, never waiting: a caller waiting on the listener closes it
+        as it leaves, and a delete in flight closes the sender socket when it returns
+        (once acked; never, if it is stuck in the kernel)."""
+        self.closed = True
+        self._close_listener_if_free()
         self._sender.close()
+
+    def _close_listener_if_free(self) -> None:
+        # Whoever releases the lock calls this after it (RtnlSocket's way, too).
+        if self._lock.acquire(blocking=False):
+            try:
+                self._listener.close()
+            finally:
+                self._lock.release()
 
     @property
     def usable(self) -> bool:
-        """False once closed, or once the sender socket was (an I/O error closes it)."""
-        return not self.closed and not self._sender.closed
+        """False once closed, once the sender socket was (an I/O error closes it), or
+        once a delete on it is past its deadline (``overdue``)."""
+        return not self.closed and not self._sender.closed and not self.overdue()
 
-    def delete(self, ifindex: int, hold: Callable[[], Callable[[], None]]) -> None:
+    def overdue(self) -> bool:
+        """Whether a delete on it is past its deadline (stuck in the kernel: the module)."""
+        return self._sender.overdue()
+
+    def delete(self, ifindex: int, hold: Callable[[], Callable[[], None]]) -> bool:
         """Delete the device ``ifindex``; return once it is unregistered (see the module).
 
-        ``hold()`` is called just before the sender thread starts and returns what the
-        thread calls, once, when it ends: the owner keeps these sockets open meanwhile.
+        False if the channel was closed before this delete's turn came: nothing was sent,
+        and the caller asks again on new sockets. ``hold()`` is called just before the
+        sender thread starts and returns what the thread calls, once, when it ends: the
+        owner keeps these sockets open meanwhile.
         """
         body = w.ifinfomsg(ifindex)
-        with self._lock:
-            if self.closed:
-                raise netlink_error(errno.EBADF, "the namespace's delete sockets are closed")
-            self._drain()
-            self._membership(NETLINK_ADD_MEMBERSHIP)
-            try:
-                sent = _Sent()
+        try:
+            with self._lock:
+                if self.closed:
+                    return False
+                deadline = time.monotonic() + self._deadline_s
+                self._drain()
+                self._membership(NETLINK_ADD_MEMBERSHIP)
                 try:
-                    self._start_sender(body, sent, hold)
-                    announced = self._wait(ifindex, sent)
+                    sent = _Sent()
+                    try:
+                        self._start_sender(body, sent, hold, deadline)
+                        announced = self._wait(ifindex, sent, deadline)
+                    finally:
+                        sent.release()
                 finally:
-                    sent.release()
-            finally:
-                self._membership(NETLINK_DROP_MEMBERSHIP)
+                    self._membership(NETLINK_DROP_MEMBERSHIP)
+                if announced is None:
+                    self._discard_stuck(ifindex)
+        finally:
+            if self.closed:
+                self._close_listener_if_free()
         if not announced and sent.error is not None:
             raise sent.error
+        return True
+
+    def _discard_stuck(self, ifindex: int) -> None:
+        """No answer by the deadline (with the lock held): never use these sockets again."""
+        self.closed = True  # the listener is closed as the caller leaves
+        self._sender.close()  # by the stuck request, if it ever returns
+        log_event(
+            log,
+            logging.WARNING,
+            "kernel call stuck: delete sockets discarded",
+            request="RTM_DELLINK",
+            netns=self._where,
+            ifindex=ifindex,
+            deadline_s=self._deadline_s,
+        )
+        raise netlink_error(
+            errno.ETIMEDOUT,
+            f"RTM_DELLINK of link {ifindex} in {self._where or 'its namespace'}: no answer "
+            f"within {self._deadline_s:g}s; the namespace's delete sockets are discarded "
+            "(the kernel may still carry the delete out)",
+        )
 
     def _start_sender(
-        self, body: bytes, sent: _Sent, hold: Callable[[], Callable[[], None]]
+        self,
+        body: bytes,
+        sent: _Sent,
+        hold: Callable[[], Callable[[], None]],
+        deadline: float,
     ) -> None:
         released = hold()
 
         def send() -> None:
             error: BaseException | None = None
             try:
-                self._sender.request(w.RTM_DELLINK, 0, body)
+                self._sender.request(w.RTM_DELLINK, 0, body, deadline=deadline)
             except BaseException as exc:  # handed to the caller, if it still waits
                 error = exc
             finally:
@@ -199,7 +273,8 @@ class DeleteChannel:
                 finally:
                     released()
 
-        # Not a daemon: an exiting interpreter lets the kernel's wait finish (ms) first.
+        # Not a daemon: an exiting interpreter lets the kernel's wait finish (ms) first
+        # (a service's shutdown watchdog bounds that wait if the request is stuck).
         thread = threading.Thread(target=send, name="netlink-delete", daemon=False)
         try:
             thread.start()
@@ -208,17 +283,16 @@ class DeleteChannel:
             released()
             raise
 
-    def _wait(self, ifindex: int, sent: _Sent) -> bool:
+    def _wait(self, ifindex: int, sent: _Sent, deadline: float) -> bool | None:
         """True once the device is announced unregistered; False once the sender ended
-        first (its ack or error is then the answer)."""
+        first (its ack or error is then the answer); None if neither came by ``deadline``."""
         poller = select.poll()
         poller.register(sent.fd, select.POLLIN)
         poller.register(self._listener.fileno(), select.POLLIN)
-        deadline = time.monotonic() + WAIT_DEADLINE_S
         while not sent.done:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise netlink_error(errno.ETIMEDOUT, "no answer to RTM_DELLINK before the deadline")
+                return False if sent.done else None
             for fd, _ in poller.poll(remaining * 1000):
                 if fd != self._listener.fileno():
                     continue

@@ -14,11 +14,24 @@ docs/benchmarks.md ("Netlink transport: pyroute2 vs the home-made one").
 
 Errors are raised as pyroute2's ``NetlinkError`` with the kernel's errno and
 extended-ack message; ``_errors.kernel_errors`` turns them into ``KernelError``.
+
+A request that never returns
+----------------------------
+Every request has a deadline (``CALL_DEADLINE_S`` from its start unless given). The
+answer is waited for until then (ETIMEDOUT), but the kernel handles a request inside
+the sender's ``send()``, which no deadline can interrupt: a delete whose device never
+drops its last reference blocks there for good, holding the socket's lock. So a socket
+whose request is past its deadline is never used again (``overdue``: its owner makes a
+new one), a request that waits for the lock up to its deadline discards the socket
+(ETIMEDOUT), and ``close`` never waits for the lock: the request in flight closes the
+socket when it returns, if it ever does. ``InFlight`` counts the requests past their
+deadline whose thread has not returned (the metric ``networkplugin_kernel_stuck_calls``).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import select
 import socket
 import struct
@@ -26,7 +39,11 @@ import threading
 import time
 from collections.abc import Iterable
 
+from plugins.sdk.telemetry import log_event
+
 from ._errors import netlink_error
+
+log = logging.getLogger("plugins.kernel.linux")
 
 # <linux/netlink.h>
 NLMSG_ERROR = 2
@@ -97,8 +114,18 @@ IFF_UP = 0x1
 _NLMSGHDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
 _RTGENMSG = struct.Struct("=Bxxx")
-RECV_DEADLINE_S = 30.0
+# How long a request (waiting for the socket, sending, and waiting for the answer) may
+# take before it is given up: far beyond any answer (milliseconds), a delete's RCU wait
+# included (docs/benchmarks.md, "The kernel's delete wait").
+CALL_DEADLINE_S = 30.0
 DUMP_ATTEMPTS = 5
+_REQUEST_NAMES = {
+    RTM_NEWLINK: "RTM_NEWLINK",
+    RTM_DELLINK: "RTM_DELLINK",
+    RTM_GETLINK: "RTM_GETLINK",
+    RTM_SETLINK: "RTM_SETLINK",
+    RTM_GETNSID: "RTM_GETNSID",
+}
 
 
 def _align(n: int) -> int:
@@ -189,10 +216,47 @@ def vf_vlan_info(vf: int, vlan: int, qos: int, proto: int) -> bytes:
 # -- the socket ------------------------------------------------------------------------
 
 
-class RtnlSocket:
-    """One NETLINK_ROUTE socket (in whichever namespace it was created) and its lock."""
+class InFlight:
+    """The requests in flight on a kernel's sockets, by socket, each with its deadline.
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``stuck()`` counts those past their deadline: a request whose thread has not returned
+    by then is blocked in the kernel (its ``send()``), since the answer is not waited for
+    any longer. Shared by all the sockets of one ``LinuxKernel``, discarded ones included.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deadlines: dict[int, float] = {}  # id(RtnlSocket) -> its request's deadline
+
+    def begin(self, key: int, deadline: float) -> None:
+        with self._lock:
+            self._deadlines[key] = deadline
+
+    def end(self, key: int) -> None:
+        with self._lock:
+            del self._deadlines[key]
+
+    def stuck(self) -> int:
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for deadline in self._deadlines.values() if deadline <= now)
+
+
+class RtnlSocket:
+    """One NETLINK_ROUTE socket (in whichever namespace it was created) and its lock.
+
+    ``where`` names its namespace in errors and logs; ``deadline_s`` bounds each request
+    (the module's docstring); ``in_flight`` is where its requests are counted.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        where: str = "",
+        deadline_s: float = CALL_DEADLINE_S,
+        in_flight: InFlight | None = None,
+    ) -> None:
         try:
             sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
             sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
@@ -204,49 +268,116 @@ class RtnlSocket:
         self._lock = threading.Lock()
         self._seq = 0
         self._buf = bytearray(1 << 16)
+        self._where = where
+        self._deadline_s = deadline_s
+        self._in_flight = in_flight if in_flight is not None else InFlight()
+        self._busy_until: float | None = None  # the deadline of the request holding the lock
         self.closed = False
 
     def close(self) -> None:
-        with self._lock:
-            if not self.closed:
-                self.closed = True
-                self._sock.close()
+        """Close now if no request is in flight, else when it returns: never waits (a
+        request may never return)."""
+        self.closed = True
+        self._close_if_free()
 
-    def request(self, msg_type: int, flags: int, body: bytes) -> list[bytes]:
+    def _close_if_free(self) -> None:
+        # Whoever releases the lock calls this after it, so a close that found the lock
+        # taken is done by the request holding it, on its way out.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._sock.close()
+            finally:
+                self._lock.release()
+
+    def overdue(self) -> bool:
+        """Whether a request has held the socket past its deadline: it is stuck in the
+        kernel, and the socket must not be used again (a request would queue behind it)."""
+        until = self._busy_until
+        return until is not None and time.monotonic() >= until
+
+    def request(
+        self, msg_type: int, flags: int, body: bytes, *, deadline: float | None = None
+    ) -> list[bytes]:
         """Send one request; return the reply messages (whole, header included).
 
         Non-dump requests carry NLM_F_ACK and end at the kernel's ack or error;
         a dump ends at NLMSG_DONE and is retried if the kernel marks it interrupted.
+        ``deadline`` (``time.monotonic()``; default ``deadline_s`` from now) bounds it all.
         """
+        if deadline is None:
+            deadline = time.monotonic() + self._deadline_s
         dump = flags & NLM_F_DUMP == NLM_F_DUMP
         if not dump:
             flags |= NLM_F_ACK
         for _ in range(DUMP_ATTEMPTS if dump else 1):
-            replies, interrupted = self._exchange(msg_type, flags | NLM_F_REQUEST, body)
+            replies, interrupted = self._exchange(msg_type, flags | NLM_F_REQUEST, body, deadline)
             if not interrupted:
                 return replies
         raise netlink_error(errno.EAGAIN, "link dump kept changing under us (NLM_F_DUMP_INTR)")
 
-    def _exchange(self, msg_type: int, flags: int, body: bytes) -> tuple[list[bytes], bool]:
-        with self._lock:
+    def _exchange(
+        self, msg_type: int, flags: int, body: bytes, deadline: float
+    ) -> tuple[list[bytes], bool]:
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._give_up(msg_type)
+        try:
             if self.closed:
                 raise netlink_error(errno.EBADF, "the namespace's netlink socket is closed")
             self._seq = (self._seq % 0x7FFFFFFF) + 1
             seq = self._seq
             msg = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type, flags, seq, 0) + body
+            self._busy_until = deadline
+            self._in_flight.begin(id(self), deadline)
             try:
-                self._sock.send(msg)
-                return self._collect(seq)
+                try:
+                    self._sock.send(msg)  # the kernel handles the request in here
+                finally:
+                    if time.monotonic() >= deadline:
+                        self._returned_late(msg_type, deadline)
+                return self._collect(seq, deadline)
             except OSError:
-                # The socket may hold half a reply now: never reuse it.
-                self.closed = True
-                self._sock.close()
+                self.closed = True  # it may hold half a reply now: never reuse it
                 raise
+            finally:
+                self._busy_until = None
+                self._in_flight.end(id(self))
+        finally:
+            self._lock.release()
+            if self.closed:
+                self._close_if_free()
 
-    def _collect(self, seq: int) -> tuple[list[bytes], bool]:
+    def _give_up(self, msg_type: int) -> None:
+        """The lock was not free by the deadline: the request holding it is stuck."""
+        self.closed = True  # discarded: that request closes it if it ever returns
+        self._close_if_free()
+        what = _REQUEST_NAMES.get(msg_type, str(msg_type))
+        log_event(
+            log,
+            logging.WARNING,
+            "kernel call gave up waiting for a stuck one: socket discarded",
+            request=what,
+            netns=self._where,
+            deadline_s=self._deadline_s,
+        )
+        raise OSError(
+            errno.ETIMEDOUT,
+            f"{what} in {self._where or 'its namespace'}: the socket was held past the "
+            "deadline by a request that never returned; it is discarded",
+        )
+
+    def _returned_late(self, msg_type: int, deadline: float) -> None:
+        log_event(
+            log,
+            logging.WARNING,
+            "kernel call returned from send after its deadline",
+            request=_REQUEST_NAMES.get(msg_type, str(msg_type)),
+            netns=self._where,
+            late_s=round(time.monotonic() - deadline, 3),
+        )
+
+    def _collect(self, seq: int, deadline: float) -> tuple[list[bytes], bool]:
         replies: list[bytes] = []
         interrupted = False
-        deadline = time.monotonic() + RECV_DEADLINE_S
         while True:
             data = self._recv(deadline)
             offset = 0
@@ -273,9 +404,11 @@ class RtnlSocket:
         poller.register(self._sock.fileno(), select.POLLIN)
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise OSError(errno.ETIMEDOUT, "no netlink answer before the deadline")
-            if not poller.poll(remaining * 1000):
+            # Past the deadline, an answer already queued is still read (a send that
+            # returned late has its answer there at once): only waiting is over.
+            if not poller.poll(max(0.0, remaining) * 1000):
+                if remaining <= 0:
+                    raise OSError(errno.ETIMEDOUT, "no netlink answer before the deadline")
                 continue
             size = self._sock.recv_into(
                 self._buf, len(self._buf), socket.MSG_PEEK | socket.MSG_TRUNC

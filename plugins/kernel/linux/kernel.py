@@ -14,11 +14,12 @@ after an RCU grace period (``_unregister``).
 
 Both the descriptor and the socket keep the namespace alive, so a namespace other than
 the host is *held* only while calls use it, and for ``linger_s`` (``NAMESPACE_LINGER_S``)
-after: once no call is in progress, a namespace that no call has used for that long has
-its descriptor and socket closed, by the call that returns last or, when no call comes,
-by the kernel's one idle thread (``netns-idle``, which waits for that deadline and never
-enters a namespace). The next call reopens them from a path verified to still name the
-namespace. A pod deleted by the runtime therefore dies within ``linger_s`` of our last
+after: once no call using it is in progress (calls are counted per namespace: one that
+never returns pins its own namespace and no other), a namespace that no call has used
+for that long has its descriptor and socket closed, by the call that returns next or,
+when no call comes, by the kernel's one idle thread (``netns-idle``, which waits for
+that deadline and never enters a namespace). The next call reopens them from a path
+verified to still name the namespace. A pod deleted by the runtime therefore dies within ``linger_s`` of our last
 call in it, even in a service that never calls again, while the calls of one hook (and
 of hooks that follow each other closely) share one socket instead of paying a thread,
 a descriptor and a socket each (measured in docs/benchmarks.md). At most
@@ -40,6 +41,17 @@ under the same path; so each socket's namespace cookie (``SO_NETNS_COOKIE``, 64 
 never reused in a boot) is compared with the one the namespace's first socket had, and
 a mismatch is ESTALE. ``release_namespace`` forgets one explicitly, ``close`` all.
 
+Calls that never return
+-----------------------
+Each request has a deadline (``deadline_s``, ``CALL_DEADLINE_S``). A request still in
+the kernel past it (blocked in ``send()``, which nothing interrupts: a delete whose
+device is never freed) keeps its thread, but not its namespace's sockets: one whose
+request is overdue is discarded and the next call gets a new one (``_wire``; a delete
+fails with ETIMEDOUT at its deadline, ``_unregister``). Closing never waits for such a
+request, so neither ``release_namespace``, a sweep nor ``close`` can hang on one.
+``stuck_calls()`` counts them until their threads return (the metric
+``networkplugin_kernel_stuck_calls``); each is logged when given up and when it returns.
+
 ``list_namespaces`` finds namespaces without holding them: it stats (and, for a
 mount path seen for the first time, opens, checks and closes) every candidate
 path, and returns refs by path. A listed namespace is held only once it is used,
@@ -57,6 +69,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import logging
 import os
 import socket
 import threading
@@ -69,6 +82,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from pyroute2.netlink.exceptions import NetlinkError
 
 from plugins.sdk import NamespaceHandle, kernel_name_problem
+from plugins.sdk.telemetry import log_event
 
 from .._protocol import Kernel
 from .._types import KernelError, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
@@ -101,6 +115,7 @@ from ._nsfs import (
 from ._unregister import DeleteChannel
 
 __all__ = [
+    "CALL_DEADLINE_S",
     "DEFAULT_NAMESPACE_DIRS",
     "MAX_HELD_NAMESPACES",
     "NAMESPACE_LINGER_S",
@@ -108,6 +123,8 @@ __all__ = [
     "UNKNOWN_NAMESPACE_INODE",
     "LinuxKernel",
 ]
+
+log = logging.getLogger("plugins.kernel.linux")
 
 U32_MAX = 0xFFFFFFFF
 # parent_ns of a link whose lower device lives in a namespace this kernel has not
@@ -127,6 +144,7 @@ MAX_HELD_NAMESPACES = 64  # besides the host's, between calls
 # deleted pod's namespace is let go by whichever comes first).
 SWEEP_INTERVAL_S = 0.1
 SO_NETNS_COOKIE = 71  # <asm-generic/socket.h>, Linux 5.14
+CALL_DEADLINE_S = w.CALL_DEADLINE_S
 
 
 @dataclass(eq=False)
@@ -143,6 +161,7 @@ class _Namespace:
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     used: float = 0.0  # time.monotonic() of the last use of the descriptor or socket
+    calls: int = 0  # calls in progress that use it (a delete's sender thread included)
     cookie: int | None = None  # SO_NETNS_COOKIE of its first socket (None: not known)
 
     @property
@@ -220,33 +239,40 @@ R = TypeVar("R")
 
 
 def _call(fn: Callable[Concatenate[LinuxKernel, P], R]) -> Callable[Concatenate[LinuxKernel, P], R]:
-    """A public call: errors translated (``translated``), and the namespaces it opened let
-    go of when the last call in progress returns (see the module's docstring)."""
+    """A public call: errors translated (``translated``); the namespaces whose sockets it
+    used (``_pin``) are counted as in use until it returns, then let go of once idle (see
+    the module's docstring)."""
     inner = translated(fn)
 
     @functools.wraps(fn)
     def wrapper(self: LinuxKernel, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self._lock:
-            self._calls += 1
+        local = self._local
+        if getattr(local, "pins", None) is not None:
+            return inner(self, *args, **kwargs)  # inside another call (the constructor's)
+        pins: list[_Namespace] = []
+        local.pins = pins
         try:
             return inner(self, *args, **kwargs)
         finally:
-            self._call_returned()
+            local.pins = None
+            self._unpin(pins)
 
     return wrapper
 
 
-def _new_rtnl_socket() -> socket.socket:
+def new_rtnl_socket() -> socket.socket:
+    """A NETLINK_ROUTE socket in the calling thread's namespace (``LinuxKernel``'s
+    ``open_socket`` by default)."""
     return socket.socket(
         socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE
     )
 
 
-def _new_rtnl_sockets(count: int) -> list[socket.socket]:
+def _new_rtnl_sockets(make: Callable[[], socket.socket], count: int) -> list[socket.socket]:
     made: list[socket.socket] = []
     try:
         for _ in range(count):
-            made.append(_new_rtnl_socket())
+            made.append(make())
     except BaseException:
         _close_all(made)
         raise
@@ -279,6 +305,10 @@ class LinuxKernel:
     mounts the node's; ``None``: no process scan). ``linger_s`` and ``max_held``: how
     long, and how many, namespaces other than the host's stay held after the calls that
     used them (the module's docstring; ``linger_s=0``: let go when the last call returns).
+    ``deadline_s``: how long a request may go unanswered before it is given up (the
+    module's docstring, "Calls that never return"). ``open_socket`` makes each netlink
+    socket, called inside the namespace it is for (a test's seam: a socket whose
+    ``send`` never returns is a kernel call that never answers).
     """
 
     def __init__(
@@ -289,6 +319,8 @@ class LinuxKernel:
         proc_dir: str | os.PathLike[str] | None = PROC_DIR,
         linger_s: float = NAMESPACE_LINGER_S,
         max_held: int = MAX_HELD_NAMESPACES,
+        deadline_s: float = CALL_DEADLINE_S,
+        open_socket: Callable[[], socket.socket] = new_rtnl_socket,
     ) -> None:
         if isinstance(namespace_dirs, str | os.PathLike):
             # a str is an Iterable[str] too: its characters would be scanned as directories
@@ -297,11 +329,14 @@ class LinuxKernel:
         self._proc_dir = None if proc_dir is None else os.fspath(proc_dir)
         self._lock = threading.RLock()
         self._spaces: dict[Identity, _Namespace] = {}
-        self._calls = 0  # public calls in progress (any thread)
+        self._local = threading.local()  # .pins: the namespaces the thread's call uses
         self._host_key: Identity | None = None
         self._closed = False
         self._linger_s = max(0.0, linger_s)
         self._max_held = max(0, max_held)
+        self._deadline_s = deadline_s
+        self._open_socket = open_socket
+        self._in_flight = w.InFlight()  # requests on our sockets, for stuck_calls()
         self._idle = threading.Condition(self._lock)  # wakes the idle thread
         self._idle_deadline: float | None = None  # when the next held namespace expires
         self._idle_thread: threading.Thread | None = None
@@ -360,18 +395,41 @@ class LinuxKernel:
         with self._lock:
             return [self._ref_of(s, s.paths[0]) for s in self._spaces.values() if s.held]
 
-    def _call_returned(self) -> None:
-        """Once no call is in progress, let go of the namespaces (but the host's) idle for
-        ``linger_s``. Done under the kernel's lock, which a call takes to start: none
-        starts meanwhile, so none is using what is closed."""
+    def stuck_calls(self) -> int:
+        """Requests on this kernel's sockets past their deadline whose threads have not
+        returned yet (stuck in the kernel; the module's docstring)."""
+        return self._in_flight.stuck()
+
+    def _pin(self, space: _Namespace) -> None:
+        """Count ``space`` as used by the thread's call until it returns: it is not let go
+        meanwhile. Before its socket is taken (the kernel's lock comes before its own)."""
+        pins: list[_Namespace] | None = getattr(self._local, "pins", None)
+        if pins is None or space in pins:
+            return
         with self._lock:
-            self._calls -= 1
-            if not self._calls:
-                self._let_go_idle()
+            space.calls += 1
+        pins.append(space)
+
+    def _hold(self, space: _Namespace) -> Callable[[], None]:
+        """Count work that outlives its public call (a delete's sender thread) as a call in
+        ``space`` until the function returned is called (once): nothing it uses is let go."""
+        with self._lock:
+            space.calls += 1
+        return functools.partial(self._unpin, [space])
+
+    def _unpin(self, pins: list[_Namespace]) -> None:
+        """A call using ``pins`` returned: let go of the namespaces (but the host's) idle for
+        ``linger_s`` that no call uses. Done under the kernel's lock, which a call takes to
+        count itself in a namespace: none does meanwhile, so none is using what is closed."""
+        with self._lock:
+            for space in pins:
+                space.calls -= 1
+            self._let_go_idle()
 
     def _let_go_idle(self) -> None:
-        """With the lock held and no call in progress: close what expired (and the least
-        recently used beyond ``max_held``); tell the idle thread when the rest expires."""
+        """With the lock held: close what no call uses and expired (and the least recently
+        used beyond ``max_held``); tell the idle thread when the rest expires. A namespace
+        in use stays held; the call using it decides when it returns."""
         now = time.monotonic()
         held = sorted(
             (s for s in self._spaces.values() if s.key != self._host_key and s.held),
@@ -380,14 +438,17 @@ class LinuxKernel:
         )
         kept: list[_Namespace] = []
         for space in held:
-            if now - space.used >= self._linger_s or len(kept) >= self._max_held:
+            if space.calls:
+                kept.append(space)
+            elif now - space.used >= self._linger_s or len(kept) >= self._max_held:
                 space.let_go()
             else:
                 kept.append(space)
-        if not kept:
+        idle = [s for s in kept if not s.calls]
+        if not idle:
             self._idle_deadline = None
             return
-        deadline = min(s.used for s in kept) + self._linger_s
+        deadline = min(s.used for s in idle) + self._linger_s
         earlier = self._idle_deadline is None or deadline < self._idle_deadline
         self._idle_deadline = deadline
         if self._idle_thread is None:
@@ -399,17 +460,16 @@ class LinuxKernel:
             self._idle.notify()
 
     def _wait_idle(self) -> None:
-        """The idle thread: at each deadline, let go of what expired if no call is in
-        progress (else the call that returns last does). It never enters a namespace,
-        and it ends once nothing but the host is held (the next hold starts another)."""
+        """The idle thread: at each deadline, let go of what expired that no call uses
+        (a namespace in use is decided by its call, when it returns). It never enters a
+        namespace, and it ends once no idle namespace but the host's is held (the next
+        hold starts another)."""
         with self._lock:
             try:
                 while not self._closed and self._idle_deadline is not None:
                     left = self._idle_deadline - time.monotonic()
                     if left > 0:
                         self._idle.wait(left)
-                    elif self._calls:
-                        self._idle_deadline = None  # the call that returns last decides
                     else:
                         self._let_go_idle()
             finally:
@@ -619,7 +679,11 @@ class LinuxKernel:
         (``_unregister``: the kernel's RCU wait, most of a delete, is left to a thread)."""
         space = self._resolve(ns)
         index = _s32(ifindex)
-        self._delete_channel(space).delete(index, self._background_call)
+        hold = functools.partial(self._hold, space)
+        # False: the channel was discarded (a delete on it got stuck) before our turn
+        # came, and nothing was sent: the next one is new.
+        while not self._delete_channel(space).delete(index, hold):
+            pass
 
     # -- Kernel: VFs -----------------------------------------------------------------------
 
@@ -756,32 +820,62 @@ class LinuxKernel:
                 del space.nsids[nsid]
 
     def _socket(self, space: _Namespace) -> w.RtnlSocket:
+        self._pin(space)
         with space.lock:
             space.held_fd()  # a use: the linger counts from here (and a released one fails)
-            if space.sock is None or space.sock.closed:
+            sock = space.sock
+            if sock is None or sock.closed or sock.overdue():
+                if sock is not None:
+                    self._discard(space, sock)
                 (raw,) = self._sockets_in(space, 1)
-                space.sock = w.RtnlSocket(raw)
-            return space.sock
+                space.sock = sock = w.RtnlSocket(
+                    raw,
+                    where=space.paths[0],
+                    deadline_s=self._deadline_s,
+                    in_flight=self._in_flight,
+                )
+            return sock
 
     def _delete_channel(self, space: _Namespace) -> DeleteChannel:
+        self._pin(space)
         with space.lock:
             space.held_fd()  # a use, as in _socket
             if space.deletes is None or not space.deletes.usable:
                 if space.deletes is not None:
-                    space.deletes.close()
+                    self._discard(space, space.deletes)
                     space.deletes = None
                 sender, listener = self._sockets_in(space, 2)
-                space.deletes = DeleteChannel(sender, listener)
+                space.deletes = DeleteChannel(
+                    sender,
+                    listener,
+                    where=space.paths[0],
+                    deadline_s=self._deadline_s,
+                    in_flight=self._in_flight,
+                )
             return space.deletes
+
+    def _discard(self, space: _Namespace, sockets: w.RtnlSocket | DeleteChannel) -> None:
+        """Close sockets that will not be used again; say so if a stuck request made us
+        (unless it was said when they were given up)."""
+        if not sockets.closed and sockets.overdue():
+            log_event(
+                log,
+                logging.WARNING,
+                "kernel call stuck: socket discarded",
+                netns=space.paths[0],
+                deadline_s=self._deadline_s,
+            )
+        sockets.close()  # never waits: a stuck request closes it if it ever returns
 
     def _sockets_in(self, space: _Namespace, count: int) -> list[socket.socket]:
         """``count`` new NETLINK_ROUTE sockets inside ``space`` (call with ``space.lock``
         held), made on one throwaway thread, and checked to be in the namespace we know."""
         fd = space.held_fd()
+        make = self._open_socket
         if current_thread_identity() == space.key:
-            raws = _new_rtnl_sockets(count)
+            raws = _new_rtnl_sockets(make, count)
         else:
-            raws = run_in_netns(fd, lambda: _new_rtnl_sockets(count), cleanup=_close_all)
+            raws = run_in_netns(fd, lambda: _new_rtnl_sockets(make, count), cleanup=_close_all)
         try:
             cookie = _netns_cookie(raws[0])
             if space.cookie is None:
@@ -799,13 +893,6 @@ class LinuxKernel:
             _close_all(raws)
             raise
         return raws
-
-    def _background_call(self) -> Callable[[], None]:
-        """Count work that outlives its public call (a delete's sender thread) as a call in
-        progress until the function returned is called (once): nothing it uses is let go."""
-        with self._lock:
-            self._calls += 1
-        return self._call_returned
 
     def _request(self, space: _Namespace, msg_type: int, flags: int, body: bytes) -> list[bytes]:
         return self._socket(space).request(msg_type, flags, body)

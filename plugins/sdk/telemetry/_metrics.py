@@ -60,6 +60,11 @@ class Metrics(Protocol):
         """The journal's own counts, read whenever the metrics are collected."""
         ...
 
+    def watch_kernel(self, stuck_calls: Callable[[], int]) -> None:
+        """The kernel backend's count of calls stuck past their deadline (threads blocked
+        in the kernel), read whenever the metrics are collected; must not raise."""
+        ...
+
 
 class NoMetrics:
     """Metrics off: every report is a no-op method call."""
@@ -77,6 +82,9 @@ class NoMetrics:
         pass
 
     def watch_journal(self, gauges: JournalGauges) -> None:
+        pass
+
+    def watch_kernel(self, stuck_calls: Callable[[], int]) -> None:
         pass
 
 

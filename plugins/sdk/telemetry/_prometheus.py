@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -71,6 +71,12 @@ class PrometheusMetrics:
         )
         self._journal = _JournalCollector()
         self.registry.register(self._journal)
+        self._stuck = Gauge(
+            "networkplugin_kernel_stuck_calls",
+            "Kernel calls past their deadline whose threads have not returned (0 until a "
+            "kernel that counts them is watched).",
+            registry=self.registry,
+        )
 
     def hook_finished(self, plugin: str, hook: str, outcome: str, seconds: float) -> None:
         self._hooks.labels(plugin, hook, outcome).observe(seconds)
@@ -86,6 +92,9 @@ class PrometheusMetrics:
 
     def watch_journal(self, gauges: JournalGauges) -> None:
         self._journal.watch(gauges)
+
+    def watch_kernel(self, stuck_calls: Callable[[], int]) -> None:
+        self._stuck.set_function(stuck_calls)  # read at each scrape
 
     def render(self) -> bytes:
         """The text exposition format, as a scrape would get it."""
