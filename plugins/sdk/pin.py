@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from ._contracts import PINS_FILE, _build_bundle, file_digest
+from ._contracts import PINS_FILE, BundleStore, file_digest
 from ._errors import RegistrationError
 
 PROG = "networkplugin-pin"
@@ -38,13 +38,13 @@ def current_pins(root: Path) -> dict[str, str]:
     for path in sorted(root.glob("*/*.json")):
         schema_id = str(path.relative_to(root).with_suffix(""))
         try:
-            raw = path.read_bytes()
-            _build_bundle(schema_id, raw)
+            pin = file_digest(path.read_bytes())
+            BundleStore(root, pins={schema_id: pin}).load(schema_id)  # as registration loads it
         except OSError as exc:
             raise PinError(f"{path}: unreadable ({exc.strerror})") from exc
         except RegistrationError as exc:
             raise PinError(f"{path}: {exc}") from exc
-        pins[schema_id] = file_digest(raw)
+        pins[schema_id] = pin
     if not pins:
         raise PinError(f"{root}: no contract bundles (<name>/<version>.json) under it")
     return pins
