@@ -12,6 +12,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -145,14 +146,22 @@ class _JournalCollector(Collector):
         )
 
 
+class Registered(Protocol):
+    """Metrics on a registry of their own: :class:`PrometheusMetrics`, the coordinator's."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
 class MetricsPublisher:
-    """Publishes one :class:`PrometheusMetrics` where the config says, until ``stop``.
+    """Publishes one program's metrics (:class:`PrometheusMetrics`, or any on a registry
+    of their own) where the config says, until ``stop``.
 
     ``start`` raises ``OSError`` (naming the port or the file) when it cannot publish:
     the port is taken, the textfile's directory is missing or not writable.
     """
 
-    def __init__(self, metrics: PrometheusMetrics, config: MetricsConfig) -> None:
+    def __init__(self, metrics: Registered, config: MetricsConfig) -> None:
         self._metrics = metrics
         self._config = config
         self._server: WSGIServer | None = None
