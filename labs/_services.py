@@ -257,7 +257,9 @@ class CoordinatorProcess(ServiceProcess):
     means its status says so (recovery finished), asked over its own socket.
     """
 
-    publishes_metrics = False  # the coordinator program has no metrics of its own yet
+    # Its metrics (docs/observability.md) are not the rig's: the rig's summary adds up
+    # the services' hook histograms (harness.scraped_metrics).
+    publishes_metrics = False
 
     def __init__(
         self,
@@ -294,6 +296,9 @@ class CoordinatorProcess(ServiceProcess):
                     "policies": None if policies is None else str(policies),
                     "plugins": plugins,
                     "shutdownGraceSeconds": 5,
+                    # The rig's fake tier keeps journals on /dev/shm (harness.rig.scratch_root),
+                    # which a deployment's coordinator refuses.
+                    "allowVolatileStateDir": True,
                 }
             )
         )

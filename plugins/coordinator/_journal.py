@@ -354,6 +354,10 @@ class CoordinatorJournal:
         where = None if unit is None else {"unit": unit}
         return [_call(row) for row in self.read(lambda r: r.select("calls", where, order_by="seq"))]
 
+    def open_call_count(self) -> int:
+        """How many calls are open (``OPEN_CALL_STATES``); checksums are not read."""
+        return self.read(lambda r: sum(r.count("calls", {"state": s}) for s in OPEN_CALL_STATES))
+
     def call(self, operation_id: str) -> Call | None:
         row = self.read(lambda r: _one_call(r, operation_id))
         return None if row is None else _call(row)
@@ -405,6 +409,12 @@ class CoordinatorJournal:
             "error": application.error,
         }
         self.write(lambda t: t.put("applications", row, key=["attachment"]))
+
+    def application_counts(self) -> dict[str, int]:
+        """How many applications are in each of ``APPLICATION_STATES``."""
+        return self.read(
+            lambda r: {s: r.count("applications", {"state": s}) for s in APPLICATION_STATES}
+        )
 
     def applications(self, attachment: str | None = None) -> list[Application]:
         where = None if attachment is None else {"attachment": attachment}

@@ -4,12 +4,16 @@ Startup, in order, each refusal one line on stderr naming the path and the cause
 status 2, with nothing created before the checks that can refuse: read the config; read
 its token and every plugin's; load the inventory, the policies and the topologies and
 validate each topology against the pinned contract bundles (every plugin a topology
-names must be configured); check the state, socket and runtime directories; open the
-journal (a damaged one is served, never recreated: status says why, every request is
-``DATA_LOSS``); bind the socket (status answers ``ready=false``); finish what a crash
+names must be configured); ask every plugin socket that answers who it is (GetInfo's
+plugin name and contract digest against the pinned descriptor: ``_peers``); check the
+state directory (``plugins.sdk.service.check_state_dir``: its parent must exist unless
+``--init``, never under /run or on a tmpfs unless ``allowVolatileStateDir``), the socket
+and runtime directories; publish the metrics if asked; open the journal (a damaged one is
+served, never recreated: status says why, every request is ``DATA_LOSS``); bind the
+socket (status answers ``ready=false``, health ``NOT_SERVING``); finish what a crash
 interrupted; serve. SIGTERM stops admitting requests, lets a running one finish within
 ``shutdownGraceSeconds``, then the process exits whatever it is doing: the request stays
-journaled and the next start finishes it.
+journaled and the next start finishes it. The last line says ``stopped exit=N``.
 
 Crash points: production passes none (``NO_CRASH``); the test kit's launcher
 (``python -m labs.crashing_service plugins.coordinator --config FILE``) calls ``run`` with
@@ -26,7 +30,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from plugins.sdk import BundleStore, Descriptor, NetworkPluginError, pinned_bundles
 from plugins.sdk.host import PluginCallError, read_token
@@ -37,10 +41,13 @@ from plugins.sdk.service import (
     EXIT_UNFINISHED,
     StartupRefused,
     check_private_dir,
+    check_state_dir,
+    package_version,
 )
 from plugins.sdk.signals import SignalStop
 from plugins.sdk.store import JournalFault, JournalUnavailable
 from plugins.sdk.systemd import notify
+from plugins.sdk.telemetry import LOG_FORMATS, configure_logging, log_event
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology, validate_topology
@@ -51,7 +58,11 @@ from ._policy import DeviceExposurePolicy, load_policies
 from ._program import CoordinatorService
 from ._program_config import CoordinatorConfig
 from ._server import CoordinatorServer
+from ._telemetry import NO_METRICS, CoordinatorMetrics
 from ._topology import load_topology
+
+if TYPE_CHECKING:
+    from plugins.sdk.telemetry import MetricsPublisher
 
 PROG = "networkplugin-coordinator"
 log = logging.getLogger("plugins.coordinator")
@@ -178,21 +189,30 @@ def serve(
     crash: CrashPoints = NO_CRASH,
     stop: threading.Event | None = None,
     exit_process: bool = False,
+    init: bool = False,
 ) -> int:
-    """Run the coordinator until ``stop`` is set (or SIGTERM/SIGINT); the exit status."""
+    """Run the coordinator until ``stop`` is set (or SIGTERM/SIGINT); the exit status.
+
+    ``init`` (``--init``): the operator asks for a new state directory, its missing
+    parents included (``check_state_dir``); without it such a state directory is refused.
+    """
     stop = stop or threading.Event()
     token = read_token(config.token_file)
     descriptors = pinned_descriptors()
     allocator, topologies = load_manifests(config, descriptors)
     clients = plugin_clients(config, descriptors)
+    publisher = None
     try:
-        check_plugins(config, clients)  # before anything is created
-        check_private_dir("state directory", config.state_dir)
+        # Before anything is created: who answers on the plugin sockets, then the directories.
+        check_plugins(config, clients)
+        check_state_dir(config.state_dir, init=init, allow_volatile=config.allow_volatile_state_dir)
         check_private_dir("socket directory", config.socket.parent, follow_symlinks=False)
         if config.runtime_dir is not None:
             check_private_dir("runtime directory", config.runtime_dir)
+        metrics, publisher = _publish_metrics(config)
         journal, fault = _open_journal(config)
     except BaseException:
+        _unpublish(publisher)
         for client in clients.values():
             client.close()
         raise
@@ -205,6 +225,7 @@ def serve(
         crash=None if crash is NO_CRASH else crash,
         fault=fault,
         plugin_wait_seconds=config.plugin_wait_seconds,
+        metrics=metrics,
     )
     server = CoordinatorServer(config.socket, token, service)
     # Not a handler that sets ``stop`` itself: it could interrupt ``stop.wait()`` while
@@ -218,7 +239,7 @@ def serve(
                 name="shutdown-watchdog",
                 daemon=True,
             ).start()
-        server.start()  # status answers ready=false until recovery is done
+        server.start()  # status and health answer not ready until recovery is done
         for note in service.recover():
             log.warning("recovery: %s", note)
         log.info("serving %s", config.socket)
@@ -236,15 +257,51 @@ def serve(
             )
             if exit_process:
                 _exit_now(EXIT_UNFINISHED)
-            return EXIT_UNFINISHED
-        return 0
+            code = EXIT_UNFINISHED
+        else:
+            code = 0
     finally:
         signals.close()
         server.stop(None)
+        _unpublish(publisher)  # its last textfile reads the journal's counts
         for client in clients.values():
             client.close()
         if journal is not None and not service.busy():
             journal.close()
+    _stopped(code)
+    return code
+
+
+def _publish_metrics(
+    config: CoordinatorConfig,
+) -> tuple[CoordinatorMetrics, MetricsPublisher | None]:
+    """Metrics on (prometheus_client loaded now, published) or off (nothing loaded)."""
+    if config.metrics is None:
+        return NO_METRICS, None
+    from plugins.sdk.telemetry import MetricsPublisher
+
+    from ._prometheus import CoordinatorPrometheus
+
+    metrics = CoordinatorPrometheus()
+    publisher = MetricsPublisher(metrics, config.metrics)
+    try:
+        publisher.start()
+    except OSError as exc:
+        raise StartupRefused(
+            f"metrics {publisher.where}: {exc.strerror or _one_line(str(exc))}"
+        ) from None
+    log.info("metrics published at %s", publisher.where)
+    return metrics, publisher
+
+
+def _unpublish(publisher: MetricsPublisher | None) -> None:
+    if publisher is not None:
+        publisher.stop()
+
+
+def _stopped(code: int) -> None:
+    """The last line of a coordinator that ran."""
+    log_event(log, logging.INFO if code == 0 else logging.ERROR, "stopped", exit=code)
 
 
 def _watchdog(stop: threading.Event, grace: float) -> None:
@@ -256,6 +313,7 @@ def _watchdog(stop: threading.Event, grace: float) -> None:
 
 
 def _exit_now(status: int) -> NoReturn:
+    _stopped(status)
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stderr.flush()
@@ -263,7 +321,8 @@ def _exit_now(status: int) -> NoReturn:
 
 
 def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
-    """``--config FILE [--log-level L]``; ``crash``: only the test kit's launcher passes one."""
+    """``--config FILE [--log-level L] [--log-format F] [--init]``, ``--version``;
+    ``crash``: only the test kit's launcher passes one."""
     parser = argparse.ArgumentParser(prog=PROG, description=f"{PROG}: the node coordinator")
     parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
     parser.add_argument(
@@ -272,10 +331,26 @@ def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=None,
+        help="text or json lines on stderr (default: the config's logFormat, else text)",
+    )
+    parser.add_argument(
+        "--init",
+        action="store_true",
+        help="create the state directory and its missing parents (a new journal): without "
+        "it a stateDir whose parent is missing is refused",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=f"{PROG} %(levelname)s %(name)s: %(message)s")
+    configure_logging(PROG, args.log_level, args.log_format or "text")
     try:
-        return serve(CoordinatorConfig.load(args.config), crash=crash, exit_process=True)
+        config = CoordinatorConfig.load(args.config)
+        if args.log_format is None and config.log_format != "text":
+            configure_logging(PROG, args.log_level, config.log_format)
+        return serve(config, crash=crash, exit_process=True, init=args.init)
     except NetworkPluginError as exc:
         print(f"{PROG}: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED

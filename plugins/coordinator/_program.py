@@ -64,6 +64,13 @@ from ._program_values import (
     sandbox_of,
 )
 from ._runtime import Coordinator, operation_id, prep_scope
+from ._telemetry import (
+    NO_METRICS,
+    CoordinatorGauges,
+    CoordinatorMetrics,
+    call_observer,
+    request_line,
+)
 
 log = logging.getLogger("plugins.coordinator")
 
@@ -90,6 +97,7 @@ class CoordinatorService:
         crash: CrashPoints | None = None,
         fault: str = "",
         plugin_wait_seconds: float = 30.0,
+        metrics: CoordinatorMetrics = NO_METRICS,
     ) -> None:
         self._journal = journal
         self._fault = fault if journal is None else ""
@@ -97,13 +105,17 @@ class CoordinatorService:
         self._topologies = dict(topologies)
         self._allocator = allocator
         self._plugin_wait_s = plugin_wait_seconds
+        self._metrics = metrics
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        observer = None if metrics is NO_METRICS else call_observer(metrics)
         self._coordinator = (
             None
             if journal is None
-            else Coordinator(journal, self._clients, epoch=epoch, crash=crash)
+            else Coordinator(journal, self._clients, epoch=epoch, crash=crash, observer=observer)
         )
+        if journal is not None:
+            metrics.watch(CoordinatorGauges(journal.open_call_count, journal.application_counts))
         for app in journal.applications() if journal is not None else ():
             if app.state != "removed":
                 self._reserve(app)
@@ -123,7 +135,21 @@ class CoordinatorService:
     # -- requests ---------------------------------------------------------------------------
 
     def apply(self, request: ApplyRequest) -> ApplyResult:
-        """Allocate, prepare and connect; idempotent under the same attachment id."""
+        """Allocate, prepare and connect; idempotent under the same attachment id. One
+        log line with its ids and outcome, however it ends."""
+        with request_line(
+            self._metrics,
+            "apply",
+            attachment=request.attachment,
+            claim=request.claim,
+            sandbox=request.sandbox.sandbox_id,
+            topology=request.topology,
+        ) as line:
+            result = self._apply(request)
+            line.state = result.state
+            return result
+
+    def _apply(self, request: ApplyRequest) -> ApplyResult:
         check_name(request.attachment, "attachment id")
         check_name(request.claim, "claim id")
         compiled = self._topologies.get(request.topology)
@@ -154,16 +180,28 @@ class CoordinatorService:
             return self._run_apply(app, compiled)
 
     def remove(self, attachment: str) -> RemoveResult:
-        """Remove every requested step, then unprepare the roots; idempotent."""
-        check_name(attachment, "attachment id")
-        self._usable()
-        with self._lock:
-            app = self._application(attachment)
-            if app is None:
-                raise NotFound(f"attachment {attachment}: this coordinator never applied it")
-            if app.state == "removed":
-                return RemoveResult(attachment, "removed", self._journaled_receipts(app))
-            return self._run_remove(app)
+        """Remove every requested step, then unprepare the roots; idempotent. One log line
+        with its ids and outcome, however it ends."""
+        with request_line(self._metrics, "remove", attachment=attachment) as line:
+            check_name(attachment, "attachment id")
+            self._usable()
+            with self._lock:
+                app = self._application(attachment)
+                if app is None:
+                    raise NotFound(f"attachment {attachment}: this coordinator never applied it")
+                line.ids.update(
+                    claim=app.claim,
+                    sandbox=str(app.request["sandbox"]["sandbox_id"]),
+                    topology=app.topology,
+                )
+                if app.state == "removed":
+                    result = RemoveResult(attachment, "removed", self._journaled_receipts(app))
+                else:
+                    result = self._run_remove(app)
+            line.state = result.state
+            if result.state != "removed":
+                line.reason = _waiting_for(result.receipts[-1])
+            return result
 
     def status(self) -> CoordinatorStatus:
         journal = self._journal
@@ -193,6 +231,7 @@ class CoordinatorService:
         journal = self._journal
         if journal is None:
             return notes
+        started = time.monotonic()
         with self._lock:
             interrupted = [a for a in journal.applications() if a.state in ("applying", "removing")]
             notes += self._wait_for_plugins(interrupted)
@@ -202,6 +241,7 @@ class CoordinatorService:
                 except NetworkPluginError as exc:
                     notes.append(f"{app.attachment}: left {app.state}: {one_line(str(exc))}")
             self._ready.set()
+        self._metrics.recovery_finished(time.monotonic() - started)
         return notes
 
     # -- the work ---------------------------------------------------------------------------
@@ -278,8 +318,7 @@ class CoordinatorService:
             receipts += self._receipts(Hook.NODE_UNPREPARE, self._coordinator.unprepare(app.claim))
         unclean = [r for r in receipts if r.status != CleanupStatus.CLEANED.value]
         if unclean:
-            first = unclean[0]
-            error = f"step {first.step}: {first.hook} {first.status}: {one_line(first.detail)}"
+            error = _waiting_for(unclean[0])
             self._journal.put_application(replace(app, state="removing", error=error))
             return RemoveResult(app.attachment, "removing", tuple(receipts))
         # Removed: what went wrong before is history (the log has it), not its state.
@@ -404,3 +443,8 @@ class CoordinatorService:
             else list(compiled.prepare_order if compiled is not None else ())
         )
         return list(order), list(roots)
+
+
+def _waiting_for(receipt: StepReceipt) -> str:
+    """Why a removal is still ``removing``: the receipt it stopped at."""
+    return f"step {receipt.step}: {receipt.hook} {receipt.status}: {one_line(receipt.detail)}"

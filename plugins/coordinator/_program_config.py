@@ -12,6 +12,7 @@ paths are relative to the config file's directory. Every refusal is one
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -19,6 +20,7 @@ from typing import Any, Final, NoReturn
 from plugins.sdk import DocumentError, DocumentSchema, YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import SOCKET_NAME
 from plugins.sdk.service import StartupRefused
+from plugins.sdk.telemetry import LogFormat, MetricsConfig
 
 CONFIG_SCHEMA: Final = "coordinator-config.schema.json"
 # AF_UNIX sun_path is 108 bytes with its NUL; the socket is bound at a staging name
@@ -51,6 +53,9 @@ class CoordinatorConfig:
     call_timeout_seconds: float = 60.0
     plugin_wait_seconds: float = 30.0
     shutdown_grace_seconds: float = 10.0
+    allow_volatile_state_dir: bool = False  # a journal on tmpfs or under /run: test rigs only
+    log_format: LogFormat = "text"
+    metrics: MetricsConfig | None = None  # None (the default): no metrics at all
     path: Path | None = None  # the file it was loaded from
 
     @property
@@ -80,6 +85,12 @@ class CoordinatorConfig:
         except DocumentError as exc:
             refuse("; ".join(exc.lines))
         data = {k: v for k, v in data.items() if v is not None}  # null takes the default
+        for key, value in _path_values(data):
+            if "${" in value:
+                refuse(
+                    f"$.{key}: {value!r} holds an unexpanded ${{...}}: the coordinator expands "
+                    "no variables; write the path itself"
+                )
         base = path.parent
         socket = base / data["socket"]
         if SOCKET_NAME.fullmatch(socket.name) is None:
@@ -102,9 +113,38 @@ class CoordinatorConfig:
             call_timeout_seconds=float(data.get("callTimeoutSeconds", 60.0)),
             plugin_wait_seconds=float(data.get("pluginWaitSeconds", 30.0)),
             shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
+            allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
+            log_format=data.get("logFormat", "text"),
+            metrics=_metrics(base, data.get("metrics")),
             path=path,
         )
 
 
 def _plugin(base: Path, name: str, entry: dict[str, Any]) -> PluginEndpoint:
     return PluginEndpoint(name, base / entry["socket"], base / entry["tokenFile"])
+
+
+def _metrics(base: Path, data: dict[str, Any] | None) -> MetricsConfig | None:
+    """The ``metrics`` mapping, as the services read theirs (exactly one of port, textfile)."""
+    if data is None:
+        return None
+    textfile = data.get("textfile")
+    return MetricsConfig(
+        port=data.get("port"),
+        textfile=base / textfile if textfile is not None else None,
+        textfile_interval_seconds=float(data.get("textfileIntervalSeconds", 15.0)),
+    )
+
+
+def _path_values(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(key path, value)`` of every path the (schema-checked) config names."""
+    for key in ("stateDir", "runtimeDir", "socket", "tokenFile", "policies", "inventory"):
+        if key in data:
+            yield key, data[key]
+    for i, topology in enumerate(data["topologies"]):
+        yield f"topologies[{i}]", topology
+    for name, entry in sorted(data["plugins"].items()):
+        yield f"plugins.{name}.socket", entry["socket"]
+        yield f"plugins.{name}.tokenFile", entry["tokenFile"]
+    if "textfile" in data.get("metrics", {}):
+        yield "metrics.textfile", data["metrics"]["textfile"]

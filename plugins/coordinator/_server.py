@@ -8,12 +8,16 @@ name, so gRPC never unlinks a path someone else may own.
 Order of checks per RPC: the bearer token (constant time; a failure reaches nothing),
 then decoding, then the service (which gates on readiness and its journal). Every
 exception becomes a status code in one place, ``plugins.sdk.host.status_for``.
+
+The standard health service (``grpc.health.v1``, the services' own:
+``plugins.sdk.host.add_health_service``) answers on the same socket without a token, for
+``""`` and ``coordinator.v1alpha1.Coordinator``: SERVING once recovery is done and the
+journal is intact, NOT_SERVING before and otherwise.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +28,7 @@ import grpc
 from plugins.api.coordinator.v1alpha1 import pb, pb_grpc
 from plugins.sdk import RegistrationError
 from plugins.sdk.host import (
+    add_health_service,
     bearer_token_matches,
     bind_linked_socket,
     clear_stale_socket,
@@ -38,9 +43,7 @@ from ._program import CoordinatorService
 log = logging.getLogger("plugins.coordinator.server")
 
 _UNAUTHENTICATED: Final = "missing or invalid authorization metadata (expected 'Bearer <token>')"
-_SOCKET_UMASK: Final = 0o177
-_PROBE_TIMEOUT_S: Final = 1.0
-_UMASK_LOCK = threading.Lock()
+SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 
 _Out = TypeVar("_Out")
 
@@ -115,6 +118,8 @@ class CoordinatorServer:
         executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="coordinator")
         server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self._service, self._token), server)
+        service = self._service
+        add_health_service(server, SERVICE_NAME, lambda: service.ready and not service.fault)
         try:
             self._inode = bind_linked_socket(server, self.path, serving="coordinator")
             server.start()

@@ -12,6 +12,7 @@ plugin"); and a macvlan plugin that refuses NodePrepare itself.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +79,10 @@ def removed_cleanly(
     assert [c.operation_id for c in node.journal.calls() if c.state in OPEN_CALL_STATES] == []
 
 
-def test_macvlan_mapped_to_the_vlan_endpoint_is_removed(node: Node) -> None:
+def test_macvlan_mapped_to_the_vlan_endpoint_is_removed(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "plugins.coordinator")
     clients = node.clients()
     clients["macvlan"] = clients["vlan"]  # the issue's socket map, without the identity check
     service = service_over(node, clients)
@@ -87,6 +91,22 @@ def test_macvlan_mapped_to_the_vlan_endpoint_is_removed(node: Node) -> None:
     assert "NodePrepare is not a hook of an Operation-only plugin" in refused.value.message
     # The vlan endpoint refuses NodeUnprepare too, and has no record of the NodePrepare.
     removed_cleanly(node, service, "att-swap", "NOT_RUN")
+    # One line per request, with the ids an operator searches by and the outcome.
+    ids = f"attachment=att-swap claim=claim-swap sandbox={node.sandbox().sandbox_id}"
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "plugins.coordinator" and r.getMessage().startswith(("apply ", "remove "))
+    ]
+    assert [(level, text.split(" duration_ms=")[0]) for level, text in lines] == [
+        (
+            "WARNING",
+            f"apply FAILED_PRECONDITION {ids} topology=sdk-macvlan outcome=FAILED_PRECONDITION",
+        ),
+        ("INFO", f"remove removed {ids} topology=sdk-macvlan outcome=removed"),
+        ("INFO", f"remove removed {ids} topology=sdk-macvlan outcome=removed"),  # asked again
+    ]
+    assert 'reason="step secondary: NodePrepare failed: FAILED_PRECONDITION' in lines[0][1]
     (prepare,) = [c for c in node.journal.calls() if c.hook == "NodePrepare"]
     assert prepare.state == "abandoned"
     assert prepare.response is not None
