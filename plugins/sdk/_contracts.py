@@ -13,13 +13,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._config import ConfigValidator
 from ._descriptor import Descriptor, PortSpec, Preparation
 from ._errors import ConfigError, RegistrationError
-from ._fastschema import instance_valid
 from ._types import Hook, StepKind
+
+if TYPE_CHECKING:
+    import jsonschema
 
 DEFAULT_BUNDLE_ROOT = Path(__file__).resolve().parent.parent / "contracts"
 PINS_FILE = "pins.json"
@@ -247,15 +249,17 @@ def _parse_bundle(schema_id: str, raw: bytes) -> dict[str, Any]:
         data = parse_config_json(raw, max_bytes=MAX_BUNDLE_BYTES, max_depth=32)
     except ConfigError as exc:
         raise RegistrationError(f"contract bundle {schema_id!r}: {exc}") from exc
-    if instance_valid(BUNDLE_SCHEMA, data) is True:
-        return data  # certainly valid: jsonschema (its import) only to explain a bad one
+    validator = _bundle_validator()
+    if validator.is_valid(data):
+        return data
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+    raise RegistrationError(f"contract bundle {schema_id!r}: {where}: {errors[0].message}")
+
+
+@functools.cache
+def _bundle_validator() -> jsonschema.Draft202012Validator:
+    """``BUNDLE_SCHEMA`` compiled once per process (jsonschema decides a bundle's shape)."""
     import jsonschema
 
-    errors = sorted(
-        jsonschema.Draft202012Validator(BUNDLE_SCHEMA).iter_errors(data),
-        key=lambda e: list(e.absolute_path),
-    )
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        raise RegistrationError(f"contract bundle {schema_id!r}: {where}: {errors[0].message}")
-    return data
+    return jsonschema.Draft202012Validator(BUNDLE_SCHEMA)

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._errors import RegistrationError
-from .._fastschema import instance_valid, schema_valid
 from .._plan import canonical_json, digest, thaw_json
 
-if TYPE_CHECKING:  # jsonschema: only for a payload or schema _fastschema cannot vouch for
+if TYPE_CHECKING:  # jsonschema: imported when a kind's payload schema is first compiled
     import jsonschema
 
 JSON = Any
@@ -162,10 +161,6 @@ class EffectRegistry:
         # whose schema is invalid fails every plan that uses it, naming the kind.
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
         self._validators_lock = threading.Lock()
-        # Each kind's payload schema as plain JSON when it is certainly a valid schema
-        # (None: it is not, or cannot be told without jsonschema): a payload it finds
-        # certainly valid needs no jsonschema at all (plugins.sdk._fastschema).
-        self._fast: dict[str, Any] = {}
         for ex in executors:
             if ex.kind in self._executors:
                 raise RegistrationError(f"effect kind {ex.kind!r} registered twice")
@@ -193,17 +188,15 @@ class EffectRegistry:
             return validator
 
     def payload_problem(self, kind: str, payload: Mapping[str, JSON]) -> str | None:
-        if kind not in self._fast:
-            schema = thaw_json(self._executors[kind].payload_schema)
-            self._fast[kind] = schema if schema_valid(schema) else None
-        fast = self._fast[kind]
-        if fast is not None and instance_valid(fast, dict(payload)) is True:
+        """None if jsonschema finds ``payload`` valid for the kind, else its best error."""
+        validator = self.payload_validator(kind)
+        document = dict(payload)
+        if validator.is_valid(document):
             return None
         import jsonschema
 
-        validator = self.payload_validator(kind)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(payload)))
-        if error is None:
-            return None
+        error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+        if error is None:  # pragma: no cover - is_valid said there is one
+            return "(payload): does not match the payload schema"
         where = "/".join(str(p) for p in error.absolute_path) or "(payload)"
         return f"{where}: {error.message}"
