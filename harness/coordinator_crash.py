@@ -18,7 +18,7 @@ from pathlib import Path
 from labs import Node
 from plugins.sdk.runner import CrashPoints, SimulatedCrash
 
-from .crash import Reference, RunResult
+from .crash import Reference, RunResult, failure_evidence
 from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
@@ -104,6 +104,7 @@ def coordinator_crash_run(
             if differing:
                 mismatch = f"{differing} after the restart differ from the uncrashed run"
         found = violations(before, lab.kernel, lab.journal, dict(lab.coordinator.clients))
-        return RunResult(point, path, 1, PHASES[crashed], found, mismatch)
+        evidence = failure_evidence(found, lab.journal)
+        return RunResult(point, path, 1, PHASES[crashed], found, mismatch, evidence)
     finally:
         lab.close()

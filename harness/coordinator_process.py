@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 import signal
+from functools import partial
 from pathlib import Path
 
 from labs import SANDBOX, CoordinatorProcess, FakeServerLab, Lab, Node
 from plugins.coordinator import CoordinatorCallError, CoordinatorJournal
 
 from .coordinator_crash import hook_of
-from .crash import Counters, RunResult
+from .crash import RunResult, failure_evidence
+from .crash_log import CrashLog
 from .invariants import violations, without_namespace
 from .scenarios import TOPOLOGIES, TOPOLOGY_DIR, compiled
 
@@ -98,13 +100,13 @@ class CoordinatorRig(Node):
         clients = self.clients()
         try:
             problems += violations(self.baseline, self.kernel, journal, clients)
+            evidence = failure_evidence(problems, journal)
         finally:
             journal.close()
             for c in clients.values():
                 c.close()
-        return RunResult(
-            point, "recover", 1, "prepare" if "NodePrepare" in point else "connect", problems
-        )
+        phase = "prepare" if "NodePrepare" in point else "connect"
+        return RunResult(point, "recover", 1, phase, problems, evidence=evidence)
 
     def close(self) -> None:
         if self._program is not None:
@@ -113,15 +115,17 @@ class CoordinatorRig(Node):
 
 
 def coordinator_kill_runs(
-    rig: CoordinatorRig, topology: str, points: list[str], stats: Counters
+    rig: CoordinatorRig, topology: str, points: list[str], log: CrashLog, reference: list[str]
 ) -> list[str]:
     """A coordinator SIGKILL run at each of ``points`` (fresh identities each, numbered from
-    200), counted into ``stats``; the failures (empty: all good)."""
+    200), recorded in ``log`` (``reference``: the coordinator reference run's points, which
+    order the crash matrix's rows); the failures (empty: all good)."""
     failures = []
     for n, point in enumerate(points, start=200):
-        result = rig.run(topology, point, n)
-        stats.add("crash_runs_sigkill")
-        stats.add("invariant_violations", len(result.violations))
+        order = reference.index(point)
+        result = log.run(
+            topology, "SIGKILL", "SIGKILL", order, partial(rig.run, topology, point, n)
+        )
         if not result.ok:
             failures.append(f"{topology} {point}: {result.violations}")
     return failures

@@ -22,15 +22,20 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from labs import Lab, Node
+from plugins.coordinator import CoordinatorJournal
 from plugins.sdk.runner import CrashPoint, CrashPoints, SimulatedCrash
 
 from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
+
+if TYPE_CHECKING:
+    from .crash_log import CrashLog
 
 LabFactory = Callable[[], Lab]
 UNDO_PHASES = ("undoing.", "cleanup.")
@@ -79,10 +84,39 @@ class RunResult:
     crashed_phase: str
     violations: list[str] = field(default_factory=list)
     replay_mismatch: str = ""
+    evidence: dict[str, str] = field(default_factory=dict)
+    """A failed run's evidence for the report, by name (``failure_evidence``); none for a
+    run that passed."""
 
     @property
     def ok(self) -> bool:
         return not self.violations and not self.replay_mismatch
+
+
+KERNEL_DIFFERS = "kernel differs: "
+
+
+def failure_evidence(found: list[str], journal: CoordinatorJournal) -> dict[str, str]:
+    """What the report attaches to a run that broke an invariant (its step's message
+    lists the violations): the kernel's differences from its first snapshot, and the
+    coordinator journal's rows (every call with its state, every claim still held). Nothing for a run that passed, so a
+    thousand good runs add no attachments. Read once the invariants were checked."""
+    if not found:
+        return {}
+    kernel = [v.removeprefix(KERNEL_DIFFERS) for v in found if v.startswith(KERNEL_DIFFERS)]
+    try:
+        rows = [
+            f"{c.operation_id}  {c.plugin}  {c.hook}  {c.state}"
+            + (f"  error: {c.error}" if c.error else "")
+            for c in journal.calls()
+        ]
+        rows += [f"claim {c.resource} held by {c.holder} ({c.mode})" for c in journal.claims()]
+    except Exception as exc:  # a journal the run broke: say so instead of its rows
+        rows = [f"the coordinator journal could not be read: {exc!r}"]
+    return {
+        "kernel diff": "\n".join(kernel) or "(the kernel equals its first snapshot)",
+        "journal rows": "\n".join(rows) or "(no calls, no claims)",
+    }
 
 
 def node(root: Path, crash: CrashPoints | None = None, make_lab: LabFactory | None = None) -> Node:
@@ -172,7 +206,8 @@ def crash_run(
                 if differs:
                     mismatch = f"{phase} result after the crash differs from the uncrashed run"
         found = violations(before, lab.kernel, lab.journal, dict(lab.coordinator.clients))
-        return RunResult(point, path, crashes, PHASES[crashed], found, mismatch)
+        evidence = failure_evidence(found, lab.journal)
+        return RunResult(point, path, crashes, PHASES[crashed], found, mismatch, evidence)
     finally:
         lab.close()
 
@@ -188,16 +223,17 @@ class Counters(Protocol):
 
 @dataclass
 class CrashSuite:
-    """The rig's crash runs of one topology on one tier, counted into ``stats`` the same
-    way on every tier. Each method returns the failures (empty: all good) and asserts
-    nothing, so a tier chooses the points (all, or a seeded sample) and a test asserts.
+    """The rig's crash runs of one topology on one tier, counted and reported through
+    ``log`` (``harness.crash_log.CrashLog``) the same way on every tier. Each method
+    returns the failures (empty: all good) and asserts nothing, so a tier chooses the
+    points (all, or a seeded sample) and a test asserts.
 
     ``make_lab``: a new lab per run (None: the fake model in this process).
     """
 
     topology: str
     ref: Reference
-    stats: Counters
+    log: CrashLog
     make_lab: LabFactory | None = None
     second_crashes: int = 0
 
@@ -218,17 +254,25 @@ class CrashSuite:
             raise ValueError(f"part {k} of {n}")
         chosen = (self.ref.points if points is None else points)[k::n]
         if path == "retry" and k == 0:
-            self.stats.add("crash_points_enumerated", len(self.ref.points))
+            self.log.add("crash_points_enumerated", len(self.ref.points))
         failures = []
         for i, point in enumerate(chosen):
-            result = crash_run(
-                self.topology, point, path, root / f"{i}", ref=self.ref, make_lab=self.make_lab
+            run = partial(
+                crash_run,
+                self.topology,
+                point,
+                path,
+                root / f"{i}",
+                ref=self.ref,
+                make_lab=self.make_lab,
             )
-            self.stats.add("crash_runs_inprocess")
-            self.stats.add("invariant_violations", len(result.violations))
+            result = self.log.run(self.topology, "in-process", path, self._order(point), run)
             if not result.ok:
                 failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
         return failures
+
+    def _order(self, point: str) -> int:
+        return self.ref.points.index(point)
 
     def undo_points(self) -> list[str]:
         return [p for p in self.ref.points if is_undo_boundary(p)]
@@ -243,8 +287,10 @@ class CrashSuite:
         ``second_crashes`` counts the runs where it fired."""
         failures = []
         self.second_crashes = 0
+        column = "undo crash" if second is is_undo_boundary else "recovery crash"
         for i, point in enumerate(points):
-            result = crash_run(
+            run = partial(
+                crash_run,
                 self.topology,
                 point,
                 "retry",
@@ -252,8 +298,7 @@ class CrashSuite:
                 second=second,
                 make_lab=self.make_lab,
             )
-            self.stats.add("compound_crash_runs")
-            self.stats.add("invariant_violations", len(result.violations))
+            result = self.log.run(self.topology, "compound", column, self._order(point), run)
             self.second_crashes += result.crashes == 2
             if not result.ok:
                 failures.append(f"{point}: {result.violations}")

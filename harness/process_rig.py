@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 from labs import SANDBOX, FakeServerLab, Lab, Node, service_of
@@ -14,7 +15,8 @@ from plugins.coordinator import StepFailed
 from plugins.sdk import CleanupStatus
 from plugins.sdk.runner import CrashPoint
 
-from .crash import Counters, RunResult
+from .crash import RunResult, failure_evidence
+from .crash_log import CrashLog
 from .invariants import violations, without_namespace
 from .scenarios import PHASES, Lifecycle, compiled
 
@@ -133,17 +135,23 @@ class ProcessRig(Node):
         problems += violations(
             self.baseline, self.kernel, self.journal, dict(self.coordinator.clients)
         )
-        return RunResult(point, "retry", 1 if crashed is not None else 0, PHASES[start], problems)
+        crashes = 1 if crashed is not None else 0
+        evidence = failure_evidence(problems, self.journal)
+        return RunResult(point, "retry", crashes, PHASES[start], problems, evidence=evidence)
 
 
-def sigkill_runs(rig: ProcessRig, topology: str, points: list[str], stats: Counters) -> list[str]:
+def sigkill_runs(
+    rig: ProcessRig, topology: str, points: list[str], log: CrashLog, reference: list[str]
+) -> list[str]:
     """A SIGKILL run at each of ``points`` on ``rig`` (fresh identities each, numbered from
-    100), counted into ``stats``; the failures (empty: all good)."""
+    100), recorded in ``log`` (``reference``: the reference run's points, which order the
+    crash matrix's rows); the failures (empty: all good)."""
     failures = []
     plan = [(n, topology, point) for n, point in enumerate(points, start=100)]
-    for result in rig.runs(plan):
-        stats.add("crash_runs_sigkill")
-        stats.add("invariant_violations", len(result.violations))
+    results = rig.runs(plan)  # each run happens as it is asked for
+    for point in points:
+        order = reference.index(point)
+        result = log.run(topology, "SIGKILL", "SIGKILL", order, partial(next, results))
         if not result.ok:
             failures.append(f"{result.point}: {result.violations}")
     return failures

@@ -1,8 +1,10 @@
-"""The rig's fixtures: the uncrashed reference runs, computed once per test process."""
+"""The rig's fixtures: the uncrashed reference runs, computed once per test process, and
+each test's crash log."""
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +12,10 @@ import pytest
 
 from harness.coordinator_crash import coordinator_reference
 from harness.crash import Reference, reference
+from harness.crash_log import CrashLog
+from harness.pytest_plugin import RigStats
+from harness.report_labels import lab_label
+from harness.stats import STATS_DIR_ENV
 
 
 class References:
@@ -39,3 +45,17 @@ class References:
 @pytest.fixture(scope="session")
 def references(tmp_path_factory: pytest.TempPathFactory) -> References:
     return References(tmp_path_factory.mktemp("references"))
+
+
+@pytest.fixture
+def crash_log(request: pytest.FixtureRequest, rig_stats: RigStats) -> CrashLog:
+    """Where this test's crash runs are counted and reported (``harness.crash_log``):
+    the rig's counters, an Allure step per run, and the rig's run log for the crash
+    matrix (when the rig runs the test: it names the directory)."""
+    directory = os.environ.get(STATS_DIR_ENV)
+    return CrashLog(
+        rig_stats,
+        lab_label(request.node),
+        request.node.nodeid,
+        Path(directory) if directory else None,
+    )

@@ -5,6 +5,7 @@ checked, including that no coordinator call is left open."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from harness.coordinator_crash import (
     hook_of,
     is_coordinator_boundary,
 )
-from harness.pytest_plugin import RigStats
+from harness.crash_log import CrashLog
 from harness.rig import _Collector, summarize
 from harness.scenarios import TOPOLOGIES
 from harness.stats import Gathered
@@ -31,7 +32,7 @@ COMMITS = {"set_unit", "claim", "record_call", "finish_call", "finish_cleanup", 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", ["retry", "cleanup"])
 def test_coordinator_crash_at_every_boundary(
-    path: str, references: References, tmp_path: Path, rig_stats: RigStats
+    path: str, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     refs = {t: references.coordinator(t) for t in TOPOLOGIES}
     boundaries: set[str] = set()
@@ -45,12 +46,11 @@ def test_coordinator_crash_at_every_boundary(
     failures, runs = [], 0
     for topology, ref in refs.items():
         for i, point in enumerate(ref.points):
-            result = coordinator_crash_run(
-                topology, point, path, tmp_path / f"{topology}-{i}", ref=ref
+            run = partial(
+                coordinator_crash_run, topology, point, path, tmp_path / f"{topology}-{i}", ref=ref
             )
+            result = crash_log.run(topology, "coordinator", path, i, run)
             runs += 1
-            rig_stats.add("coordinator_crash_runs")
-            rig_stats.add("invariant_violations", len(result.violations))
             if not result.ok:
                 failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
     assert not failures, "\n".join(failures[:10])

@@ -20,8 +20,9 @@ import pytest
 from harness.coordinator_crash import coordinator_reference
 from harness.coordinator_process import CoordinatorRig, coordinator_kill_runs, is_apply_boundary
 from harness.crash import CrashSuite, Reference, is_recovery_boundary, is_undo_boundary, reference
+from harness.crash_log import CrashLog
 from harness.process_rig import ProcessRig, sigkill_runs
-from harness.pytest_plugin import RigStats, require_lab
+from harness.pytest_plugin import require_lab
 from harness.scenarios import SEED_ENV, TOPOLOGIES, allocate, start_state_seed
 from labs.netns import PARENTS, NetnsLab, NetnsLabUnavailable
 from plugins.kernel import KernelError, LinkKind, LinkSpec
@@ -146,19 +147,19 @@ def test_the_lab_starts_from_the_seeds_random_state(labs: Callable[[], NetnsLab]
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", ["retry", "cleanup"])
 def test_crash_at_every_point(
-    topology: str, path: str, ref: Reference, tmp_path: Path, rig_stats: RigStats
+    topology: str, path: str, ref: Reference, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
-    failures = CrashSuite(topology, ref, rig_stats, make_lab).every_point(path, tmp_path)
+    failures = CrashSuite(topology, ref, crash_log, make_lab).every_point(path, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
 @pytest.mark.timeout(600)
 def test_compound_crash_at_every_undo_boundary(
-    topology: str, ref: Reference, tmp_path: Path, rig_stats: RigStats
+    topology: str, ref: Reference, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    suite = CrashSuite(topology, ref, crash_log, make_lab)
     undo_points = suite.undo_points()
     assert undo_points
     failures = suite.compound(is_undo_boundary, undo_points, tmp_path)
@@ -168,9 +169,9 @@ def test_compound_crash_at_every_undo_boundary(
 
 @pytest.mark.timeout(600)
 def test_compound_crash_during_recovery(
-    topology: str, ref: Reference, tmp_path: Path, rig_stats: RigStats
+    topology: str, ref: Reference, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    suite = CrashSuite(topology, ref, crash_log, make_lab)
     interrupted = suite.interrupted_points()
     chosen = interrupted[:: max(1, len(interrupted) // RECOVERY_SAMPLE)]
     failures = suite.compound(is_recovery_boundary, chosen, tmp_path)
@@ -179,7 +180,7 @@ def test_compound_crash_during_recovery(
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, rig_stats: RigStats) -> None:
+def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, crash_log: CrashLog) -> None:
     """Real service processes on a NetnsLab (their LinuxKernel on the lab's node
     namespace), SIGKILLed at a seeded sample of the points; the pod is deleted after each
     run (the invariants), which needs the services not to hold its namespace."""
@@ -190,7 +191,7 @@ def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, rig_stats
     print(f"SIGKILL sample of {topology} ({REPRODUCE}): {chosen}")
     rig = ProcessRig(tmp_path / "rig", make_lab())
     try:
-        failures = sigkill_runs(rig, topology, chosen, rig_stats)
+        failures = sigkill_runs(rig, topology, chosen, crash_log, ref.points)
     finally:
         rig.close()
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
@@ -198,23 +199,20 @@ def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, rig_stats
 
 @pytest.mark.timeout(600)
 def test_sigkill_the_coordinator_mid_apply(
-    topology: str, tmp_path: Path, rig_stats: RigStats
+    topology: str, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     """The coordinator program (a real process, over real service processes on a NetnsLab)
     SIGKILLed at a seeded sample of its apply boundaries, restarted (recovery completes or
     undoes the apply), the attachment removed over its socket, the invariants read from
     the real kernel."""
-    points = [
-        p
-        for p in coordinator_reference(topology, tmp_path / "reference").points
-        if is_apply_boundary(p)
-    ]
+    reference_points = coordinator_reference(topology, tmp_path / "reference").points
+    points = [p for p in reference_points if is_apply_boundary(p)]
     rng = random.Random(f"{SEED}/coordinator-sigkill/{topology}")
     chosen = sorted(rng.sample(points, min(COORDINATOR_SAMPLE, len(points))), key=points.index)
     print(f"coordinator SIGKILL sample of {topology} ({REPRODUCE}): {chosen}")
     rig = CoordinatorRig(tmp_path / "rig", make_lab())
     try:
-        failures = coordinator_kill_runs(rig, topology, chosen, rig_stats)
+        failures = coordinator_kill_runs(rig, topology, chosen, crash_log, reference_points)
     finally:
         rig.close()
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])

@@ -34,8 +34,8 @@ from harness.crash import (
     is_undo_boundary,
     reference,
 )
+from harness.crash_log import CrashLog
 from harness.process_rig import ProcessRig, sigkill_runs
-from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, allocate, lab_inventory, start_state_seed
 from labs import AgentLab
 
@@ -129,23 +129,23 @@ def test_crash_at_a_sample_of_points(
     ref: Reference,
     make_lab: LabFactory,
     tmp_path: Path,
-    rig_stats: RigStats,
+    crash_log: CrashLog,
 ) -> None:
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
     wanted = INPROCESS_SAMPLE[topology][path]
     points = chosen(f"in-process {path}", topology, ref.points, wanted)
     started = time.monotonic()
-    failures = CrashSuite(topology, ref, rig_stats, make_lab).every_point(path, tmp_path, points)
+    failures = CrashSuite(topology, ref, crash_log, make_lab).every_point(path, tmp_path, points)
     print(f"{len(points)} runs in {time.monotonic() - started:.1f} s")
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
 @pytest.mark.timeout(TIMEOUT_S)
 def test_compound_crash_at_undo_boundaries(
-    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, rig_stats: RigStats
+    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    suite = CrashSuite(topology, ref, crash_log, make_lab)
     # The last undo boundary has nothing after it to crash at a second time.
     points = chosen("undo compound", topology, suite.undo_points()[:-1], UNDO_SAMPLE[topology])
     failures = suite.compound(is_undo_boundary, points, tmp_path)
@@ -155,9 +155,9 @@ def test_compound_crash_at_undo_boundaries(
 
 @pytest.mark.timeout(TIMEOUT_S)
 def test_compound_crash_during_recovery(
-    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, rig_stats: RigStats
+    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, ref, rig_stats, make_lab)
+    suite = CrashSuite(topology, ref, crash_log, make_lab)
     points = chosen(
         "recovery compound", topology, suite.interrupted_points(), RECOVERY_SAMPLE[topology]
     )
@@ -168,7 +168,7 @@ def test_compound_crash_during_recovery(
 
 @pytest.mark.timeout(TIMEOUT_S)
 def test_sigkill_sample(
-    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, rig_stats: RigStats
+    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     """Real service processes on the rig's machine, their kernel the session's
     (``fake://`` on the relay), SIGKILLed at a seeded sample of the points."""
@@ -176,7 +176,7 @@ def test_sigkill_sample(
     started = time.monotonic()
     rig = ProcessRig(tmp_path / "rig", make_lab())
     try:
-        failures = sigkill_runs(rig, topology, points, rig_stats)
+        failures = sigkill_runs(rig, topology, points, crash_log, ref.points)
     finally:
         rig.close()
     print(f"{len(points)} SIGKILL runs in {time.monotonic() - started:.1f} s")

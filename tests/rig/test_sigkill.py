@@ -10,14 +10,15 @@ two service starts each, one after another).
 from __future__ import annotations
 
 import random
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from harness.coordinator_crash import hook_of
 from harness.coordinator_process import APPLY_HOOKS, CoordinatorRig, is_apply_boundary
+from harness.crash_log import CrashLog
 from harness.process_rig import ProcessRig, Run, sample, shards
-from harness.pytest_plugin import RigStats
 from harness.scenarios import SEED_ENV, TOPOLOGIES, start_state_seed
 
 from .conftest import References
@@ -46,16 +47,17 @@ def test_the_service_sample_is_run_once_whole(references: References) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_sigkill_sample(
-    shard: int, references: References, tmp_path: Path, rig_stats: RigStats
+    shard: int, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     plan: list[Run] = shards(service_sample(references), SHARDS)[shard]
     print(f"SIGKILL runs {[n for n, _, _ in plan]} of the sample ({REPRODUCE})")
     rig = ProcessRig(tmp_path / "rig")
     failures = []
     try:
-        for (_, topology, point), result in zip(plan, rig.runs(plan), strict=True):
-            rig_stats.add("crash_runs_sigkill")
-            rig_stats.add("invariant_violations", len(result.violations))
+        results = rig.runs(plan)  # each run happens as it is asked for
+        for _, topology, point in plan:
+            order = references.plugin(topology).points.index(point)
+            result = crash_log.run(topology, "SIGKILL", "SIGKILL", order, partial(next, results))
             if not result.ok:
                 failures.append(f"{topology} {point}: {result.violations}")
     finally:
@@ -86,7 +88,7 @@ def coordinator_sample(references: References) -> list[tuple[str, str]]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("hook", APPLY_HOOKS)
 def test_sigkill_the_coordinator_mid_apply(
-    hook: str, references: References, tmp_path: Path, rig_stats: RigStats
+    hook: str, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     """The coordinator program SIGKILLed at a seeded sample of its apply boundaries (prepare
     and connect, all three topologies), then restarted: recovery completes or undoes the
@@ -100,9 +102,9 @@ def test_sigkill_the_coordinator_mid_apply(
     failures = []
     try:
         for n, topology, point in plan:
-            result = rig.run(topology, point, n)
-            rig_stats.add("crash_runs_sigkill")
-            rig_stats.add("invariant_violations", len(result.violations))
+            order = references.coordinator(topology).points.index(point)
+            run = partial(rig.run, topology, point, n)
+            result = crash_log.run(topology, "SIGKILL", "SIGKILL", order, run)
             if not result.ok:
                 failures.append(f"{topology} {point}: {result.violations}")
     finally:

@@ -16,8 +16,8 @@ import pytest
 from fakekernel.lab import load_lab
 from fakekernel.model import diff
 from harness.crash import CrashSuite, is_recovery_boundary, is_undo_boundary
+from harness.crash_log import CrashLog
 from harness.inprocess import DEFAULT_LAB, SANDBOX, in_process_node
-from harness.pytest_plugin import RigStats
 from harness.rig import _Collector, summarize
 from harness.scenarios import DEFAULT_SEED, SEED_ENV, TOPOLOGIES, start_state_seed
 
@@ -74,22 +74,22 @@ def test_crash_at_every_point(
     path: str,
     references: References,
     tmp_path: Path,
-    rig_stats: RigStats,
+    crash_log: CrashLog,
 ) -> None:
     print(f"\nrig crash runs of {case}, part {part[0] + 1} of {part[1]}: {REPRODUCE}")
     ref = references.plugin(case)
     hooks = {p.split("/", 1)[0] for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
     assert len(ref.points) == len(set(ref.points)), "crash point names must be unique"
-    failures = CrashSuite(case, ref, rig_stats).every_point(path, tmp_path, part=part)
+    failures = CrashSuite(case, ref, crash_log).every_point(path, tmp_path, part=part)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
 
 @pytest.mark.timeout(900)
 def test_compound_crash_at_every_undo_boundary(
-    topology: str, references: References, tmp_path: Path, rig_stats: RigStats
+    topology: str, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, references.plugin(topology), rig_stats)
+    suite = CrashSuite(topology, references.plugin(topology), crash_log)
     undo_points = suite.undo_points()
     assert undo_points
     failures = suite.compound(is_undo_boundary, undo_points, tmp_path)
@@ -100,9 +100,9 @@ def test_compound_crash_at_every_undo_boundary(
 
 @pytest.mark.timeout(900)
 def test_compound_crash_during_recovery(
-    topology: str, references: References, tmp_path: Path, rig_stats: RigStats
+    topology: str, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    suite = CrashSuite(topology, references.plugin(topology), rig_stats)
+    suite = CrashSuite(topology, references.plugin(topology), crash_log)
     interrupted = suite.interrupted_points()
     chosen = interrupted[:: max(1, len(interrupted) // 15)]
     failures = suite.compound(is_recovery_boundary, chosen, tmp_path)
