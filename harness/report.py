@@ -1,5 +1,11 @@
 """Allure reporting: each plugin call as a step, with its request, response, the plugin's
-journal record and the kernel diff attached; environment metadata for the run."""
+journal record and the kernel diff attached; environment metadata for the run, with the
+run's counters (the report's overview lists them).
+
+The rest of the report lives beside it: ``harness.report_labels`` (where each test sits
+in the tree, its host label), ``harness.crash_log`` (a step per crash run),
+``harness.crash_matrix`` (each topology's crash matrix), ``harness.report_check`` (the
+rendered report loads nothing from another host)."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import platform
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +65,65 @@ class AllureObserver:
             )
 
 
-def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None = None) -> None:
-    """environment.properties for the report: the tier, the kernel the plugins ran on,
-    the backend, the NIC model, the commit. ``facts`` are the run's (``RigStats.fact``):
-    a vm run names the guest's kernel release and the QEMU that emulated its NICs."""
+def model_version() -> str:
+    """The fake kernel model's version: the project's, whose ``fakekernel`` it is."""
+    try:
+        return metadata.version("dra-networkplugins")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def kernel_of(scheme: str, facts: Mapping[str, Any]) -> str:
+    """The kernel a lab's plugins called: the fake tier calls no Linux kernel at all."""
+    if scheme == "fake":
+        return f"none: the fakekernel model (dra-networkplugins {model_version()})"
+    here = f"{platform.system()} {platform.release()}"
+    if scheme == "vm":
+        return f"Linux {facts.get('kernel_release', 'unknown')} (guest; host {here})"
+    if scheme == "sriov":
+        return "per host (below)"
+    return f"{here} (this machine)"
+
+
+def counters(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The run's counters as the report's overview lists them (the summary's figures,
+    ``harness.rig.summarize``)."""
+    if not summary:
+        return {}
+    kinds = (
+        ("crash_runs_inprocess", "in-process"),
+        ("compound_crash_runs", "compound"),
+        ("coordinator_crash_runs", "coordinator"),
+        ("crash_runs_sigkill", "SIGKILL"),
+    )
+    runs = sum(summary.get(key, 0) for key, _ in kinds)
+    each = ", ".join(f"{summary.get(key, 0)} {name}" for key, name in kinds)
+    return {
+        "crash_points": str(summary.get("crash_points_enumerated", 0)),
+        "crash_runs": f"{runs} ({each})",
+        "invariant_violations": str(summary.get("invariant_violations", 0)),
+        "io_faults": (
+            f"{summary.get('io_faults_injected', 0)} injected, "
+            f"{summary.get('io_fault_violations', 0)} violations"
+        ),
+        "tests": (
+            f"{summary.get('tests_passed', 0)} passed, {summary.get('tests_failed', 0)} failed, "
+            f"{summary.get('tests_skipped', 0)} skipped in {summary.get('seconds', 0)} s"
+        ),
+    }
+
+
+def write_environment(
+    results: Path,
+    lab: str,
+    facts: Mapping[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
+) -> None:
+    """environment.properties for the report (its overview lists it): per lab, the lab,
+    the kernel its plugins called, the backend, the NIC model and the run's counters
+    (``summary``: crash points, crash runs, invariant violations, I/O faults, tests);
+    the commit and the machine. ``facts`` are the run's (``RigStats.fact``): a vm run
+    names the guest's kernel release and the QEMU that emulated its NICs."""
     facts = facts or {}
     results.mkdir(parents=True, exist_ok=True)
     try:
@@ -75,11 +137,6 @@ def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None =
     except OSError:
         commit = "unknown"
     scheme = lab.split("://", 1)[0]
-    kernel = f"{platform.system()} {platform.release()}"
-    if scheme == "vm":
-        kernel = f"Linux {facts.get('kernel_release', 'unknown')} (guest; host {kernel})"
-    if scheme == "sriov":
-        kernel = "per host (below)"
     nic = {
         "fake": "fake kernel model (fakekernel/labs/default.yaml)",
         "netns": "veth (host kernel)",
@@ -96,7 +153,8 @@ def write_environment(results: Path, lab: str, facts: Mapping[str, Any] | None =
     name = lab_slug(lab)
     props = {
         f"{name}.lab": lab,
-        f"{name}.kernel": kernel,
+        f"{name}.kernel": kernel_of(scheme, facts),
+        **{f"{name}.{key}": value for key, value in counters(summary or {}).items()},
         f"{name}.backend": backend,
         f"{name}.nic.model": nic,
         "commit": commit or "unknown",

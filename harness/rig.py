@@ -3,7 +3,8 @@
 ``python -m harness.rig --lab fake:// --alluredir reports/allure-results``
 
 Runs the tests of the lab's tier (``-m fake`` for ``fake://``), writes Allure results with
-environment metadata, and ``reports/summary.json`` with the run's figures.
+environment metadata and counters, each topology's crash matrix, and
+``reports/summary.json`` with the run's figures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import pytest
 
 from labs import METRICS_DIR_ENV
 
+from .crash_log import read_runs
+from .crash_matrix import write_matrices
 from .labs import LabURLError, parse_lab_url, summary_path
 from .report import write_environment
 from .scenarios import start_state_seed
@@ -210,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         collector.stats = gather(Path(stats_dir))
         collector.metrics = scrape_textfiles(Path(metrics_dir))
-    # After the run, which knows its facts (the guest's kernel release, its QEMU).
-    write_environment(results, args.lab, collector.stats.facts)
+        runs = read_runs(Path(stats_dir))
+    # Each topology's crash matrix, from every test process's runs (harness.crash_matrix).
+    write_matrices(results, runs)
     summary = summarize(spec.tier, args.lab, collector, time.monotonic() - started)
+    # After the run, which knows its facts (the guest's kernel release, its QEMU) and counts.
+    write_environment(results, args.lab, collector.stats.facts, summary)
     path = summary_path(Path(args.reports), args.lab)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2) + "\n")

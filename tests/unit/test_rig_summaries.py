@@ -4,6 +4,7 @@ environment when one report holds several labs."""
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,35 @@ def test_an_sriov_labs_environment_names_each_hosts_testbed(tmp_path: Path) -> N
     assert "driver igb 6.1.0-50-amd64" in described
     assert "firmware none" in described
     assert "4 VFs" in described
+
+
+def test_the_fake_labs_kernel_is_the_model_and_the_counters_are_listed(tmp_path: Path) -> None:
+    """The report's overview lists the environment: on the fake lab no Linux kernel ran
+    the plugins (it named this machine's), and the run's counters sit beside the lab."""
+    summary = {
+        "crash_points_enumerated": 218,
+        "crash_runs_inprocess": 436,
+        "compound_crash_runs": 98,
+        "coordinator_crash_runs": 276,
+        "crash_runs_sigkill": 31,
+        "invariant_violations": 0,
+        "io_faults_injected": 192,
+        "io_fault_violations": 0,
+    }
+    write_environment(tmp_path, "fake://", {}, summary)
+    write_environment(tmp_path, "netns://")
+    lines = (tmp_path / "environment.properties").read_text().splitlines()
+    props = dict(line.split("=", 1) for line in lines)
+    assert platform.release() not in props["fake.kernel"]
+    assert "fakekernel model" in props["fake.kernel"]
+    assert props["netns.kernel"] == f"Linux {platform.release()} (this machine)"
+    assert props["fake.crash_points"] == "218"
+    assert (
+        props["fake.crash_runs"] == "841 (436 in-process, 98 compound, 276 coordinator, 31 SIGKILL)"
+    )
+    assert props["fake.invariant_violations"] == "0"
+    assert props["fake.io_faults"] == "192 injected, 0 violations"
+    keys = [line.split("=", 1)[0] for line in lines]
+    assert keys[:5] == [
+        f"fake.{k}" for k in ("lab", "kernel", "crash_points", "crash_runs", "invariant_violations")
+    ], "the overview shows the first five"
