@@ -41,7 +41,7 @@ still carry the delete out later. A channel whose sender is past its deadline, e
 after its caller was answered by the announcement, is not used again either
 (``usable``): the next delete in that namespace gets new sockets instead of queueing
 behind the stuck one. Until its thread returns, the stuck request counts in
-``InFlight.stuck`` (the metric ``networkplugin_kernel_stuck_calls``).
+``Sockets.stuck`` (the metric ``networkplugin_kernel_stuck_calls``).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class DeleteChannel:
     listener (each only until its device is announced); their senders share ``sender``,
     whose lock serializes them (a second delete in one namespace at once waits for the
     first's ack before its own request goes out, as it did on one socket). ``where``
-    names the namespace in errors and logs; ``deadline_s`` and ``in_flight``: the
+    names the namespace in errors and logs; ``deadline_s`` and ``sockets``: the
     module's docstring.
     """
 
@@ -154,14 +154,12 @@ class DeleteChannel:
         *,
         where: str = "",
         deadline_s: float = w.CALL_DEADLINE_S,
-        in_flight: w.InFlight | None = None,
+        sockets: w.Sockets | None = None,
     ) -> None:
         try:
             listener.setblocking(False)
             listener.bind((0, 0))
-            self._sender = w.RtnlSocket(
-                sender, where=where, deadline_s=deadline_s, in_flight=in_flight
-            )
+            self._sender = w.RtnlSocket(sender, where=where, deadline_s=deadline_s, sockets=sockets)
         except BaseException:
             sender.close()
             listener.close()

@@ -24,7 +24,7 @@ drops its last reference blocks there for good, holding the socket's lock. So a 
 whose request is past its deadline is never used again (``overdue``: its owner makes a
 new one), a request that waits for the lock up to its deadline discards the socket
 (ETIMEDOUT), and ``close`` never waits for the lock: the request in flight closes the
-socket when it returns, if it ever does. ``InFlight`` counts the requests past their
+socket when it returns, if it ever does. ``Sockets`` counts the requests past their
 deadline whose thread has not returned (the metric ``networkplugin_kernel_stuck_calls``).
 """
 
@@ -216,37 +216,39 @@ def vf_vlan_info(vf: int, vlan: int, qos: int, proto: int) -> bytes:
 # -- the socket ------------------------------------------------------------------------
 
 
-class InFlight:
-    """The requests in flight on a kernel's sockets, by socket, each with its deadline.
+class Sockets:
+    """The open sockets of one ``LinuxKernel``, discarded ones included until they are
+    closed (a stuck request's, never): what ``stuck()`` looks at.
 
-    ``stuck()`` counts those past their deadline: a request whose thread has not returned
-    by then is blocked in the kernel (its ``send()``), since the answer is not waited for
-    any longer. Shared by all the sockets of one ``LinuxKernel``, discarded ones included.
+    ``stuck()`` counts the requests past their deadline (``RtnlSocket.overdue``): one
+    whose thread has not returned by then is blocked in the kernel (its ``send()``), as
+    the answer is not waited for any longer. Kept by socket, not by request, so that a
+    request costs nothing here: sockets come and go with namespaces, far less often.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._deadlines: dict[int, float] = {}  # id(RtnlSocket) -> its request's deadline
+        self._open: set[RtnlSocket] = set()
 
-    def begin(self, key: int, deadline: float) -> None:
+    def add(self, sock: RtnlSocket) -> None:
         with self._lock:
-            self._deadlines[key] = deadline
+            self._open.add(sock)
 
-    def end(self, key: int) -> None:
+    def discard(self, sock: RtnlSocket) -> None:
         with self._lock:
-            del self._deadlines[key]
+            self._open.discard(sock)
 
     def stuck(self) -> int:
-        now = time.monotonic()
         with self._lock:
-            return sum(1 for deadline in self._deadlines.values() if deadline <= now)
+            socks = list(self._open)
+        return sum(1 for sock in socks if sock.overdue())
 
 
 class RtnlSocket:
     """One NETLINK_ROUTE socket (in whichever namespace it was created) and its lock.
 
     ``where`` names its namespace in errors and logs; ``deadline_s`` bounds each request
-    (the module's docstring); ``in_flight`` is where its requests are counted.
+    (the module's docstring); ``sockets``, if given, counts it until it is closed.
     """
 
     def __init__(
@@ -255,7 +257,7 @@ class RtnlSocket:
         *,
         where: str = "",
         deadline_s: float = CALL_DEADLINE_S,
-        in_flight: InFlight | None = None,
+        sockets: Sockets | None = None,
     ) -> None:
         try:
             sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
@@ -270,9 +272,11 @@ class RtnlSocket:
         self._buf = bytearray(1 << 16)
         self._where = where
         self._deadline_s = deadline_s
-        self._in_flight = in_flight if in_flight is not None else InFlight()
         self._busy_until: float | None = None  # the deadline of the request holding the lock
         self.closed = False
+        self._sockets = sockets
+        if sockets is not None:
+            sockets.add(self)
 
     def close(self) -> None:
         """Close now if no request is in flight, else when it returns: never waits (a
@@ -288,6 +292,8 @@ class RtnlSocket:
                 self._sock.close()
             finally:
                 self._lock.release()
+            if self._sockets is not None:
+                self._sockets.discard(self)
 
     def overdue(self) -> bool:
         """Whether a request has held the socket past its deadline: it is stuck in the
@@ -318,7 +324,10 @@ class RtnlSocket:
     def _exchange(
         self, msg_type: int, flags: int, body: bytes, deadline: float
     ) -> tuple[list[bytes], bool]:
-        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        lock = self._lock
+        if not lock.acquire(blocking=False) and not lock.acquire(
+            timeout=max(0.0, deadline - time.monotonic())
+        ):
             self._give_up(msg_type)
         try:
             if self.closed:
@@ -327,7 +336,6 @@ class RtnlSocket:
             seq = self._seq
             msg = _NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type, flags, seq, 0) + body
             self._busy_until = deadline
-            self._in_flight.begin(id(self), deadline)
             try:
                 try:
                     self._sock.send(msg)  # the kernel handles the request in here
@@ -340,7 +348,6 @@ class RtnlSocket:
                 raise
             finally:
                 self._busy_until = None
-                self._in_flight.end(id(self))
         finally:
             self._lock.release()
             if self.closed:
@@ -406,7 +413,7 @@ class RtnlSocket:
             remaining = deadline - time.monotonic()
             # Past the deadline, an answer already queued is still read (a send that
             # returned late has its answer there at once): only waiting is over.
-            if not poller.poll(max(0.0, remaining) * 1000):
+            if not poller.poll(remaining * 1000 if remaining > 0 else 0):
                 if remaining <= 0:
                     raise OSError(errno.ETIMEDOUT, "no netlink answer before the deadline")
                 continue

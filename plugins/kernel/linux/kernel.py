@@ -336,7 +336,7 @@ class LinuxKernel:
         self._max_held = max(0, max_held)
         self._deadline_s = deadline_s
         self._open_socket = open_socket
-        self._in_flight = w.InFlight()  # requests on our sockets, for stuck_calls()
+        self._sockets = w.Sockets()  # our open netlink sockets, for stuck_calls()
         self._idle = threading.Condition(self._lock)  # wakes the idle thread
         self._idle_deadline: float | None = None  # when the next held namespace expires
         self._idle_thread: threading.Thread | None = None
@@ -398,7 +398,7 @@ class LinuxKernel:
     def stuck_calls(self) -> int:
         """Requests on this kernel's sockets past their deadline whose threads have not
         returned yet (stuck in the kernel; the module's docstring)."""
-        return self._in_flight.stuck()
+        return self._sockets.stuck()
 
     def _pin(self, space: _Namespace) -> None:
         """Count ``space`` as used by the thread's call until it returns: it is not let go
@@ -436,19 +436,20 @@ class LinuxKernel:
             key=lambda s: s.used,
             reverse=True,
         )
-        kept: list[_Namespace] = []
+        kept = 0
+        earliest: float | None = None  # the oldest use of those kept that no call uses
         for space in held:
             if space.calls:
-                kept.append(space)
-            elif now - space.used >= self._linger_s or len(kept) >= self._max_held:
+                kept += 1
+            elif now - space.used >= self._linger_s or kept >= self._max_held:
                 space.let_go()
             else:
-                kept.append(space)
-        idle = [s for s in kept if not s.calls]
-        if not idle:
+                kept += 1
+                earliest = space.used  # held is sorted by use, latest first
+        if earliest is None:
             self._idle_deadline = None
             return
-        deadline = min(s.used for s in idle) + self._linger_s
+        deadline = earliest + self._linger_s
         earlier = self._idle_deadline is None or deadline < self._idle_deadline
         self._idle_deadline = deadline
         if self._idle_thread is None:
@@ -832,7 +833,7 @@ class LinuxKernel:
                     raw,
                     where=space.paths[0],
                     deadline_s=self._deadline_s,
-                    in_flight=self._in_flight,
+                    sockets=self._sockets,
                 )
             return sock
 
@@ -850,7 +851,7 @@ class LinuxKernel:
                     listener,
                     where=space.paths[0],
                     deadline_s=self._deadline_s,
-                    in_flight=self._in_flight,
+                    sockets=self._sockets,
                 )
             return space.deletes
 
