@@ -218,14 +218,17 @@ def _os_cause(exc: OSError) -> str:
 
 
 def check_private_dir(what: str, path: Path, *, follow_symlinks: bool = True) -> None:
-    """Refuse a directory that exists with another owner or any group/other access.
+    """Refuse a directory that exists with another owner or any group/other access, or
+    on a read-only file system.
 
-    A missing one is fine: it is created with mode 0700 when needed. Creates nothing.
-    ``what`` names it in the message (``state directory``).
+    A missing one is fine if it can be created (with mode 0700, when needed): the
+    nearest directory that exists must be writable. Creates nothing. ``what`` names it in
+    the message (``state directory``).
     """
     try:
         st = os.stat(path, follow_symlinks=follow_symlinks)
     except FileNotFoundError:
+        _check_writable(what, path, created=True)
         return
     except OSError as exc:
         raise StartupRefused(f"{what} {path}: {_os_cause(exc)}") from None
@@ -241,6 +244,30 @@ def check_private_dir(what: str, path: Path, *, follow_symlinks: bool = True) ->
             f"{what} {path}: {' and '.join(problems)}; it must be owned by uid "
             f"{os.geteuid()} with mode 0700"
         )
+    _check_writable(what, path, created=False)
+
+
+def _check_writable(what: str, path: Path, *, created: bool) -> None:
+    """Refuse ``path`` (or, ``created``, its nearest existing ancestor) that cannot be
+    written: a read-only mount (a unit's ``ProtectSystem=strict`` outside its own
+    directories), or no write permission. Without this the refusal came only when the
+    journal or its lease was opened, after metrics were published."""
+    where = path
+    while created and not os.path.lexists(where) and where != where.parent:
+        where = where.parent
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        return  # said by the check that opens it
+    cause = None
+    if read_only:
+        cause = _os_cause(OSError(errno.EROFS, ""))
+    elif not os.access(where, os.W_OK | os.X_OK):
+        cause = _os_cause(OSError(errno.EACCES, ""))
+    if cause is not None:
+        if created:
+            raise StartupRefused(f"{what} {path}: cannot be created in {where}: {cause}")
+        raise StartupRefused(f"{what} {path}: cannot be written: {cause}")
 
 
 VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
