@@ -18,16 +18,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from plugins.effects.linux import linux_effects
 from plugins.kernel import KernelError, LinkSpec, NsRef
 from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux import kernel as kernel_module
 from plugins.kernel.linux._wire import NLM_F_DUMP, RTM_DELLINK, RTM_GETLINK, RtnlSocket, ifinfomsg
 from plugins.kernel.linux.kernel import new_rtnl_socket
 from plugins.kernel.linux.netns import delete_namespace
+from plugins.sdk.runner import Runner
 from plugins.sdk.telemetry import PrometheusMetrics
 
 from .conftest import HOST_NS, MakeNamespace
@@ -115,15 +118,40 @@ def _finishes(step: Callable[[], object]) -> bool:
     return done.wait(DEADLINE_S)
 
 
+@pytest.fixture
+def scraped(tmp_path: Path) -> Iterator[Callable[[LinuxKernel], PrometheusMetrics]]:
+    """The metrics a service's runner reports to, over the executors bound to a kernel."""
+    runners: list[Runner] = []
+
+    def wire(kernel: LinuxKernel) -> PrometheusMetrics:
+        metrics = PrometheusMetrics()
+        runners.append(
+            Runner.open(
+                tmp_path / f"state-{len(runners)}",
+                [],
+                linux_effects(kernel),
+                artifact_digest="sha256:stuck",
+                boot_id=kernel.boot_id(),
+                metrics=metrics,
+            )
+        )
+        return metrics
+
+    yield wire
+    for runner in runners:
+        runner.close()
+
+
 def test_a_delete_that_never_returns_fails_at_its_deadline_and_the_next_gets_new_sockets(
     make_ns: MakeNamespace,
     hang: Callable[[int, int], Hang],
+    scraped: Callable[[LinuxKernel], PrometheusMetrics],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     held = hang(RTM_DELLINK, 1)
-    metrics = PrometheusMetrics()
     with LinuxKernel(HOST_NS, deadline_s=STUCK_S, open_socket=held.socket) as k:
-        metrics.watch_kernel(k.stuck_calls)
+        metrics = scraped(k)
+        assert b"networkplugin_kernel_stuck_calls 0.0" in metrics.render()
         ns = k.open_namespace(make_ns())
         first, second = _veth(k, ns, "s0"), _veth(k, ns, "t0")
         started = time.monotonic()

@@ -46,6 +46,8 @@ def linux_effects(kernel: Kernel) -> EffectRegistry:
         ],
         evidence=evidence_scan(kernel),
         shared_reads=shared.shared_reads,
+        # LinuxKernel's (docs/observability.md); a kernel that keeps no count has none.
+        stuck_calls=getattr(kernel, "stuck_calls", None),
     )
 
 

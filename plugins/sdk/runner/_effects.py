@@ -149,9 +149,13 @@ class EffectRegistry:
         *,
         evidence: EvidenceScan | None = None,
         shared_reads: SharedReads | None = None,
+        stuck_calls: Callable[[], int] | None = None,
     ) -> None:
         # Scans the node for ownership evidence (None: these executors leave none to scan).
         self.evidence = evidence
+        # The kernel's count of calls stuck past their deadline, for the metrics (None:
+        # its kernel keeps none, e.g. the fake kernel's client).
+        self.stuck_calls = stuck_calls
         # None: the executors' reads are never shared (each probe asks the kernel).
         self._shared_reads = shared_reads
         self._executors: dict[str, EffectExecutor] = {}

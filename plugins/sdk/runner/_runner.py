@@ -175,6 +175,8 @@ class Runner:
         self._undo = Undo(self._require_store, effects, crash, self._commit, metrics)
         self._check_effects()
         metrics.watch_journal(JournalGauges(self._fsyncs, self._quarantined_scopes))
+        if effects.stuck_calls is not None:
+            metrics.watch_kernel(effects.stuck_calls)
 
     @classmethod
     def open(
