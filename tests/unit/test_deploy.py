@@ -164,3 +164,21 @@ def test_a_directory_outside_the_units_is_read_only_and_refused_once(root: Path)
     # Nothing created: no journal, no metrics.
     assert os.listdir(inside(root, unit_paths("vf").state_dir)) == []
     assert os.listdir(inside(root, Path(TEXTFILE_DIR))) == []
+
+
+def test_a_metrics_textfile_the_unit_does_not_let_be_written_is_refused(root: Path) -> None:
+    """Rendered without --metrics-textfile-dir, the unit leaves the textfile's directory
+    read-only: one line, exit 2, nothing created."""
+    unit_text = render_unit(bin_dir=BIN_DIR)
+    textfiles = inside(root, Path(TEXTFILE_DIR))
+    textfiles.mkdir(parents=True)
+    unit_file, _ = install(root, unit_text, "vf", (DEPLOY / "vf.yaml").read_bytes())
+    log = root / "vf.log"
+    with pytest.raises(RuntimeError, match="exited with status 2"):
+        start_unit(unit_file, "vf", root, log, WAIT_S)
+    assert log.read_text().splitlines() == [
+        f"networkplugin-vf: metrics {TEXTFILE_DIR}/networkplugin-vf.prom: "
+        "Read-only file system (EROFS)"
+    ]
+    assert os.listdir(textfiles) == []
+    assert os.listdir(inside(root, unit_paths("vf").state_dir)) == []
