@@ -174,8 +174,8 @@ def test_a_delete_that_never_returns_fails_at_its_deadline_and_the_next_gets_new
         assert stuck_channel is not None
         assert not stuck_channel.usable
 
-        # The next delete in that namespace does not queue behind the stuck one: new
-        # sockets, answered at once.
+        # The next delete in that namespace does not queue behind the stuck one (it timed
+        # out there too, and parked another thread): new sockets, answered.
         k.delete_link(ns, second)
         assert k.get_link(ns, ifindex=second) is None
         assert k._spaces[(ns.device, ns.inode)].deletes is not stuck_channel
