@@ -1,13 +1,15 @@
-"""deploy/ starts under the shipped unit: the rendered unit, the shipped configs, as is.
+"""deploy/ starts under the shipped units: the rendered units, the shipped configs, as is.
 
-Each program runs as its unit runs it (``labs.unit_sandbox``: the unit's ``ExecStart=``,
-its directories, ``ProtectSystem=strict``, ``PrivateTmp=``, its capability bounding set,
-``READY=1``), under a root prefix so that the real ``/etc``, ``/run`` and ``/var/lib``
-are never touched. The configs are ``deploy/*.yaml`` copied byte for byte to where the
-unit's ``--config`` names them; only the tokens (never shipped) and the host network
-namespace mount (a fresh namespace at ``/run/netns/host``) are the test's. Then each
-socket answers health SERVING without a token and GetInfo ready with it, and the metrics
-are read where the unit lets them be written.
+Each program (the three services, then the coordinator) runs as its unit runs it
+(``labs.unit_sandbox``: the unit's ``ExecStart=``, its directories, ``ProtectSystem=strict``,
+``PrivateTmp=``, ``PrivateNetwork=``, its capability bounding set, ``READY=1``), under a
+root prefix so that the real ``/etc``, ``/run`` and ``/var/lib`` are never touched. The
+configs are ``deploy/*.yaml`` copied byte for byte to where the unit's ``--config`` names
+them; only the tokens (never shipped), the coordinator's example manifests (the
+repository's ``topologies/``) and the host network namespace mount (a fresh namespace at
+``/run/netns/host``) are the test's. Then each socket answers health SERVING without a
+token and GetInfo (GetStatus) ready with it, and the metrics are read where the unit lets
+them be written.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from labs.unit_sandbox import Unit, missing, start_unit
+from plugins.coordinator import CoordinatorClient
 from plugins.sdk.host import PluginClient
 from plugins.services.units import render_unit, unit_paths
 
@@ -97,46 +100,77 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(WAIT_S)
 
 
-def test_the_three_services_start_from_deploy_under_the_rendered_unit(root: Path) -> None:
-    unit_text = render_unit(bin_dir=BIN_DIR, textfile_dir=TEXTFILE_DIR)
-    unit = Unit(unit_text, "vf")
-    assert unit.exec_start == [
+def test_the_services_and_the_coordinator_start_from_deploy_under_the_rendered_units(
+    root: Path,
+) -> None:
+    services_unit = render_unit(bin_dir=BIN_DIR, textfile_dir=TEXTFILE_DIR)
+    coordinator_unit = render_unit(bin_dir=BIN_DIR, textfile_dir=TEXTFILE_DIR, coordinator=True)
+    assert Unit(services_unit, "vf").exec_start == [
         f"{BIN_DIR}/networkplugin-vf",
         "--config",
         "/etc/dra-networkplugins/vf.yaml",
     ]
+    assert Unit(coordinator_unit).exec_start == [
+        f"{BIN_DIR}/networkplugin-coordinator",
+        "--config",
+        "/etc/dra-networkplugins/coordinator.yaml",
+    ]
     inside(root, Path(TEXTFILE_DIR)).mkdir(parents=True)  # node_exporter's, not ours
+    # What deploy/coordinator.yaml names beside it: the repository's example manifests.
+    etc = inside(root, Path("/etc/dra-networkplugins"))
+    (etc / "topologies").mkdir(parents=True)
+    for manifest in ("vf-bond-vlan", "vf-bond", "macvlan", "ipvlan"):
+        shutil.copy(REPO / "topologies" / f"{manifest}.yaml", etc / "topologies")
+    for manifest in ("inventory", "policies"):
+        shutil.copy(REPO / "topologies" / f"{manifest}.yaml", etc)
     running: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name in SERVICES:
-            unit_file, _ = install(root, unit_text, name, (DEPLOY / f"{name}.yaml").read_bytes())
+            unit_file, _ = install(
+                root, services_unit, name, (DEPLOY / f"{name}.yaml").read_bytes()
+            )
             running[name] = start_unit(unit_file, name, root, root / f"{name}.log", WAIT_S)
+        # The coordinator asks every plugin who it is at start: after the services.
+        unit_file, token = install(
+            root, coordinator_unit, "coordinator", (DEPLOY / "coordinator.yaml").read_bytes()
+        )
+        running["coordinator"] = start_unit(unit_file, "", root, root / "coordinator.log", WAIT_S)
         for name, sockets in SERVICES.items():
-            paths = unit_paths(name, bin_dir=BIN_DIR)
-            socket_dir = inside(root, paths.runtime_dir)
+            socket_dir = inside(root, unit_paths(name).runtime_dir)
             assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
             for socket in sockets:
                 assert stat.S_IMODE((socket_dir / socket).stat().st_mode) == 0o600
                 assert health(socket_dir / socket) == health_pb2.HealthCheckResponse.SERVING
                 with PluginClient(socket_dir / socket, f"token-of-{name}") as client:
                     assert client.get_info().ready
-            # The metrics, where the unit lets them be written (ReadWritePaths=).
+        coordinator_socket = (
+            inside(root, unit_paths("coordinator").runtime_dir) / "coordinator.sock"
+        )
+        assert stat.S_IMODE(coordinator_socket.stat().st_mode) == 0o600
+        assert health(coordinator_socket) == health_pb2.HealthCheckResponse.SERVING
+        with CoordinatorClient(coordinator_socket, token, timeout=WAIT_S) as coordinator:
+            assert coordinator.status().ready
+        # The metrics, where the units let them be written (ReadWritePaths=).
+        for name, metric in [
+            *((name, "networkplugin_journal_fsyncs") for name in SERVICES),
+            ("coordinator", "networkplugin_coordinator_recovery_duration_seconds"),
+        ]:
             textfile = inside(root, Path(TEXTFILE_DIR)) / f"networkplugin-{name}.prom"
             families = {f.name for f in text_string_to_metric_families(textfile.read_text())}
-            assert "networkplugin_journal_fsyncs" in families, families
-            assert "networkplugin_hook_duration_seconds" in families, families
-        for name, proc in running.items():
-            assert stop(proc) == 0, (root / f"{name}.log").read_text()
+            assert metric in families, (name, families)
+        for name in ("coordinator", *SERVICES):
+            assert stop(running[name]) == 0, (root / f"{name}.log").read_text()
     finally:
         for proc in running.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(WAIT_S)
-    for name in SERVICES:
-        paths = unit_paths(name, bin_dir=BIN_DIR)
+    for name in ("coordinator", *SERVICES):
+        paths = unit_paths(name)
         # The journal where StateDirectory= keeps it, its lease where RuntimeDirectory= is.
-        assert (inside(root, paths.state_dir) / "journal.db").is_file()
-        assert [p.suffix for p in inside(root, paths.runtime_dir).iterdir()] == [".lease"]
+        assert (inside(root, paths.state_dir) / "journal.db").is_file(), name
+        left = [p.suffix for p in inside(root, paths.runtime_dir).iterdir()]
+        assert left == [".lease"], (name, left)  # every socket removed at the stop
         log = (root / f"{name}.log").read_text()
         assert "Traceback" not in log, log
         assert " ERROR " not in log, log
