@@ -305,50 +305,66 @@ def _unevaluated_properties(
 ) -> Iterator[ValidationError]:
     original = _original("unevaluatedProperties")
     errors = list(original(validator, value, instance, schema))
-    if value is not False or not errors:
+    if value is not False or not errors or len(instance) > _MAX_NAMED_KEYS:
         yield from errors
         return
 
     def refuses(probe: Mapping[str, Any]) -> bool:
         return next(iter(original(validator, False, instance, probe)), None) is not None
 
-    extra = _unevaluated_keys(refuses, instance, schema)
-    yield from [_unknown_key(key, instance[key]) for key in extra] or errors
+    named = False
+    for key in _unevaluated_keys(refuses, instance, schema):  # lazily: is_valid needs one
+        named = True
+        yield _unknown_key(key, instance[key])
+    if not named:
+        yield from errors
 
 
 def _unevaluated_keys(
     refuses: Callable[[Mapping[str, Any]], bool],
     instance: Mapping[str, Any],
     schema: Mapping[str, Any],
-) -> list[str]:
-    """The keys ``unevaluatedProperties: false`` refuses, asking jsonschema's own keyword.
+) -> Iterator[str]:
+    """Keys ``unevaluatedProperties: false`` refuses, found by asking jsonschema's keyword.
 
     Which keys a schema evaluated (through ``$ref``, ``allOf``, ``if``/``then``,
     ``dependentSchemas``, ...) is known only inside jsonschema, and it names the
     refused ones in prose. ``refuses(probe)`` runs the keyword against ``schema`` changed
     into ``probe``: a key listed in the schema's own ``properties`` always counts as
     evaluated, so listing every key but a set ``S`` (as ``true``: no new constraint on
-    its value) leaves refused exactly the refused keys within ``S``. Halving ``S``
-    finds them in a few calls per refused key (at most ``_MAX_SCHEMA_ERRORS``).
+    its value) leaves refused exactly the refused keys within ``S``. Halving ``S`` finds
+    them: about ``2 * log2(len(instance))`` probes for the first, fewer for each next.
+    A probe costs jsonschema about ``len(instance) ** 2`` steps (it keeps the evaluated
+    keys in a list), hence ``_MAX_NAMED_KEYS`` and ``_MAX_PROBES``.
     """
     declared = schema.get("properties", {})
-    found: list[str] = []
+    # The keyword itself is left out: `false` evaluates no key, yet would be tried on each.
+    rest = {k: v for k, v in schema.items() if k not in ("properties", "unevaluatedProperties")}
+    probes = 0
 
-    def search(keys: list[str]) -> None:
-        if len(found) >= _MAX_SCHEMA_ERRORS:
+    def search(keys: list[str]) -> Iterator[str]:
+        nonlocal probes
+        if probes >= _MAX_PROBES:
             return
+        probes += 1
         inside = set(keys)
         listed = {key: True for key in instance if key not in declared and key not in inside}
-        if not refuses({**schema, "properties": {**listed, **declared}}):
+        if not refuses({**rest, "properties": {**listed, **declared}}):
             return
         if len(keys) == 1:
-            found.append(keys[0])
+            yield keys[0]
             return
-        search(keys[: len(keys) // 2])
-        search(keys[len(keys) // 2 :])
+        yield from search(keys[: len(keys) // 2])
+        yield from search(keys[len(keys) // 2 :])
 
-    search([key for key in instance if key not in declared])
-    return found
+    yield from search([key for key in instance if key not in declared])
+
+
+# An object with more keys, or whose unknown keys take more probes to find, keeps
+# jsonschema's own error (at the object, listing them all). Configs people write have
+# far fewer keys per object; a hostile one of thousands costs one jsonschema pass.
+_MAX_NAMED_KEYS = 64
+_MAX_PROBES = 128
 
 
 def _properties(
@@ -427,7 +443,12 @@ def _candidates(error: ValidationError) -> Iterator[tuple[Path, str, str]]:
     keyword, expected, inst = error.validator, cast(Any, error.validator_value), error.instance
     parts: Path = tuple(error.absolute_path)
     if keyword in ("additionalProperties", "unevaluatedProperties"):
-        yield parts, "unknown-key", error.message  # only our per-key errors carry these names
+        # Our per-key errors; or jsonschema's own, listing every key (_unevaluated_keys).
+        yield (
+            parts,
+            "unknown-key",
+            error.message if len(error.message) <= 200 else error.message[:197] + "...",
+        )
     elif keyword == "required":
         for name in expected:
             if isinstance(inst, dict) and name not in inst:

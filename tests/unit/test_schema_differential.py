@@ -638,3 +638,25 @@ def test_a_refusal_stands_when_no_problem_can_be_explained(
     monkeypatch.setattr(_config, "_candidates", lambda error: iter(()))
     assert [p.rule for p in check.problems("a")] == ["schema"]
     assert check.problems(1) == ()
+
+
+def test_an_object_of_many_unknown_keys_keeps_jsonschemas_one_error() -> None:
+    """Naming each key costs jsonschema a pass of the object per probe: past
+    _MAX_NAMED_KEYS keys the refusal is jsonschema's own line at the object."""
+    from plugins.sdk import _config
+
+    schema = {
+        "type": "object",
+        "allOf": [{"properties": {"a": {}}}],
+        "unevaluatedProperties": False,
+    }
+    validator = ConfigValidator(schema)
+    few = {"a": 1, **{f"k{i}": i for i in range(_config._MAX_NAMED_KEYS - 1)}}
+    problems = DocumentSchema(schema).problems(few)
+    assert [p.path() for p in problems] == [f"$.k{i}" for i in sorted(range(63), key=str)]
+    many = {"a": 1, **{f"k{i}": i for i in range(3000)}}
+    with pytest.raises(ConfigError) as info:
+        validator.validate(json.dumps(many))
+    assert (info.value.path, info.value.rule) == ("$", "unknown-key")
+    assert "$: Unevaluated properties are not allowed ('k0', 'k1', " in info.value.message
+    assert "'k2999'" not in info.value.message  # cut short: one line, not 3,000 keys
