@@ -596,18 +596,18 @@ def _jsonschema_unexpected(schema: Any, document: Any) -> set[tuple[Any, ...]]:
 @pytest.mark.parametrize(
     ("document", "unknown"),
     [
-        ({"name": "a", "x": 1}, {"x"}),
-        ({"index": 1, "name": 1}, {"name"}),  # the name branch failed: name not evaluated
-        ({"index": 1, "mtu": 1500, "zz": 1, "yy": 2, "xx": 3}, {"zz", "yy", "xx"}),
-        ({"mac": "02:00:00:00:00:01", "index": "no"}, {"index"}),
+        ({"name": "a", "x": 1}, ("x",)),
+        ({"index": 1, "name": 1}, ("name",)),  # the name branch failed: name not evaluated
+        ({"index": 1, "mtu": 1500, "zz": 1, "yy": 2, "xx": 3}, ("xx", "yy", "zz")),
+        ({"mac": "02:00:00:00:00:01", "index": "no"}, ("index",)),
     ],
     ids=str,
 )
-def test_each_unevaluated_key_is_named_at_its_path(document: Any, unknown: set[str]) -> None:
+def test_each_unevaluated_key_is_named_at_its_path(document: Any, unknown: tuple[str, ...]) -> None:
     assert _jsonschema_unexpected(ONE_OF_OBJECTS, document) == {(k,) for k in unknown}
     problems = DocumentSchema(ONE_OF_OBJECTS).problems(document)
     named = {p.parts[-1] for p in problems if p.rule == "unknown-key"}
-    assert named == unknown, problems
+    assert named == set(unknown), problems
     assert all(
         p.message == f"unknown key '{p.parts[-1]}'" for p in problems if p.rule == "unknown-key"
     )
