@@ -61,7 +61,8 @@ def outcome(result: RunResult) -> str:
     if result.crashes == 0 and result.violations:
         return "not reached"
     if result.violations:
-        return f"{len(result.violations)} invariant violations"
+        n = len(result.violations)
+        return f"{n} invariant violation{'s' if n > 1 else ''}"
     if result.replay_mismatch:
         return "replay differs"
     return "ok" if result.crashes < 2 else "ok (crashed twice)"

@@ -115,7 +115,7 @@ def test_each_crash_run_is_a_step_and_a_failed_one_carries_its_evidence(
     assert ok["status"] == "passed"
     assert not ok.get("attachments"), "a run that passed attaches nothing"
     assert bad["status"] == "failed"
-    assert {p["name"]: p["value"] for p in bad["parameters"]}["outcome"] == "1 invariant violations"
+    assert {p["name"]: p["value"] for p in bad["parameters"]}["outcome"] == "1 invariant violation"
     assert "kernel differs: ~ link eth1: mtu" in bad["statusDetails"]["message"]
     assert [a["name"] for a in bad["attachments"]] == ["kernel diff", "journal rows"]
 
