@@ -6,7 +6,8 @@ the test ran on (``fake``, ``netns``, ``vm 6.1``, ``sriov <host>``), ``suite`` i
 under ``tests``), ``subSuite`` its file. Left to allure-pytest, every test sat under its
 file path below one ``tests`` node, whatever lab it ran on.
 
-``host`` names where the kernel calls went: the fake kernel model, this machine (netns),
+``host`` names where the kernel calls went: the fake kernel model, this machine (netns:
+its hostname, marked as such),
 the guest, the SR-IOV host. allure-pytest labels every test with this machine's hostname
 (which is ``vm`` on the CI runner, so fake-tier cases read as run in a VM); a test's own
 ``host`` label now wins (``KeepOwnHost``).
@@ -65,7 +66,7 @@ def host_label(item: pytest.Item) -> str:
     if tier == "fake":
         return "fakekernel (model)"
     if tier == "netns":
-        return socket.gethostname()
+        return f"{socket.gethostname()} (netns)"  # the CI runner's name is "vm"
     if tier == "vm":
         return f"vm guest (kernel {asked_kernel()})"
     return _lab_param(item).partition("/")[2] or "sriov hosts"

@@ -4,6 +4,7 @@ crash matrix per topology, and each test under its lab and family with a true ho
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,7 @@ def test_the_tree_is_lab_then_family_then_file_and_the_host_is_the_tiers(
     assert ("suite", "conformance") in fake
     assert ("subSuite", "test_recording") in fake
     assert ("host", "fakekernel (model)") in fake, "a fake-tier case names the model"
+    assert ("host", f"{socket.gethostname()} (netns)") in netns
 
 
 @pytest.mark.parametrize(
