@@ -8,6 +8,7 @@ directory rules of the services (a missing parent or a volatile file system refu
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import subprocess
 import sys
@@ -221,7 +222,7 @@ def plugin_of(rig: CoordinatorRig) -> dict[str, object]:
 def test_a_state_directory_that_would_start_an_empty_journal_is_refused(
     rig: CoordinatorRig, tmp_path: Path, state_dir: str, problem: str
 ) -> None:
-    state = state_dir.format(unique=tmp_path.name)
+    state = state_dir.format(unique=f"coordinator-test-{secrets.token_hex(8)}")
     write_token(tmp_path / "token")
     config = write_config(tmp_path, stateDir=state, plugins=plugin_of(rig))
     path = tmp_path / state if not state.startswith("/") else Path(state)
