@@ -408,15 +408,19 @@ class Coordinator:
         any of them (its journal records an operation before its first effect)."""
         create = _CREATE_OF[cleanup.hook].value
         calls = self.journal.calls(cleanup.scope)
-        creates = [c.operation_id for c in calls if c.step == cleanup.step and c.hook == create]
-        if any(c.state not in OPEN_CALL_STATES for c in calls if c.operation_id in set(creates)):
+        creates = [c for c in calls if c.step == cleanup.step and c.hook == create]
+        if any(c.state not in OPEN_CALL_STATES for c in creates):
             return False  # one succeeded (or was cleaned up): it ran
         try:
-            if any(client.inspect(op, cleanup.scope).found for op in creates):
+            if any(client.inspect(c.operation_id, cleanup.scope).found for c in creates):
                 return False
         except PluginCallError:
             return False  # no answer is no evidence
-        evidence = {"noRecord": creates, "cleanup": cleanup.operation_id, "refusal": refusal}
+        evidence = {
+            "noRecord": [c.operation_id for c in creates],
+            "cleanup": cleanup.operation_id,
+            "refusal": refusal,
+        }
         self._commit(
             cleanup.hook,
             cleanup.operation_id,
