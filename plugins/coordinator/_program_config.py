@@ -18,14 +18,11 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from plugins.sdk import DocumentError, DocumentSchema, YAMLLoadError, load_yaml_mapping
-from plugins.sdk.host import SOCKET_NAME
+from plugins.sdk.host import MAX_SOCKET_PATH, SOCKET_NAME, STAGING_EXTRA, socket_path_fits
 from plugins.sdk.service import StartupRefused
 from plugins.sdk.telemetry import LogFormat, MetricsConfig
 
 CONFIG_SCHEMA: Final = "coordinator-config.schema.json"
-# AF_UNIX sun_path is 108 bytes with its NUL; the socket is bound at a staging name
-# ".<8 hex>.<name>" first (10 bytes longer), as the plugin services' are.
-_MAX_SOCKET_PATH: Final = 107 - 10
 
 
 @dataclass(frozen=True)
@@ -95,11 +92,18 @@ class CoordinatorConfig:
         socket = base / data["socket"]
         if SOCKET_NAME.fullmatch(socket.name) is None:
             refuse(f"$.socket: {socket.name!r} must be a plain socket name like 'coordinator.sock'")
-        if len(os.fsencode(socket)) > _MAX_SOCKET_PATH:
-            refuse(f"$.socket: {socket} is longer than {_MAX_SOCKET_PATH} bytes")
+        # Bound at a staging name first, as the services' sockets are.
+        if not socket_path_fits(socket):
+            refuse(f"$.socket: {socket} is longer than {MAX_SOCKET_PATH - STAGING_EXTRA} bytes")
         plugins = tuple(
             _plugin(base, name, entry) for name, entry in sorted(data["plugins"].items())
         )
+        for plugin in plugins:  # only connected to: the whole sun_path
+            if len(os.fsencode(plugin.socket)) > MAX_SOCKET_PATH:
+                refuse(
+                    f"$.plugins.{plugin.name}.socket: {plugin.socket} is longer than "
+                    f"{MAX_SOCKET_PATH} bytes, the most a Unix socket path holds"
+                )
         return cls(
             state_dir=base / data["stateDir"],
             socket=socket,

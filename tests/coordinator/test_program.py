@@ -333,6 +333,10 @@ def test_the_config_resolves_paths_against_its_directory(tmp_path: Path) -> None
             "$.socket: 'coordinator' must be a plain socket name like 'coordinator.sock'",
         ),
         ({"socket": "d" * 100 + "/coordinator.sock"}, "/coordinator.sock is longer than 97 bytes"),
+        (
+            {"plugins": {"macvlan": {"socket": "d" * 110 + "/m.sock", "tokenFile": "t"}}},
+            "$.plugins.macvlan.socket: ",
+        ),
         ({"topologies": []}, "$.topologies: must have at least 1 items, got 0 [size]"),
         ({"epoch": 0}, "$.epoch: must be >= 1, got 0 [range]"),
     ],
