@@ -6,7 +6,7 @@ config only says which service each file belongs to (the file itself does not: o
 format serves all three), and where the coordinator's config is (its socket and token):
 
     services:
-      networkplugin-links: /etc/dra-networkplugins/networkplugin-links.yaml
+      networkplugin-links: /etc/dra-networkplugins/links.yaml
       networkplugin-vf: vf.yaml          # relative paths: against this file's directory
     coordinator: coordinator.yaml        # optional: for ``networkplugin-ctl coordinator``
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -216,3 +217,15 @@ def test_a_metrics_textfile_the_unit_does_not_let_be_written_is_refused(root: Pa
     ]
     assert os.listdir(textfiles) == []
     assert os.listdir(inside(root, unit_paths("vf").state_dir)) == []
+
+
+def test_the_node_config_names_each_programs_config_where_its_unit_reads_it() -> None:
+    """deploy/node.yaml (networkplugin-ctl's default node config) names each service's
+    and the coordinator's config at the unit's --config, and nothing else."""
+    node = yaml.safe_load((DEPLOY / "node.yaml").read_text())
+    assert node["services"] == {
+        f"networkplugin-{name}": str(unit_paths(name).config) for name in SERVICES
+    }
+    assert node["coordinator"] == str(unit_paths("coordinator").config)
+    shipped = {p.name for p in DEPLOY.glob("*.yaml")} - {"node.yaml"}
+    assert {Path(p).name for p in [*node["services"].values(), node["coordinator"]]} == shipped
