@@ -48,8 +48,8 @@ table { border-collapse: collapse; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 td.point { font-family: ui-monospace, monospace; font-size: 12px; white-space: nowrap; }
-td.ok { background: #d9f2d9; text-align: center; }
-td.bad { background: #f8caca; font-weight: bold; }
+td.ok { background: #d9f2d9; text-align: center; white-space: nowrap; }
+td.bad { background: #f8caca; font-weight: bold; white-space: nowrap; }
 td.none { background: #fafafa; }
 tr.hook td { background: #e8eef8; font-weight: bold; }
 p.totals { margin: 4px 0 10px; }
