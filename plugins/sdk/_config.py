@@ -535,11 +535,38 @@ def _check_schema(schema: Mapping[str, Any]) -> None:
         raise ValueError(f"invalid JSON Schema: {exc.message}") from exc
 
 
+def _local_refs_only(node: object, where: str = "#") -> None:
+    """ValueError naming the first ``$ref`` or ``$dynamicRef`` that leaves the schema.
+
+    A schema is self-contained: jsonschema's default registry would fetch a remote
+    reference over the network at validation time (a request's verdict depending on a
+    server somewhere), so one is refused when the schema is compiled, and the validator
+    is given an empty registry that resolves nothing but the schema itself.
+    """
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and not (
+                isinstance(value, str) and value.startswith("#")
+            ):
+                raise ValueError(
+                    f"invalid JSON Schema: {where}/{key} is {value!r}: only references "
+                    "within the schema (starting with '#') are allowed"
+                )
+            _local_refs_only(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            _local_refs_only(value, f"{where}/{index}")
+
+
 def compile_schema(schema: Mapping[str, Any]) -> Validator:
-    """A strict Draft 2020-12 validator for ``schema``; ValueError if it is no valid schema."""
+    """A strict Draft 2020-12 validator for ``schema``; ValueError if it is no valid schema
+    or it references anything outside itself."""
+    from referencing import Registry
+
     schema = copy.deepcopy(dict(schema))
     _check_schema(schema)
-    validator: Validator = _strict_validator()(schema)
+    _local_refs_only(schema)
+    validator: Validator = _strict_validator()(schema, registry=Registry())
     return validator
 
 

@@ -660,3 +660,29 @@ def test_an_object_of_many_unknown_keys_keeps_jsonschemas_one_error() -> None:
     assert (info.value.path, info.value.rule) == ("$", "unknown-key")
     assert "$: Unevaluated properties are not allowed ('k0', 'k1', " in info.value.message
     assert "'k2999'" not in info.value.message  # cut short: one line, not 3,000 keys
+
+
+@pytest.mark.parametrize(
+    ("ref", "where"),
+    [
+        ("https://example.invalid/mtu.json", "#/properties/mtu/$ref"),
+        ("mtu.json#/$defs/mtu", "#/properties/mtu/$ref"),
+    ],
+)
+def test_a_schema_that_references_anything_outside_itself_is_refused(ref: str, where: str) -> None:
+    """jsonschema's default registry would fetch a remote $ref at validation time: a
+    contract schema is self-contained, refused at compile time otherwise."""
+    schema = {"type": "object", "properties": {"mtu": {"$ref": ref}}}
+    with pytest.raises(ValueError, match=re.escape(f"{where} is {ref!r}")):
+        ConfigValidator(schema)
+
+
+def test_a_reference_within_the_schema_resolves() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"mtu": {"type": "integer", "minimum": 68}},
+        "properties": {"mtu": {"$ref": "#/$defs/mtu"}},
+    }
+    check = DocumentSchema(schema)
+    assert check.problems({"mtu": 1500}) == ()
+    assert [p.path() for p in check.problems({"mtu": 10})] == ["$.mtu"]
