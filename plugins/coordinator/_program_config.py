@@ -19,7 +19,7 @@ from typing import Any, Final, NoReturn
 
 from plugins.sdk import DocumentError, DocumentSchema, YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import MAX_SOCKET_PATH, SOCKET_NAME, STAGING_EXTRA, socket_path_fits
-from plugins.sdk.service import StartupRefused
+from plugins.sdk.service import StartupRefused, unexpanded_path
 from plugins.sdk.telemetry import LogFormat, MetricsConfig
 
 CONFIG_SCHEMA: Final = "coordinator-config.schema.json"
@@ -82,12 +82,9 @@ class CoordinatorConfig:
         except DocumentError as exc:
             refuse("; ".join(exc.lines))
         data = {k: v for k, v in data.items() if v is not None}  # null takes the default
-        for key, value in _path_values(data):
-            if "${" in value:
-                refuse(
-                    f"$.{key}: {value!r} holds an unexpanded ${{...}}: the coordinator expands "
-                    "no variables; write the path itself"
-                )
+        unexpanded = unexpanded_path(_path_values(data), "coordinator")
+        if unexpanded is not None:
+            refuse(unexpanded)
         base = path.parent
         socket = base / data["socket"]
         if SOCKET_NAME.fullmatch(socket.name) is None:
@@ -119,25 +116,13 @@ class CoordinatorConfig:
             shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
             allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
             log_format=data.get("logFormat", "text"),
-            metrics=_metrics(base, data.get("metrics")),
+            metrics=MetricsConfig.from_config(data.get("metrics"), base),
             path=path,
         )
 
 
 def _plugin(base: Path, name: str, entry: dict[str, Any]) -> PluginEndpoint:
     return PluginEndpoint(name, base / entry["socket"], base / entry["tokenFile"])
-
-
-def _metrics(base: Path, data: dict[str, Any] | None) -> MetricsConfig | None:
-    """The ``metrics`` mapping, as the services read theirs (exactly one of port, textfile)."""
-    if data is None:
-        return None
-    textfile = data.get("textfile")
-    return MetricsConfig(
-        port=data.get("port"),
-        textfile=base / textfile if textfile is not None else None,
-        textfile_interval_seconds=float(data.get("textfileIntervalSeconds", 15.0)),
-    )
 
 
 def _path_values(data: dict[str, Any]) -> Iterator[tuple[str, str]]:

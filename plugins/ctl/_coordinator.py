@@ -188,5 +188,6 @@ def removal(result: RemoveResult) -> dict[str, JSON]:
 
 
 def removal_exit(result: RemoveResult) -> Exit:
-    """0 when removed; 1 while a receipt is not CLEANED (the coordinator keeps it removing)."""
+    """0 when removed; 1 while the coordinator keeps it removing (a receipt neither CLEANED nor
+    NOT_RUN)."""
     return Exit.OK if result.state == "removed" else Exit.FINDINGS

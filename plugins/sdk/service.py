@@ -22,7 +22,7 @@ import sqlite3
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -112,12 +112,9 @@ class ServiceConfig:
             refuse("; ".join(exc.lines))
         # An optional key set to null takes its default.
         data = {k: v for k, v in documents[0].items() if v is not None}
-        for key, value in _path_values(data):
-            if "${" in value:
-                refuse(
-                    f"$.{key}: {value!r} holds an unexpanded ${{...}}: the service expands "
-                    "no variables; write the path itself"
-                )
+        unexpanded = unexpanded_path(_path_values(data), "service")
+        if unexpanded is not None:
+            refuse(unexpanded)
         grace = data.get("shutdownGraceSeconds", 10.0)
         base = path.parent
         paths = {key: base / data[key] for key in _PATH_KEYS if key in data}
@@ -129,7 +126,7 @@ class ServiceConfig:
             boot_id=data.get("bootId"),
             shutdown_grace_seconds=float(grace),
             runtime_dir=paths.get("runtimeDir", Path()),
-            metrics=_metrics_config(data.get("metrics"), base),
+            metrics=MetricsConfig.from_config(data.get("metrics"), base),
             log_format=data.get("logFormat", "text"),
             allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
         )
@@ -143,18 +140,6 @@ def _path_values(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
     metrics = data.get("metrics")
     if isinstance(metrics, dict) and isinstance(metrics.get("textfile"), str):
         yield "metrics.textfile", metrics["textfile"]
-
-
-def _metrics_config(data: dict[str, Any] | None, base: Path) -> MetricsConfig | None:
-    """The checked ``metrics`` mapping (the schema allows exactly one of port and textfile)."""
-    if data is None:
-        return None
-    textfile = data.get("textfile")
-    return MetricsConfig(
-        port=data.get("port"),
-        textfile=base / textfile if textfile is not None else None,
-        textfile_interval_seconds=float(data.get("textfileIntervalSeconds", 15.0)),
-    )
 
 
 def artifact_digest(root: Path = PACKAGE_ROOT) -> str:
@@ -272,6 +257,19 @@ def _check_writable(what: str, path: Path, *, created: bool) -> None:
 
 VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 """File systems whose contents are gone at the next boot: no journal belongs on one."""
+
+
+def unexpanded_path(paths: Iterable[tuple[str, str]], program: str) -> str | None:
+    """The refusal of the first ``(key path, value)`` whose value holds an unexpanded
+    ``${...}`` (a unit's or a shell's variable left in a config file), else None.
+    Nothing expands variables in a config: the path would be taken literally."""
+    for key, value in paths:
+        if "${" in value:
+            return (
+                f"$.{key}: {value!r} holds an unexpanded ${{...}}: the {program} expands "
+                "no variables; write the path itself"
+            )
+    return None
 
 
 def check_state_dir(
@@ -662,4 +660,5 @@ __all__ = [
     "main",
     "package_version",
     "serve",
+    "unexpanded_path",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "NO_METRICS",
@@ -111,3 +111,17 @@ class MetricsConfig:
             raise ValueError(f"metrics: port {self.port} is not in 1..65535")
         if self.textfile_interval_seconds <= 0:
             raise ValueError("metrics: textfileIntervalSeconds must be > 0")
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any] | None, base: Path) -> MetricsConfig | None:
+        """A schema-checked ``metrics`` mapping of a service's or the coordinator's config
+        (``None``: no metrics); a relative ``textfile`` is against ``base``, the config's
+        directory."""
+        if data is None:
+            return None
+        textfile = data.get("textfile")
+        return cls(
+            port=data.get("port"),
+            textfile=base / textfile if textfile is not None else None,
+            textfile_interval_seconds=float(data.get("textfileIntervalSeconds", 15.0)),
+        )
