@@ -25,7 +25,10 @@ def make_effects(kernel_url: str, crash: CrashPoints) -> tuple[EffectRegistry, s
     kernel = open_kernel(kernel_url)
     # Without crash points there is nothing to name around each call: no wrapper at all.
     wrapped = kernel if crash is NO_CRASH else CrashingKernel(kernel, crash)
-    return linux_effects(wrapped), kernel.boot_id()
+    # LinuxKernel counts its stuck calls (docs/observability.md); a kernel that keeps no
+    # count (a remote tier's client) has none. Asked of the kernel itself, not its wrapper.
+    stuck_calls = getattr(kernel, "stuck_calls", None)
+    return linux_effects(wrapped, stuck_calls=stuck_calls), kernel.boot_id()
 
 
 def _register(package: str) -> Callable[[Registry], None]:

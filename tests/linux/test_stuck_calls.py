@@ -30,7 +30,8 @@ from plugins.kernel.linux import kernel as kernel_module
 from plugins.kernel.linux._wire import NLM_F_DUMP, RTM_DELLINK, RTM_GETLINK, RtnlSocket, ifinfomsg
 from plugins.kernel.linux.kernel import new_rtnl_socket
 from plugins.kernel.linux.netns import delete_namespace
-from plugins.sdk.runner import Runner
+from plugins.sdk.runner import NO_CRASH, CrashPoints, Runner
+from plugins.services import make_effects
 from plugins.sdk.telemetry import PrometheusMetrics
 
 from .conftest import HOST_NS, MakeNamespace
@@ -129,7 +130,7 @@ def scraped(tmp_path: Path) -> Iterator[Callable[[LinuxKernel], PrometheusMetric
             Runner.open(
                 tmp_path / f"state-{len(runners)}",
                 [],
-                linux_effects(kernel),
+                linux_effects(kernel, stuck_calls=kernel.stuck_calls),
                 artifact_digest="sha256:stuck",
                 boot_id=kernel.boot_id(),
                 metrics=metrics,
@@ -327,3 +328,13 @@ def _wait_for(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < end, f"still false after {DEADLINE_S}s"
         pause.wait(0.01)
+
+
+@pytest.mark.parametrize("crash", ["none", "armed"])
+def test_a_services_effects_count_the_kernels_stuck_calls(crash: str) -> None:
+    """The services' executors report LinuxKernel's count, whether or not crash points
+    wrap the kernel (the rig's crash runs export it too)."""
+    points = NO_CRASH if crash == "none" else CrashPoints()
+    effects, _ = make_effects(f"linux://{HOST_NS}", points)
+    assert effects.stuck_calls is not None
+    assert effects.stuck_calls() == 0

@@ -7,6 +7,8 @@ its spec (docs/writing-a-plugin.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from plugins.kernel import Kernel, ReadSharingKernel
 from plugins.sdk.runner import EffectRegistry
 
@@ -24,10 +26,13 @@ from ._links import (
 from ._vf import MoveLink, RenameLink, SetLinkMTU, SetVFConfig
 
 
-def linux_effects(kernel: Kernel) -> EffectRegistry:
+def linux_effects(
+    kernel: Kernel, *, stuck_calls: Callable[[], int] | None = None
+) -> EffectRegistry:
     """Every executor the three services are approved to run, bound to one kernel.
 
-    Their reads go through a ``ReadSharingKernel``: recovery's probes share one dump per
+    ``stuck_calls``: the kernel's count of calls stuck past their deadline, for the
+    metrics (``LinuxKernel.stuck_calls``). Their reads go through a ``ReadSharingKernel``: recovery's probes share one dump per
     namespace (``EffectRegistry.shared_reads``); every other call reads the kernel.
     """
     shared = ReadSharingKernel(kernel)
@@ -46,8 +51,7 @@ def linux_effects(kernel: Kernel) -> EffectRegistry:
         ],
         evidence=evidence_scan(kernel),
         shared_reads=shared.shared_reads,
-        # LinuxKernel's (docs/observability.md); a kernel that keeps no count has none.
-        stuck_calls=getattr(kernel, "stuck_calls", None),
+        stuck_calls=stuck_calls,
     )
 
 
