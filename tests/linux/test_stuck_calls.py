@@ -31,8 +31,8 @@ from plugins.kernel.linux._wire import NLM_F_DUMP, RTM_DELLINK, RTM_GETLINK, Rtn
 from plugins.kernel.linux.kernel import new_rtnl_socket
 from plugins.kernel.linux.netns import delete_namespace
 from plugins.sdk.runner import NO_CRASH, CrashPoints, Runner
-from plugins.services import make_effects
 from plugins.sdk.telemetry import PrometheusMetrics
+from plugins.services import make_effects
 
 from .conftest import HOST_NS, MakeNamespace
 from .helpers import DEADLINE_S, Clock, senders_end
