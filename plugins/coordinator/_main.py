@@ -22,7 +22,6 @@ its own, so a SIGKILL can be armed at any ``Coordinator/...`` boundary.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sqlite3
@@ -42,12 +41,12 @@ from plugins.sdk.service import (
     StartupRefused,
     check_private_dir,
     check_state_dir,
-    package_version,
+    program_arguments,
 )
 from plugins.sdk.signals import SignalStop
 from plugins.sdk.store import JournalFault, JournalUnavailable
 from plugins.sdk.systemd import notify
-from plugins.sdk.telemetry import LOG_FORMATS, configure_logging, log_event
+from plugins.sdk.telemetry import configure_logging, log_event
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology, validate_topology
@@ -323,28 +322,7 @@ def _exit_now(status: int) -> NoReturn:
 def run(argv: Sequence[str], *, crash: CrashPoints = NO_CRASH) -> int:
     """``--config FILE [--log-level L] [--log-format F] [--init]``, ``--version``;
     ``crash``: only the test kit's launcher passes one."""
-    parser = argparse.ArgumentParser(prog=PROG, description=f"{PROG}: the node coordinator")
-    parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        type=str.upper,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=None,
-        help="text or json lines on stderr (default: the config's logFormat, else text)",
-    )
-    parser.add_argument(
-        "--init",
-        action="store_true",
-        help="create the state directory and its missing parents (a new journal): without "
-        "it a stateDir whose parent is missing is refused",
-    )
-    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
-    args = parser.parse_args(argv)
+    args = program_arguments(PROG, f"{PROG}: the node coordinator").parse_args(argv)
     configure_logging(PROG, args.log_level, args.log_format or "text")
     try:
         config = CoordinatorConfig.load(args.config)

@@ -584,26 +584,10 @@ def _exit_now(status: int) -> NoReturn:
     os._exit(status)
 
 
-def package_version() -> str:
-    """The installed distribution's version (``dra-networkplugins``), for ``--version``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
-
-
-def main(
-    argv: Sequence[str] | None,
-    prog: str,
-    make_registry: Callable[[], Registry],
-    make_effects: EffectsFactory,
-    *,
-    crash: CrashPoints = NO_CRASH,
-) -> int:
-    """A service's command line. ``crash``: only the test kit's launcher passes its own."""
-    parser = argparse.ArgumentParser(prog=prog, description=f"{prog}: a NetworkPlugin service")
+def program_arguments(prog: str, description: str) -> argparse.ArgumentParser:
+    """The command line every program of a node takes (the three services and the
+    coordinator): ``--config``, ``--log-level``, ``--log-format``, ``--init``, ``--version``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", type=Path, required=True, help="administrator config (YAML)")
     parser.add_argument(
         "--log-level",
@@ -624,7 +608,29 @@ def main(
         "it a stateDir whose parent is missing is refused",
     )
     parser.add_argument("--version", action="version", version=f"{prog} {package_version()}")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (``dra-networkplugins``), for ``--version``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def main(
+    argv: Sequence[str] | None,
+    prog: str,
+    make_registry: Callable[[], Registry],
+    make_effects: EffectsFactory,
+    *,
+    crash: CrashPoints = NO_CRASH,
+) -> int:
+    """A service's command line. ``crash``: only the test kit's launcher passes its own."""
+    args = program_arguments(prog, f"{prog}: a NetworkPlugin service").parse_args(argv)
     configure_logging(prog, args.log_level, args.log_format or "text")
     try:
         config = ServiceConfig.load(args.config)
@@ -659,6 +665,7 @@ __all__ = [
     "check_state_dir",
     "main",
     "package_version",
+    "program_arguments",
     "serve",
     "unexpanded_path",
 ]
