@@ -187,6 +187,23 @@ def _call(row: Mapping[str, Any]) -> Call:
     )
 
 
+def _abandon_open_calls(t: Txn, unit: str, step: str, evidence: dict[str, Any]) -> list[str]:
+    """Close every open call of ``unit``'s ``step`` as ``abandoned``, each keeping its
+    error and storing its previous state (``was``) and ``evidence`` as its response."""
+    closed = []
+    for row in t.select("calls", {"unit": unit, "step": step}, order_by="seq"):
+        if row["state"] not in OPEN_CALL_STATES:
+            continue
+        response = {"was": row["state"], **evidence}
+        t.put(
+            "calls",
+            {**row, "state": "abandoned", "response_json": _dumps(response)},
+            key=["operation_id"],
+        )
+        closed.append(row["operation_id"])
+    return closed
+
+
 def _one_call(t: Reader, operation_id: str) -> dict[str, Any] | None:
     rows = t.select("calls", {"operation_id": operation_id})
     return rows[0] if rows else None
@@ -307,21 +324,8 @@ class CoordinatorJournal:
                 {**cleanup, "state": "cleaned", "response_json": _dumps(receipt), "error": None},
                 key=["operation_id"],
             )
-            closed = []
-            step_calls = t.select(
-                "calls", {"unit": cleanup["unit"], "step": cleanup["step"]}, order_by="seq"
-            )
-            for row in step_calls:
-                if row["operation_id"] == operation_id or row["state"] not in OPEN_CALL_STATES:
-                    continue
-                evidence = {"was": row["state"], "cleanup": operation_id, "receipt": receipt}
-                t.put(
-                    "calls",
-                    {**row, "state": "abandoned", "response_json": _dumps(evidence)},
-                    key=["operation_id"],
-                )
-                closed.append(row["operation_id"])
-            return closed
+            evidence = {"cleanup": operation_id, "receipt": receipt}
+            return _abandon_open_calls(t, cleanup["unit"], cleanup["step"], evidence)
 
         return self.write(finish)
 
@@ -334,21 +338,7 @@ class CoordinatorJournal:
         stores its previous state and the evidence as its response. Returns the closed ids.
         """
 
-        def abandon(t: Txn) -> list[str]:
-            closed = []
-            for row in t.select("calls", {"unit": unit, "step": step}, order_by="seq"):
-                if row["state"] not in OPEN_CALL_STATES:
-                    continue
-                response = {"was": row["state"], "neverRan": evidence}
-                t.put(
-                    "calls",
-                    {**row, "state": "abandoned", "response_json": _dumps(response)},
-                    key=["operation_id"],
-                )
-                closed.append(row["operation_id"])
-            return closed
-
-        return self.write(abandon)
+        return self.write(lambda t: _abandon_open_calls(t, unit, step, {"neverRan": evidence}))
 
     def calls(self, unit: str | None = None) -> list[Call]:
         where = None if unit is None else {"unit": unit}
