@@ -7,12 +7,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import jinja2
 import pytest
+import yaml
 
 from labs.sriov import role_defaults
 from plugins.services.units import UNIT_TEMPLATE, main, render_unit
 
 ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "labs" / "sriov" / "ansible" / "roles" / "dranp"
 DOCUMENTED_EXPOSURE = {
     ("dra-networkplugin@links.service", ()): 2.2,
     ("dra-networkplugin@links.service", ("--metrics-textfile-dir", "/var/lib/prom")): 2.2,
@@ -136,6 +139,27 @@ def test_the_command_prints_the_unit_or_one_line_why_not(
     assert capsys.readouterr().out == render_unit(
         coordinator=True, metrics_port=True, textfile_dir="/prom"
     )
+
+
+def test_the_lab_role_renders_the_unit_as_the_renderer_does() -> None:
+    """The role's template task, with Ansible's Jinja options as the task leaves them
+    (Ansible trims a block's newline unless told not to), gives the renderer's text:
+    the lab runs the unit an operator installs, line for line."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "configure.yml").read_text())
+    (task,) = [
+        t["ansible.builtin.template"]
+        for t in tasks
+        if t.get("ansible.builtin.template", {}).get("src") == "{{ dranp_unit_template }}"
+    ]
+    environment = jinja2.Environment(
+        trim_blocks=task.get("trim_blocks", True),  # Ansible's defaults
+        lstrip_blocks=task.get("lstrip_blocks", False),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    lab = {"bin_dir": "/opt/lab/venv/bin", "config_dir": "/etc/lab", "shutdown_grace_seconds": 7}
+    rendered = environment.from_string(UNIT_TEMPLATE.read_text()).render(**lab)
+    assert rendered == render_unit(**lab)
 
 
 def test_the_lab_role_renders_the_same_template() -> None:
