@@ -12,7 +12,9 @@ written). The test reads and connects to ``R/run/...`` from outside.
 Emulated, in the order systemd applies them: ``RuntimeDirectory=`` and
 ``StateDirectory=`` (created with their ``...Mode=``); ``ProtectSystem=strict`` (every
 mount read-only but ``/proc``, ``/sys``, ``/dev``, those directories and
-``ReadWritePaths=``, which must exist); ``PrivateTmp=``; ``PrivateNetwork=`` (a network
+``ReadWritePaths=``, which must exist); ``PrivateTmp=`` (where the program or the test's
+interpreter is installed under ``/tmp``, as a checkout may be, that stays visible,
+read-only); ``PrivateNetwork=`` (a network
 namespace of its own); ``UMask=``; ``CapabilityBoundingSet=`` and ``NoNewPrivileges=``
 (``setpriv``); a clean environment with ``$NOTIFY_SOCKET`` at ``/run/systemd/notify``
 (the caller's listener, bound there) and ``$RUNTIME_DIRECTORY``/``$STATE_DIRECTORY``.
@@ -209,6 +211,8 @@ def _enter(root: Path, unit: Unit) -> dict[str, str]:
         Path(NOTIFY_PATH).touch()
         _mount("--bind", listener, NOTIFY_PATH)
         env["NOTIFY_SOCKET"] = NOTIFY_PATH
+    # Held before ProtectSystem= makes /run read-only: what PrivateTmp= must not hide.
+    kept = _hold(_installation(unit)) if unit.flag("PrivateTmp") else []
     if unit.one("ProtectSystem") == "strict":
         writable = [str(p) for p in unit.writable]
         for path in writable:
@@ -219,9 +223,43 @@ def _enter(root: Path, unit: Unit) -> dict[str, str]:
             if not _under(point, [*_API_FILESYSTEMS, *writable]) and os.path.exists(point):
                 _mount("-o", "remount,bind,ro", point)
     if unit.flag("PrivateTmp"):
-        for tmp in ("/tmp", "/var/tmp"):
-            _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", tmp)
+        _private_tmp(kept)
     return env
+
+
+def _installation(unit: Unit) -> list[Path]:
+    """Where the unit's program and this test kit's interpreter are installed: a real
+    node has them under /usr or /opt, a test's checkout may lie under /tmp."""
+    program = Path(unit.exec_start[0]).parent if unit.exec_start else None
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]}
+    return sorted(found | ({program} if program is not None else set()))
+
+
+_TMPS = ("/tmp", "/var/tmp")
+
+
+def _hold(installation: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """``(path, held)`` for each part of ``installation`` under /tmp or /var/tmp, bound at
+    ``held`` under /run (the root's) so that it can be bound back once /tmp is replaced."""
+    kept = [p for p in installation if _under(str(p), _TMPS) and p.is_dir()]
+    holding = Path("/run/.unit-sandbox")
+    pairs = []
+    for index, path in enumerate(kept):
+        held = holding / str(index)
+        held.mkdir(parents=True, exist_ok=True)
+        _mount("--bind", str(path), str(held))
+        pairs.append((path, held))
+    return pairs
+
+
+def _private_tmp(kept: Sequence[tuple[Path, Path]]) -> None:
+    """A fresh /tmp and /var/tmp; what ``_hold`` kept, bound back read-only at its path."""
+    for tmp in _TMPS:
+        _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", tmp)
+    for path, held in kept:
+        path.mkdir(parents=True, exist_ok=True)
+        _mount("--bind", str(held), str(path))
+        _mount("-o", "remount,bind,ro", str(path))
 
 
 def _privileges(unit: Unit) -> list[str]:
