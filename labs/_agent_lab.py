@@ -58,9 +58,13 @@ class AgentLab(Lab):
         """Relay ``upstream`` on ``directory/relay.sock``; ``kernel`` is a client of it."""
         self.sessions: list[AgentSession] = []
         self.relay_socket = self.directory / "relay.sock"
-        self.relay = KernelRelay(upstream, timeout=CALL_TIMEOUT_S)
+        self.relay = KernelRelay(upstream, timeout=CALL_TIMEOUT_S, on_failure=self._agent_failed)
         self.relay.listen(self.relay_socket)
         self._client = AgentRootKernel(self.relay_socket, timeout=CALL_TIMEOUT_S)
+
+    def _agent_failed(self, why: str) -> None:
+        """The stream to the agent failed (``why``): a subclass logs what its side of the
+        stream shows (the guest's console: the agent's stack dump, the kernel's messages)."""
 
     @property
     def kernel(self) -> AgentRootKernel:

@@ -55,11 +55,20 @@ class KernelRelay:
     """Owns ``upstream`` (a connected stream socket to the agent) and relays the request
     lines of any number of Unix-socket clients to it, one exchange at a time.
 
-    ``timeout``: how long one answer may take upstream before the relay gives up on it.
+    ``timeout``: how long one answer may take upstream before the relay gives up on it;
+    ``on_failure``: called once with the reason when the agent's stream fails (the lab
+    logs what the agent's side shows of it).
     """
 
-    def __init__(self, upstream: socket.socket, *, timeout: float) -> None:
+    def __init__(
+        self,
+        upstream: socket.socket,
+        *,
+        timeout: float,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
         self._upstream = upstream
+        self._on_failure = on_failure  # told why, once, when the stream fails (not at close)
         upstream.settimeout(timeout)
         self._reader = upstream.makefile("rb")
         self._exchange = threading.Lock()  # one request/answer on the upstream at a time
@@ -186,7 +195,8 @@ class KernelRelay:
 
     def _fail(self, why: str) -> None:
         with self._state:
-            if self.failure is None:
+            first = self.failure is None
+            if first:
                 self.failure = why
                 log.log(logging.INFO if why == CLOSED else logging.WARNING, "kernel relay: %s", why)
             listeners = list(self._listeners.values())
@@ -198,6 +208,8 @@ class KernelRelay:
                 listener.path.unlink()
         for client in clients:
             _shut(client)
+        if first and why != CLOSED and self._on_failure is not None:
+            self._on_failure(why)
 
     def close(self) -> None:
         """Hang up on every client and on the agent (the guest sees the end of its

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import faulthandler
 import functools
 import inspect
 import json
@@ -70,6 +71,10 @@ SESSION_PARAMS: dict[str, dict[str, type]] = {
 }
 # How long a closed session's namespaces may take to die (cleanup_net, under TCG).
 SESSION_DEATH_DEADLINE_S = 60.0
+# A request unanswered this long prints every thread's stack on stderr (the guest's
+# console, an SSH session's stderr): the host gives up at labs.CALL_TIMEOUT_S (120 s),
+# and what the agent was stuck in is then in the log the failure shows.
+STALL_REPORT_S = 60.0
 
 
 class SessionLab(Protocol):
@@ -159,7 +164,12 @@ class KernelAgent:
         for line in incoming:
             if not line.strip():
                 continue
-            _write_all(outgoing_fd, json.dumps(self.handle(line)).encode() + b"\n")
+            faulthandler.dump_traceback_later(STALL_REPORT_S)
+            try:
+                answered = self.handle(line)
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            _write_all(outgoing_fd, json.dumps(answered).encode() + b"\n")
 
 
 def _session_of(line: bytes) -> Any:

@@ -24,6 +24,7 @@ docs/vm-lab.md has the design and the figures.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -53,6 +54,8 @@ __all__ = [
     "missing",
 ]
 
+log = logging.getLogger(__name__)
+
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = "scripts/install-vm-lab"
 QEMU = "qemu-system-x86_64"
@@ -73,6 +76,7 @@ IGB_LACKS = {
 }
 BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower
 POWER_OFF_DEADLINE_S = 60.0
+FAILURE_CONSOLE_LINES = 150  # a stalled agent's stack dump and the kernel's messages around it
 # Bytecode for the guest's Python: the machine sets PYTHONDONTWRITEBYTECODE and the
 # guest's root is read-only, so without this every boot compiles pyroute2 and the
 # project from source under TCG (measured: ~115 s of a 147 s boot).
@@ -214,6 +218,21 @@ class VmLab(AgentLab):
                     f"console ({self.console_log}), last lines:\n{self._console.tail()}"
                 ) from exc
             raise
+
+    def _agent_failed(self, why: str) -> None:
+        """Log the console's last lines: a stalled agent dumped its threads' stacks there
+        (``kernel_agent.STALL_REPORT_S``), beside what the guest's kernel printed."""
+        try:
+            lines = self.console_log.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            lines = [f"(console log unreadable: {exc})"]
+        log.warning(
+            "the %s guest's agent failed (%s); console %s, last lines:\n%s",
+            self.kernel_name,
+            why,
+            self.console_log,
+            "\n".join(lines[-FAILURE_CONSOLE_LINES:]),
+        )
 
     def _command(self, vng: str, memory: str, cpus: int) -> list[str]:
         devices = []

@@ -5,6 +5,7 @@ on a socket pair, so it runs on every machine (the vm tier runs it against a gue
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -194,3 +195,34 @@ def test_the_guest_going_away_hangs_up_every_client(
     assert not (tmp_path / "relay.sock").exists()
     with pytest.raises(RelayClosed, match="the guest agent"):
         relay.listen(tmp_path / "again.sock")
+
+
+def test_a_stalled_agent_is_reported_once_with_why_and_a_close_is_not(
+    upstream: Upstream, gated: GatedModel, tmp_path: Path
+) -> None:
+    """An answer later than the relay's timeout fails the stream; the lab is told why
+    once (the VM lab then logs the guest's console, where the agent dumped its stacks)."""
+    told: list[str] = []
+    relay = KernelRelay(upstream.host, timeout=0.5, on_failure=told.append)
+    relay.listen(tmp_path / "relay.sock")
+    try:
+        gated.gate.clear()
+        with FakeKernelClient(tmp_path / "relay.sock", timeout=DEADLINE_S) as client:
+            with pytest.raises(FakeKernelProtocolError):
+                client.boot_id()
+        assert gated.entered.is_set()
+    finally:
+        gated.gate.set()
+        # The late answer reaches the relay's end and is read before it closes: the agent
+        # then sees the end of its stream, not a broken pipe or a reset.
+        assert select.select([upstream.host], [], [], DEADLINE_S)[0], "the agent never answered"
+        assert upstream.host.recv(1 << 16).endswith(b"\n")
+        relay.close()
+        upstream.thread.join(DEADLINE_S)
+    assert len(told) == 1, told
+    assert "timed out" in told[0], told
+    closed: list[str] = []
+    ours, theirs = socket.socketpair()
+    with theirs:
+        KernelRelay(ours, timeout=DEADLINE_S, on_failure=closed.append).close()
+    assert closed == []
