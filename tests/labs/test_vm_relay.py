@@ -207,9 +207,11 @@ def test_a_stalled_agent_is_reported_once_with_why_and_a_close_is_not(
     relay.listen(tmp_path / "relay.sock")
     try:
         gated.gate.clear()
-        with FakeKernelClient(tmp_path / "relay.sock", timeout=DEADLINE_S) as client:
-            with pytest.raises(FakeKernelProtocolError):
-                client.boot_id()
+        with (
+            FakeKernelClient(tmp_path / "relay.sock", timeout=DEADLINE_S) as client,
+            pytest.raises(FakeKernelProtocolError),
+        ):
+            client.boot_id()
         assert gated.entered.is_set()
     finally:
         gated.gate.set()
