@@ -339,6 +339,19 @@ def test_the_config_resolves_paths_against_its_directory(tmp_path: Path) -> None
         ),
         ({"topologies": []}, "$.topologies: must have at least 1 items, got 0 [size]"),
         ({"epoch": 0}, "$.epoch: must be >= 1, got 0 [range]"),
+        # the operability keys (issue 26: paths expanded by nothing, logs, metrics)
+        (
+            {"stateDir": "/var/lib/${ARTIFACT_ID}/state"},
+            "$.stateDir: '/var/lib/${ARTIFACT_ID}/state' holds an unexpanded ${...}: the "
+            "coordinator expands no variables; write the path itself",
+        ),
+        (
+            {"plugins": {"macvlan": {"socket": "${RUN}/m.sock", "tokenFile": "t"}}},
+            "$.plugins.macvlan.socket: '${RUN}/m.sock' holds an unexpanded ${...}",
+        ),
+        ({"logFormat": "xml"}, "$.logFormat: "),
+        ({"metrics": {"port": 9464, "textfile": "m.prom"}}, "$.metrics.textfile: "),
+        ({"metrics": {}}, "$.metrics.textfile: missing required field 'textfile'"),
     ],
 )
 def test_a_bad_config_is_refused_naming_the_key(

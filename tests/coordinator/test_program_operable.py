@@ -32,7 +32,7 @@ from plugins.coordinator import (
     CoordinatorServer,
     CoordinatorService,
 )
-from plugins.sdk.service import StartupRefused, package_version
+from plugins.sdk.service import package_version
 
 from .programs import MACVLAN, PROG, REPO, client, run_program, write_config, write_token
 from .support import inventory, policies
@@ -265,34 +265,6 @@ def test_init_creates_a_new_state_directory(rig: CoordinatorRig, tmp_path: Path)
                 _, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     assert (tmp_path / "new" / "state" / "journal.id").is_file()
-
-
-@pytest.mark.parametrize(
-    ("changes", "problem"),
-    [
-        (
-            {"stateDir": "/var/lib/${ARTIFACT_ID}/state"},
-            "$.stateDir: '/var/lib/${ARTIFACT_ID}/state' holds an unexpanded ${...}: the "
-            "coordinator expands no variables; write the path itself",
-        ),
-        (
-            {"plugins": {"macvlan": {"socket": "${RUN}/m.sock", "tokenFile": "t"}}},
-            "$.plugins.macvlan.socket: '${RUN}/m.sock' holds an unexpanded ${...}",
-        ),
-        ({"logFormat": "xml"}, "$.logFormat: "),
-        ({"metrics": {"port": 9464, "textfile": "m.prom"}}, "$.metrics.textfile: "),
-        ({"metrics": {}}, "$.metrics.textfile: missing required field 'textfile'"),
-    ],
-)
-def test_a_bad_operability_key_is_refused_naming_it(
-    tmp_path: Path, changes: dict[str, object], problem: str
-) -> None:
-    path = write_config(tmp_path, **changes)
-    with pytest.raises(StartupRefused) as refusal:
-        CoordinatorConfig.load(path)
-    assert refusal.value.message.startswith(f"coordinator config {path}: ")
-    assert problem in refusal.value.message
-    assert "\n" not in refusal.value.message
 
 
 def test_the_operability_keys_are_read(tmp_path: Path) -> None:
