@@ -5,8 +5,10 @@ Usage::
     uv run python scripts/gen_proto.py          # regenerate the committed modules
     uv run python scripts/gen_proto.py --check  # fail if the committed modules are stale
 
-Two contracts (``PROTOS``): the plugins' (``networkplugin.proto``) and the coordinator
-program's (``coordinator.proto``). Each proto is compiled with ``-I <repo root>`` so the
+Every ``.proto`` under ``plugins/api`` (``PROTOS``): the plugins' contract
+(``networkplugin.proto``), the coordinator program's (``coordinator.proto``), and the
+Kubernetes protocols the coordinator speaks (kubelet DRA and plugin registration, NRI),
+written from their public definitions. Each proto is compiled with ``-I <repo root>`` so the
 generated modules live next to the .proto and import each other package-absolutely
 (``plugins.api.networkplugin.v1alpha1.networkplugin_pb2``).
 """
@@ -24,7 +26,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_REL = Path("plugins/api/networkplugin/v1alpha1/networkplugin.proto")
 COORDINATOR_PROTO_REL = Path("plugins/api/coordinator/v1alpha1/coordinator.proto")
-PROTOS = (PROTO_REL, COORDINATOR_PROTO_REL)
+PROTOS = tuple(
+    sorted(p.relative_to(REPO_ROOT) for p in (REPO_ROOT / "plugins/api").rglob("*.proto"))
+)
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
