@@ -139,6 +139,47 @@ class Allocator:
         self._state = state
         return result
 
+    def bind(
+        self, compiled: CompiledTopology, chosen: Mapping[str, str]
+    ) -> dict[str, AllocatedDevice]:
+        """The devices a scheduler chose (Allocation step -> published device name), checked
+        as ``allocate`` would pick them: the device exists, its type, sharing and policy suit
+        the step, the step's selector matches it, and it is free; all or nothing."""
+        by_name = {d.name: d for d in self.devices}
+        state = self._state.copy()
+        result: dict[str, AllocatedDevice] = {}
+        for step in compiled.roots():
+            alloc = step.step.allocation
+            assert alloc is not None  # validated: every root has an allocation
+            name = chosen.get(step.name)
+            if name is None:
+                raise AllocationError(step.name, alloc.selector.cel, ["no device was allocated"])
+            device = by_name.get(name)
+            problem = (
+                f"{name}: not a device of pool {self.inventory.pool}"
+                if device is None
+                else f"{name}: its type, sharing or policy does not suit the step"
+                if not self._eligible(device, step, alloc.sharing)
+                else f"{name}: the step's selector does not match it"
+                if not compile_selector(alloc.selector.cel, step=step.name).matches(device)
+                else None
+            )
+            if problem is None:
+                assert device is not None
+                unavailable = self._unavailable(state, device, step)
+                problem = None if unavailable is None else f"{name}: {unavailable}"
+            if problem is not None:
+                raise AllocationError(step.name, alloc.selector.cel, [problem])
+            assert device is not None
+            result[step.name] = self._take(state, device, step, alloc.sharing)
+        unknown = sorted(set(chosen) - set(result))
+        if unknown:
+            raise AllocationError(
+                unknown[0], "", [f"the topology {compiled.topology.name} has no root {unknown[0]}"]
+            )
+        self._state = state
+        return result
+
     def release(
         self, allocations: Mapping[str, AllocatedDevice] | Iterable[AllocatedDevice]
     ) -> None:

@@ -373,6 +373,11 @@ class CoordinatorJournal:
         rows = self.read(lambda r: r.select("units", {"unit": unit}))
         return None if not rows else (rows[0]["state"], json.loads(rows[0]["detail_json"]))
 
+    def units(self, kind: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Every unit of one kind: unit -> (state, detail), in unit order."""
+        rows = self.read(lambda r: r.select("units", {"kind": kind}, order_by="unit"))
+        return {r["unit"]: (r["state"], json.loads(r["detail_json"])) for r in rows}
+
     # -- claims -----------------------------------------------------------------------------
 
     def claims(self, resource: str | None = None) -> list[Claim]:

@@ -1,0 +1,63 @@
+"""The coordinator's pod side on the fake lab: the kubelet's order end to end, the gate,
+and the bad input it refuses without changing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plugins.coordinator import ClaimProblem, GateRefused
+
+from .kit import pod_node, sandbox_of, scheduled
+
+pytestmark = pytest.mark.fake
+
+
+@pytest.mark.parametrize("topology", ["sdk-macvlan", "sdk-ipvlan", "sdk-vf-bond-vlan"])
+def test_the_kubelet_order_connects_then_cleans_everything(tmp_path: Path, topology: str) -> None:
+    with pod_node(tmp_path) as (node, pods, claims):
+        before = node.snapshot()
+        claim = scheduled(topology, "uid-1", pod="pod-1")
+        claims.claims[("default", "net")] = claim
+        devices = pods.prepare("default", "net", "uid-1")
+        assert [d.request for d in devices] == [d.request for d in claim.devices]
+        assert pods.prepare("default", "net", "uid-1") == devices  # idempotent
+        sandbox = sandbox_of(node, "sb-1", "pod-1")
+        pods.run_pod_sandbox(sandbox)
+        pods.create_container(sandbox, "c-1")
+        assert pods.counters.gate_passes == 1
+        pods.stop_pod_sandbox(sandbox)
+        pods.unprepare("default", "net", "uid-1")
+        pods.remove_pod_sandbox(sandbox)
+        after = node.snapshot()
+        assert after == before
+
+
+def test_the_gate_refuses_a_sandbox_whose_run_was_missed_then_passes(tmp_path: Path) -> None:
+    with pod_node(tmp_path) as (node, pods, claims):
+        claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-1", pod="pod-1")
+        pods.prepare("default", "net", "uid-1")
+        sandbox = sandbox_of(node, "sb-1", "pod-1")
+        with pytest.raises(GateRefused, match="never connected"):
+            pods.create_container(sandbox, "c-1")
+        pods.create_container(sandbox, "c-1")  # the kubelet's retry
+        assert (pods.counters.gate_refusals, pods.counters.gate_passes) == (1, 1)
+
+
+def test_a_pod_without_claims_is_not_ours(tmp_path: Path) -> None:
+    with pod_node(tmp_path) as (node, pods, _claims):
+        sandbox = sandbox_of(node, "sb-9", "pod-9")
+        pods.run_pod_sandbox(sandbox)
+        pods.create_container(sandbox, "c-9")
+        assert pods.counters.gate_refusals == 0
+
+
+def test_a_replaced_claim_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    with pod_node(tmp_path) as (node, pods, claims):
+        claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-2", pod="pod-1")
+        before = node.snapshot()
+        with pytest.raises(ClaimProblem, match="replaced"):
+            pods.prepare("default", "net", "uid-1")
+        assert node.snapshot() == before
+        assert node.journal.units("kube-claim") == {}
