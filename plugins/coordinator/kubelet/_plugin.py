@@ -1,0 +1,236 @@
+"""The coordinator as a kubelet DRA plugin: the DRA socket, then the registration socket.
+
+Order matters both ways. The kubelet dials the endpoint that ``GetInfo`` names as soon
+as it has registered us, so the DRA socket is served before the registration socket
+appears; at stop the registration socket goes first, so the kubelet deregisters us
+before the DRA socket stops answering.
+
+Both sockets are bound as the node's other sockets are (``plugins.sdk.host``): a stale
+socket is removed only if it is a socket and nothing answers on it; the server binds a
+staging name (a dot directory, which the kubelet's watcher ignores) and hard-links it
+into place, so the watcher never sees a socket that is not yet served, and at stop only
+the file we linked is removed. Directories we create are 0750 (the kubelet reads them
+as root; group for an operator's tools); existing ones are left as they are, being the
+kubelet's.
+
+Out of scope: a registration socket deleted while we run is not re-created (the kubelet
+would deregister us; restart the coordinator). The health service is served only when
+a ``HealthSource`` is given; a kubelet with resource health on then logs Unimplemented.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+import grpc
+
+from plugins.api.kubelet.dra.v1 import dra_pb2_grpc as v1_grpc
+from plugins.api.kubelet.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
+from plugins.api.kubelet.drahealth.v1alpha1 import health_pb2_grpc as health_grpc
+from plugins.api.kubelet.pluginregistration.v1 import registration_pb2_grpc as registration_grpc
+from plugins.sdk import RegistrationError
+from plugins.sdk.host import (
+    MAX_SOCKET_PATH,
+    STAGING_EXTRA,
+    bind_linked_socket,
+    clear_stale_socket,
+    remove_own_socket,
+    socket_path_fits,
+)
+
+from ._dra import ClaimPreparer, DRAPluginV1, DRAPluginV1beta1
+from ._health import HealthServicer, HealthSource
+from ._registration import RegistrationEvent, RegistrationServicer
+
+log = logging.getLogger("plugins.coordinator.kubelet")
+
+DEFAULT_PLUGINS_DIR: Final = Path("/var/lib/kubelet/plugins")
+DEFAULT_REGISTRY_DIR: Final = Path("/var/lib/kubelet/plugins_registry")
+_DIR_MODE: Final = 0o750
+# A DRA driver name is a DNS subdomain of at most 63 characters (resource.k8s.io).
+_DRIVER_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_DRIVER_NAME: Final = 63
+
+
+def check_driver_name(driver: str) -> None:
+    """Refuse a name the API server would refuse for a driver, naming why."""
+    if not driver:
+        raise ValueError("DRA driver name is empty")
+    if len(driver) > _MAX_DRIVER_NAME:
+        raise ValueError(
+            f"DRA driver name {driver!r} is {len(driver)} characters; at most {_MAX_DRIVER_NAME}"
+        )
+    if not _DRIVER_NAME.fullmatch(driver):
+        raise ValueError(
+            f"DRA driver name {driver!r} is not a DNS subdomain (lowercase "
+            "letters, digits, '-' and '.', starting and ending alphanumeric)"
+        )
+
+
+def _make_dirs(d: Path) -> None:
+    """Create ``d`` and its missing parents 0750; existing ones are not touched."""
+    missing: list[Path] = []
+    for p in (d, *d.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(p, _DIR_MODE)
+            os.chmod(p, _DIR_MODE)  # mkdir's mode is filtered through the umask
+    if not d.is_dir():
+        raise RegistrationError(f"{d} exists and is not a directory")
+
+
+class _Served:
+    """A started server, its executor and the inode of the socket it linked."""
+
+    def __init__(
+        self, server: grpc.Server, executor: ThreadPoolExecutor, path: Path, inode: int
+    ) -> None:
+        self.server, self.executor, self.path, self.inode = server, executor, path, inode
+
+    def stop(self, grace: float | None) -> None:
+        remove_own_socket(self.path, self.inode)
+        self.server.stop(grace).wait((grace or 0.0) + 5.0)
+        self.executor.shutdown(wait=False)
+
+
+def _serve(
+    path: Path, what: str, add_services: Callable[[grpc.Server], None], max_workers: int
+) -> _Served:
+    _make_dirs(path.parent)
+    clear_stale_socket(path, serving=what)
+    executor = ThreadPoolExecutor(max_workers, thread_name_prefix=what.replace(" ", "-"))
+    server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+    add_services(server)
+    try:
+        inode = bind_linked_socket(server, path, serving=what)
+        server.start()
+    except Exception as exc:
+        server.stop(None)
+        executor.shutdown(wait=False)
+        if isinstance(exc, RegistrationError):
+            raise
+        raise RegistrationError(f"cannot serve {path}: {exc}") from exc
+    log.info("serving the %s on %s", what, path)
+    return _Served(server, executor, path, inode)
+
+
+class KubeletPlugin:
+    """Serve ``preparer`` to the kubelet as the DRA driver ``driver``.
+
+    The DRA socket is ``<plugins_dir>/<driver>/dra.sock``, the registration socket
+    ``<registry_dir>/<driver>-reg.sock``. Nothing is created before ``start``; a bad
+    driver name or a socket path too long to bind is refused at construction.
+    """
+
+    def __init__(
+        self,
+        driver: str,
+        preparer: ClaimPreparer,
+        plugins_dir: Path | str = DEFAULT_PLUGINS_DIR,
+        registry_dir: Path | str = DEFAULT_REGISTRY_DIR,
+        health: HealthSource | None = None,
+        *,
+        max_workers: int = 4,
+    ) -> None:
+        check_driver_name(driver)
+        self.driver = driver
+        self.dra_socket = Path(plugins_dir) / driver / "dra.sock"
+        self.registration_socket = Path(registry_dir) / f"{driver}-reg.sock"
+        for path in (self.dra_socket, self.registration_socket):
+            if not path.is_absolute():
+                raise ValueError(
+                    f"socket path {path} is not absolute (the kubelet dials it "
+                    "from its own working directory)"
+                )
+            if not socket_path_fits(path):
+                raise ValueError(
+                    f"socket path {path} is {len(os.fsencode(path))} bytes; at "
+                    f"most {MAX_SOCKET_PATH - STAGING_EXTRA} fit"
+                )
+        self._preparer = preparer
+        self._health_source = health
+        self._health: HealthServicer | None = None
+        self._registration = RegistrationServicer(driver, str(self.dra_socket))
+        self._max_workers = max_workers
+        self._dra: _Served | None = None
+        self._registry: _Served | None = None
+
+    @property
+    def registration_events(self) -> tuple[RegistrationEvent, ...]:
+        """Every verdict the kubelet sent, in order."""
+        return self._registration.events
+
+    @property
+    def registration_failures(self) -> int:
+        return self._registration.failures
+
+    @property
+    def registered(self) -> bool:
+        """True if the kubelet's latest verdict registered us."""
+        return self._registration.registered
+
+    def wait_registered(self, timeout: float) -> bool:
+        """Wait until the kubelet's latest verdict is a success; False on timeout."""
+        self._registration.wait_for_event(0, timeout)
+        return self.registered
+
+    def start(self) -> None:
+        if self._dra is not None:
+            raise RuntimeError(f"DRA driver {self.driver}: already started")
+        preparer = self._preparer
+        health = HealthServicer(self._health_source) if self._health_source is not None else None
+
+        def add_dra(server: grpc.Server) -> None:
+            v1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1(preparer), server)
+            v1beta1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1beta1(preparer), server)
+            if health is not None:
+                health_grpc.add_DRAResourceHealthServicer_to_server(health, server)
+
+        def add_registration(server: grpc.Server) -> None:
+            registration_grpc.add_RegistrationServicer_to_server(self._registration, server)
+
+        self._dra = _serve(self.dra_socket, "DRA service", add_dra, self._max_workers)
+        self._health = health
+        try:
+            self._registry = _serve(
+                self.registration_socket, "plugin registration", add_registration, 1
+            )
+        except BaseException:
+            self.stop(None)
+            raise
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """Remove the registration socket, then stop serving DRA and remove its socket.
+        In-flight calls get ``grace`` s to finish."""
+        if self._registry is not None:
+            self._registry.stop(None)
+            self._registry = None
+        if self._health is not None:
+            self._health.close()
+            self._health = None
+        if self._dra is not None:
+            self._dra.stop(grace)
+            self._dra = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
