@@ -1,0 +1,11 @@
+"""ttrpc's request/response envelope (generated from ``ttrpc.proto``).
+
+``pb.Request`` and ``pb.Response`` are the bodies of ttrpc request (type 1) and response
+(type 2) messages; ``pb.Status`` is wire-identical to ``google.rpc.Status``.
+Regenerate with ``uv run python scripts/gen_proto.py``.
+"""
+
+from . import ttrpc_pb2
+from . import ttrpc_pb2 as pb
+
+__all__ = ["pb", "ttrpc_pb2"]
