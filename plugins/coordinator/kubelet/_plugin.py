@@ -182,8 +182,11 @@ class KubeletPlugin:
 
     def wait_registered(self, timeout: float) -> bool:
         """Wait until the kubelet's latest verdict is a success; False on timeout."""
-        self._registration.wait_for_event(0, timeout)
-        return self.registered
+        return self._registration.wait_registered(timeout)
+
+    def wait_for_verdicts(self, count: int, timeout: float) -> bool:
+        """Wait until the kubelet has sent ``count`` verdicts; False on timeout."""
+        return self._registration.wait_for_verdicts(count, timeout)
 
     def start(self) -> None:
         if self._dra is not None:

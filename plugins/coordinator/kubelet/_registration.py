@@ -69,10 +69,17 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         with self._changed:
             return bool(self._events) and self._events[-1].registered
 
-    def wait_for_event(self, seen: int, timeout: float) -> bool:
-        """Wait until more than ``seen`` verdicts have arrived; False on timeout."""
+    def wait_for_verdicts(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` verdicts have arrived; False on timeout."""
         with self._changed:
-            return self._changed.wait_for(lambda: len(self._events) > seen, timeout)
+            return self._changed.wait_for(lambda: len(self._events) >= count, timeout)
+
+    def wait_registered(self, timeout: float) -> bool:
+        """Wait until the latest verdict is a success; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: bool(self._events) and self._events[-1].registered, timeout
+            )
 
     def GetInfo(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.PluginInfo:
         log.debug("kubelet asked for the plugin info of %s", self._info.name)
