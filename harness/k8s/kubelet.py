@@ -105,7 +105,7 @@ class SimDevice:
 @dataclass(frozen=True)
 class ClaimResult:
     """A claim's prepare: its devices or an error; ``sent`` False when no RPC was made
-    for it (already prepared for another pod)."""
+    for it (already prepared for another pod, or its driver is not registered)."""
 
     devices: tuple[SimDevice, ...] = ()
     error: str = ""
@@ -559,7 +559,7 @@ class KubeletSim:
     def _send_prepare(self, driver: str, batch: Sequence[PodClaim]) -> dict[str, ClaimResult]:
         target = self._target(driver)
         if isinstance(target, str):
-            return {c.uid: ClaimResult(error=target) for c in batch}
+            return {c.uid: ClaimResult(error=target, sent=False) for c in batch}
         beta = target.version == "v1beta1.DRAPlugin"
         self._record(DriverCall("NodePrepareResources", driver, target.version, _uids(batch)))
         try:

@@ -341,7 +341,11 @@ def test_a_restarted_kubelet_prepares_its_claims_again(node: Node) -> None:
 
 def test_a_damaged_checkpoint_is_refused(node: Node) -> None:
     with node.kubelet() as kubelet:
-        kubelet.prepare("pod-1", [CLAIM_A])  # the driver is not registered: an error
+        unregistered = kubelet.prepare("pod-1", [CLAIM_A])["uid-a"]
+        assert (unregistered.error, unregistered.sent) == (
+            f"DRA driver {DRIVER} is not registered",
+            False,
+        )
     text = node.checkpoint.read_text()
     node.checkpoint.write_text(text.replace("pod-1", "pod-9"))
     with pytest.raises(CheckpointError, match="checksum"):
