@@ -295,7 +295,26 @@ class PodNetworks:
                 f"container {container_id} in sandbox {sandbox.id}: pod networking is not "
                 f"ready: {problem}; the kubelet retries"
             )
+        self._admit(sandbox.id, container_id)
         self.counters.gate_passes += 1
+
+    def _admit(self, sandbox_id: str, container_id: str) -> None:
+        """Journal that the gate let ``container_id`` through: after a drop, a container
+        of ours the gate never admitted started ungated (``synchronize`` evicts it)."""
+        with self._lock:
+            found = self._journal.unit(sandbox_unit(sandbox_id))
+            if found is None or container_id in found[1].get("admitted", []):
+                return
+            state, detail = found
+            admitted = [*detail.get("admitted", []), container_id]
+            self._set(
+                sandbox_unit(sandbox_id),
+                SANDBOX_KIND,
+                "",
+                state,
+                {**detail, "admitted": admitted},
+                commit=f"admit:{container_id}",
+            )
 
     def synchronize(
         self, sandboxes: Sequence[PodSandboxInfo], containers: Sequence[tuple[str, str]] = ()
@@ -303,15 +322,17 @@ class PodNetworks:
         """The runtime's view after (re)registration, with its containers as
         ``(container id, sandbox id)``: connect the sandboxes that started while we were
         away, remove the networks of sandboxes the runtime no longer has, and return the
-        containers to evict: those running in a sandbox whose networking was not complete
-        (they started ungated; the kubelet recreates them, and the gate then holds)."""
+        containers to evict: those of our pods the gate never admitted (they started
+        while we were away; the kubelet recreates them, and the gate then holds)."""
         present = {s.id: s for s in sandboxes}
         evict: list[str] = []
         for sandbox in sandboxes:
             claims = self._claims_of(sandbox.pod_uid)
-            if not claims or self._gate_problem(sandbox, claims) is None:
-                continue
-            evict += [c for c, sid in containers if sid == sandbox.id]
+            found = self._journal.unit(sandbox_unit(sandbox.id))
+            if not claims or (found is not None and found[0] in ("removing", "stopped", "removed")):
+                continue  # not ours, or stopping: nothing in it may run any more
+            admitted = set() if found is None else set(found[1].get("admitted", []))
+            evict += [c for c, sid in containers if sid == sandbox.id and c not in admitted]
             if self._needs_connect(sandbox):
                 self.counters.resynchronized += 1
                 try:
@@ -614,15 +635,25 @@ class PodNetworks:
         except ValueError as exc:
             log.warning("claim %s: releasing its devices: %s", detail["claim"]["uid"], exc)
 
-    def _set(self, unit: str, kind: str, topology: str, state: str, detail: dict[str, Any]) -> None:
-        """One journal commit between two crash points (``Pods/<unit>/set:<state>``)."""
+    def _set(
+        self,
+        unit: str,
+        kind: str,
+        topology: str,
+        state: str,
+        detail: dict[str, Any],
+        commit: str = "",
+    ) -> None:
+        """One journal commit between two crash points (``Pods/<unit>/<commit>``, by
+        default ``set:<state>``)."""
         if self._crash is None:
             self._journal.set_unit(unit, kind, topology, state, detail)
             return
+        name = commit or f"set:{state}"
         with self._crash.scope("Pods", unit):
-            self._crash.hit(f"set:{state}.before-commit")
+            self._crash.hit(f"{name}.before-commit")
             self._journal.set_unit(unit, kind, topology, state, detail)
-            self._crash.hit(f"set:{state}.after-commit")
+            self._crash.hit(f"{name}.after-commit")
 
     @staticmethod
     def _report(write: Callable[..., None], *args: Any) -> None:
