@@ -1,0 +1,560 @@
+"""NRIRuntimeSim against a tiny NRI plugin written in this file with the simulator's codec.
+
+The plugin (``_Plugin``) dials the socket, registers on the runtime's service (mux
+connection 2), serves Configure / Synchronize / StateChange / CreateContainer on its own
+(connection 1), and records every request before it answers, so that once a runtime call
+has returned, what the plugin saw is already in ``received``: on one ordered connection,
+a request never sent before a later one's answer was never sent at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import pytest
+from google.protobuf.message import Message
+
+from harness.k8s.nri_frames import (
+    PLUGIN_SERVICE_CONN,
+    RUNTIME_SERVICE_CONN,
+    MessageType,
+    TrunkDecoder,
+    TtrpcFrame,
+    encode,
+)
+from harness.k8s.nri_runtime import (
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    NRIEvent,
+    NRIRuntimeSim,
+    SimSandbox,
+    event_bit,
+)
+from plugins.api.nri.v1alpha1 import nri_pb2 as nri
+from plugins.api.ttrpc import ttrpc_pb2 as ttrpc
+
+WAIT = 5.0  # seconds a test waits for something that should happen at once
+UNIMPLEMENTED = 12
+
+
+class _Plugin:
+    """An NRI plugin as small as a test needs, on ``harness.k8s.nri_frames`` alone."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        name: str = "test",
+        index: str = "10",
+        events: int = 0,
+        register: bool = True,
+        refuse_create: str | None = None,
+        unanswered: frozenset[str] = frozenset(),
+        unimplemented: frozenset[str] = frozenset(),
+    ) -> None:
+        self._socket_path = socket_path
+        self._name = name
+        self._index = index
+        self._events = events
+        self._register = register
+        self._refuse_create = refuse_create
+        self._unanswered = unanswered
+        self._unimplemented = unimplemented
+        self._cond = threading.Condition()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._reader = threading.Thread(target=self._read, name=f"test-plugin-{name}")
+        self._registration: ttrpc.Response | None = None
+        self.received: list[tuple[str, bytes]] = []
+        self.closed = False
+
+    def __enter__(self) -> Self:
+        self._sock.connect(str(self._socket_path))
+        self._reader.start()
+        if self._register:
+            request = nri.RegisterPluginRequest(plugin_name=self._name, plugin_idx=self._index)
+            envelope = ttrpc.Request(
+                service=RUNTIME_SERVICE,
+                method="RegisterPlugin",
+                payload=request.SerializeToString(),
+            )
+            frame = TtrpcFrame(1, MessageType.REQUEST, 0, envelope.SerializeToString())
+            self._sock.sendall(encode(RUNTIME_SERVICE_CONN, frame))
+            with self._cond:
+                assert self._cond.wait_for(lambda: self._registration is not None, WAIT)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.hang_up()
+        self._reader.join(WAIT)
+        self._sock.close()
+
+    def hang_up(self) -> None:
+        """Close the connection from the plugin's side."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def registration(self) -> ttrpc.Response:
+        assert self._registration is not None
+        return self._registration
+
+    def methods(self) -> list[str]:
+        with self._cond:
+            return [method for method, _ in self.received]
+
+    def requests(self, method: str) -> list[bytes]:
+        with self._cond:
+            return [payload for m, payload in self.received if m == method]
+
+    def wait_closed(self) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.closed, WAIT), "connection still open"
+
+    def _read(self) -> None:
+        decoder = TrunkDecoder()
+        try:
+            while data := self._sock.recv(65536):
+                for conn_id, frame in decoder.feed(data):
+                    if conn_id == RUNTIME_SERVICE_CONN:
+                        with self._cond:
+                            self._registration = ttrpc.Response.FromString(frame.data)
+                            self._cond.notify_all()
+                    else:
+                        self._serve(frame)
+        except OSError:
+            pass
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def _serve(self, frame: TtrpcFrame) -> None:
+        request = ttrpc.Request.FromString(frame.data)
+        assert request.service == PLUGIN_SERVICE
+        with self._cond:
+            self.received.append((request.method, request.payload))
+            self._cond.notify_all()
+        if request.method in self._unanswered:
+            return
+        response = ttrpc.Response()
+        response.status.SetInParent()
+        reply: Message | None = None
+        if request.method in self._unimplemented:
+            response.status.code = UNIMPLEMENTED
+            response.status.message = f"method {request.method}"
+        elif request.method == "Configure":
+            reply = nri.ConfigureResponse(events=self._events)
+        elif request.method == "Synchronize":
+            reply = nri.SynchronizeResponse()
+        elif request.method == "CreateContainer" and self._refuse_create is not None:
+            response.status.code = 2
+            response.status.message = self._refuse_create
+        elif request.method == "CreateContainer":
+            reply = nri.CreateContainerResponse()
+        else:
+            reply = nri.Empty()
+        if reply is not None:
+            response.payload = reply.SerializeToString()
+        answer = TtrpcFrame(frame.stream_id, MessageType.RESPONSE, 0, response.SerializeToString())
+        with contextlib.suppress(OSError):
+            self._sock.sendall(encode(PLUGIN_SERVICE_CONN, answer))
+
+
+def _sandbox(sandbox_id: str = "pod-a", netns: str = "/run/netns/pod-a") -> SimSandbox:
+    return SimSandbox(
+        id=sandbox_id,
+        name=f"{sandbox_id}-name",
+        namespace="default",
+        uid=f"{sandbox_id}-uid",
+        netns_path=netns,
+        labels={"app": "web"},
+        annotations={"k8s.v1.cni.cncf.io/networks": "none"},
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_simulator_thread_outlives_its_test() -> Iterator[None]:
+    yield
+    leftover = [t.name for t in threading.enumerate() if t.name.startswith("nri-sim-")]
+    assert leftover == [], f"simulator threads still running: {leftover}"
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Path:
+    return tmp_path / "nri.sock"
+
+
+@pytest.fixture
+def sim(socket_path: Path) -> Iterator[NRIRuntimeSim]:
+    with NRIRuntimeSim(
+        socket_path, registration_timeout=2.0, request_timeout=2.0, runtime_name="sim"
+    ) as runtime:
+        yield runtime
+
+
+def test_a_plugin_registers_is_configured_and_synchronized(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path, name="coordinator", index="05") as plugin:
+        info = sim.wait_for_plugin("coordinator", WAIT)
+
+        assert (info.name, info.base, info.index) == ("05-coordinator", "coordinator", "05")
+        assert sim.plugins == (info,)
+        assert plugin.registration.status.code == 0
+        assert plugin.methods() == ["Configure", "Synchronize"]
+        (configure_bytes,) = plugin.requests("Configure")
+        configure = nri.ConfigureRequest.FromString(configure_bytes)
+        assert (configure.runtime_name, configure.registration_timeout) == ("sim", 2000)
+        assert configure.request_timeout == 2000
+        assert [(r.event, r.result) for r in sim.events_for("05-coordinator")] == [
+            (NRIEvent.CONFIGURE, "answered"),
+            (NRIEvent.SYNCHRONIZE, "answered"),
+        ]
+
+
+def test_a_plugin_that_does_not_register_in_time_is_dropped(socket_path: Path) -> None:
+    with (
+        NRIRuntimeSim(socket_path, registration_timeout=0.2) as sim,
+        _Plugin(socket_path, register=False) as plugin,
+    ):
+        drop = sim.wait_for_drop("connection 1", WAIT)
+
+        assert drop.during == "registration"
+        assert "registration timed out" in drop.reason
+        plugin.wait_closed()
+        assert sim.plugins == ()
+        assert plugin.methods() == []
+
+
+def test_an_invalid_registration_is_refused_and_dropped(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path, index="7") as plugin:
+        drop = sim.wait_for_drop("connection 1", WAIT)
+
+        assert plugin.registration.status.code != 0
+        assert "invalid plugin index '7'" in plugin.registration.status.message
+        assert (drop.during, drop.reason) == ("registration", plugin.registration.status.message)
+        plugin.wait_closed()
+
+
+def test_only_subscribed_events_are_sent(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    mask = event_bit(NRIEvent.CREATE_CONTAINER)
+    with _Plugin(socket_path, events=mask) as plugin:
+        info = sim.wait_for_plugin("test", WAIT)
+        assert info.events == mask
+
+        run = sim.run_pod_sandbox(_sandbox())
+        create = sim.create_container("pod-a", "app")
+
+        assert (run.proceeded, run.answered, run.unsubscribed) == (True, (), ("10-test",))
+        assert (create.proceeded, create.answered) == (True, ("10-test",))
+        # The CreateContainer answer came after anything sent before it: no StateChange.
+        assert plugin.methods() == ["Configure", "Synchronize", "CreateContainer"]
+
+
+def test_no_subscription_means_every_event(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path, events=0) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+
+        sim.run_pod_sandbox(_sandbox())
+        sim.create_container("pod-a", "app")
+        sim.stop_pod_sandbox("pod-a")
+        sim.remove_pod_sandbox("pod-a")
+
+        state_changes = [nri.StateChangeEvent.FromString(p) for p in plugin.requests("StateChange")]
+        assert [e.event for e in state_changes] == [
+            nri.RUN_POD_SANDBOX,
+            nri.STOP_POD_SANDBOX,
+            nri.REMOVE_POD_SANDBOX,
+        ]
+        assert {e.pod.id for e in state_changes} == {"pod-a"}
+        assert plugin.methods()[2:] == [
+            "StateChange",
+            "CreateContainer",
+            "StateChange",
+            "StateChange",
+        ]
+        assert (sim.sandboxes, sim.containers) == ((), ())
+
+
+def test_synchronize_carries_the_runtimes_sandboxes_and_containers(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    assert sim.run_pod_sandbox(_sandbox("pod-a", "/run/netns/a")).proceeded
+    assert sim.run_pod_sandbox(_sandbox("pod-b", "")).proceeded  # host network
+    created = sim.create_container("pod-a", "app").container
+    assert created is not None
+
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+
+        (sync_bytes,) = plugin.requests("Synchronize")
+        sync = nri.SynchronizeRequest.FromString(sync_bytes)
+        pods = {pod.id: pod for pod in sync.pods}
+        assert set(pods) == {"pod-a", "pod-b"}
+        pod_a = pods["pod-a"]
+        assert (pod_a.name, pod_a.uid, pod_a.namespace) == ("pod-a-name", "pod-a-uid", "default")
+        assert dict(pod_a.labels) == {"app": "web"}
+        assert dict(pod_a.annotations) == {"k8s.v1.cni.cncf.io/networks": "none"}
+        assert [(ns.type, ns.path) for ns in pod_a.linux.namespaces] == [
+            ("network", "/run/netns/a")
+        ]
+        assert list(pods["pod-b"].linux.namespaces) == []
+        (container,) = sync.containers
+        assert (container.id, container.pod_sandbox_id, container.name) == (
+            created.id,
+            "pod-a",
+            "app",
+        )
+        assert not sync.more
+
+
+def test_a_refused_create_container_fails_with_the_plugins_message(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path, refuse_create="network of pod-a not ready") as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+
+        outcome = sim.create_container("pod-a", "app")
+
+        assert not outcome.proceeded
+        assert outcome.refusal == "network of pod-a not ready"
+        assert outcome.refused[0].plugin == "10-test"
+        assert outcome.container is None
+        assert sim.containers == ()
+        assert sim.plugins != ()  # a refusal is an answer: the plugin stays
+        (request_bytes,) = plugin.requests("CreateContainer")
+        request = nri.CreateContainerRequest.FromString(request_bytes)
+        assert (request.pod.id, request.container.pod_sandbox_id) == ("pod-a", "pod-a")
+        assert [(ns.type, ns.path) for ns in request.pod.linux.namespaces] == [
+            ("network", "/run/netns/pod-a")
+        ]
+
+
+def test_a_refusal_ends_the_event_later_plugins_are_not_called(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with (
+        _Plugin(socket_path, name="first", index="01", refuse_create="no") as first,
+        _Plugin(socket_path, name="second", index="02") as second,
+    ):
+        sim.wait_for_plugin("first", WAIT)
+        sim.wait_for_plugin("second", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+
+        outcome = sim.create_container("pod-a", "app")
+
+        assert outcome.answered == ()
+        assert [r.plugin for r in outcome.refused] == ["01-first"]
+        assert first.methods()[-1] == "CreateContainer"
+        assert "CreateContainer" not in second.methods()
+
+
+def test_a_request_timeout_drops_the_plugin_and_the_event_proceeds(socket_path: Path) -> None:
+    with (
+        NRIRuntimeSim(socket_path, request_timeout=0.3) as sim,
+        _Plugin(socket_path, unanswered=frozenset({"StateChange"})) as plugin,
+    ):
+        sim.wait_for_plugin("test", WAIT)
+
+        outcome = sim.run_pod_sandbox(_sandbox())
+
+        assert outcome.proceeded
+        assert [(d.plugin, d.during) for d in outcome.dropped] == [("10-test", "RunPodSandbox")]
+        assert "timed out after 0.3 s" in outcome.dropped[0].reason
+        assert sim.plugins == ()
+        assert [s.id for s in sim.sandboxes] == ["pod-a"]
+        plugin.wait_closed()
+        # Dropped, it gets no more events; the container goes ahead without it.
+        assert sim.create_container("pod-a", "app").proceeded
+        assert plugin.methods() == ["Configure", "Synchronize", "StateChange"]
+
+
+def test_a_stalled_request_is_a_timeout_without_waiting_for_it(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        sim.stall_next("test", "CreateContainer")
+
+        outcome = sim.create_container("pod-a", "app")
+
+        assert outcome.proceeded
+        assert outcome.container is not None
+        assert outcome.answered == ()
+        assert [(d.during, d.reason) for d in outcome.dropped] == [
+            ("CreateContainer", "CreateContainer timed out (stalled by the test)")
+        ]
+        assert sim.events_for("test")[-1].result == "dropped"
+        plugin.wait_closed()
+
+
+def test_a_closed_connection_drops_the_plugin(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+
+        plugin.hang_up()
+        drop = sim.wait_for_drop("test", WAIT)
+
+        assert (drop.plugin, drop.during, drop.reason) == (
+            "10-test",
+            "connection",
+            "connection closed",
+        )
+        assert sim.plugins == ()
+        outcome = sim.run_pod_sandbox(_sandbox())
+        assert (outcome.proceeded, outcome.answered, outcome.dropped) == (True, (), ())
+
+
+def test_disconnect_closes_the_plugins_connection(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+
+        drop = sim.disconnect("10-test")
+
+        assert (drop.plugin, drop.reason) == ("10-test", "disconnected by the test")
+        plugin.wait_closed()
+        assert sim.plugins == ()
+
+
+def test_a_plugin_that_reconnects_is_registered_and_synchronized_again(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as first:
+        first_info = sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        sim.disconnect("test")
+        first.wait_closed()
+
+    with _Plugin(socket_path) as second:
+        second_info = sim.wait_for_plugin("test", WAIT)
+
+        assert second_info.connection != first_info.connection
+        assert sim.plugins == (second_info,)
+        (sync_bytes,) = second.requests("Synchronize")
+        assert [pod.id for pod in nri.SynchronizeRequest.FromString(sync_bytes).pods] == ["pod-a"]
+        assert sim.create_container("pod-a", "app").answered == ("10-test",)
+
+
+def test_plugins_are_called_in_index_order(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with (
+        _Plugin(socket_path, name="late", index="90"),
+        _Plugin(socket_path, name="early", index="01"),
+    ):
+        sim.wait_for_plugin("late", WAIT)
+        sim.wait_for_plugin("early", WAIT)
+
+        outcome = sim.run_pod_sandbox(_sandbox())
+
+        assert outcome.answered == ("01-early", "90-late")
+        assert [p.name for p in sim.plugins] == ["01-early", "90-late"]
+
+
+def test_dedicated_pod_calls_fall_back_to_state_change_on_unimplemented(
+    socket_path: Path,
+) -> None:
+    with (
+        NRIRuntimeSim(socket_path, pod_calls="dedicated") as sim,
+        _Plugin(socket_path, name="old", index="01", unimplemented=frozenset({"RunPodSandbox"})),
+        _Plugin(socket_path, name="new", index="02") as new,
+    ):
+        sim.wait_for_plugin("old", WAIT)
+        sim.wait_for_plugin("new", WAIT)
+
+        outcome = sim.run_pod_sandbox(_sandbox())
+
+        assert outcome.answered == ("01-old", "02-new")
+        assert [r.method for r in sim.events if r.event is NRIEvent.RUN_POD_SANDBOX] == [
+            "StateChange",
+            "RunPodSandbox",
+        ]
+        (run_bytes,) = new.requests("RunPodSandbox")
+        assert nri.RunPodSandboxRequest.FromString(run_bytes).pod.id == "pod-a"
+
+
+def test_shutdown_reaches_every_plugin(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path, events=event_bit(NRIEvent.CREATE_CONTAINER)) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+
+        assert sim.shutdown().answered == ("10-test",)
+        assert plugin.methods()[-1] == "Shutdown"
+
+
+def test_exit_closes_every_connection_and_the_socket(socket_path: Path) -> None:
+    with NRIRuntimeSim(socket_path) as sim, _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.close()
+
+        plugin.wait_closed()
+        assert not socket_path.exists()
+        assert sim.drops == ()  # the runtime stopping drops nobody
+
+
+@pytest.mark.parametrize(
+    ("act", "message"),
+    [
+        (lambda sim: sim.stop_pod_sandbox("nope"), "no sandbox 'nope'"),
+        (lambda sim: sim.create_container("nope", "app"), "no sandbox 'nope'"),
+        (lambda sim: sim.run_pod_sandbox(_sandbox("pod-z")), "'pod-z' already exists"),
+        (lambda sim: sim.remove_pod_sandbox("pod-z"), "'pod-z' is running; stop it first"),
+        (lambda sim: sim.create_container("pod-z", ""), "container name must be"),
+        (lambda sim: sim.stall_next("ghost", "CreateContainer"), "no registered NRI plugin"),
+        (lambda sim: sim.disconnect("ghost"), "no registered NRI plugin 'ghost'"),
+    ],
+)
+def test_bad_requests_are_refused_naming_what_is_wrong(
+    sim: NRIRuntimeSim, act: Callable[[NRIRuntimeSim], object], message: str
+) -> None:
+    assert sim.run_pod_sandbox(_sandbox("pod-z")).proceeded
+    before = (sim.sandboxes, sim.containers, sim.events)
+
+    with pytest.raises(ValueError, match=message):
+        act(sim)
+
+    assert (sim.sandboxes, sim.containers, sim.events) == before
+
+
+def test_an_unknown_event_name_is_refused(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path):
+        sim.wait_for_plugin("test", WAIT)
+        with pytest.raises(ValueError, match="unknown NRI event 'Crate'"):
+            sim.stall_next("test", "Crate")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"registration_timeout": 0}, "registration_timeout must be a positive"),
+        ({"request_timeout": -1.0}, "request_timeout must be a positive"),
+        ({"pod_calls": "sometimes"}, "pod_calls must be"),
+    ],
+)
+def test_bad_settings_are_refused(
+    socket_path: Path, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        NRIRuntimeSim(socket_path, **kwargs)  # type: ignore[arg-type]
+    assert not socket_path.exists()
+
+
+def test_a_socket_path_too_long_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="longer than a Unix socket path holds"):
+        NRIRuntimeSim(tmp_path / ("x" * 120))
+
+
+def test_a_sandbox_without_an_id_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"SimSandbox\.id must be a non-empty string"):
+        SimSandbox(id="", name="n", namespace="ns", uid="u", netns_path="/run/netns/x")
