@@ -190,6 +190,7 @@ class NRIPlugin:
         self._connections = 0
         self._registered = False
         self._synchronized = False
+        self._unreachable = False  # only the loop thread reads and writes it
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -282,8 +283,12 @@ class NRIPlugin:
             sock.settimeout(None)
         except OSError as exc:
             sock.close()
-            log.debug("nri %s: cannot connect to %s: %s", self.name, self.socket_path, exc)
+            # Once per outage at warning level; every retry after that at debug.
+            level = logging.DEBUG if self._unreachable else logging.WARNING
+            self._unreachable = True
+            log.log(level, "nri %s: cannot connect to %s: %s", self.name, self.socket_path, exc)
             return None
+        self._unreachable = False
         return sock
 
     def _serve(self, sock: socket.socket) -> bool:
@@ -299,7 +304,8 @@ class NRIPlugin:
         log.info("nri %s: connection %d to %s", self.name, number, self.socket_path)
         try:
             session.serve()
-            log.info("nri %s: connection %d closed by the runtime", self.name, number)
+            if not self._stopping.is_set():
+                log.info("nri %s: connection %d closed by the runtime", self.name, number)
         except (FrameError, RemoteError, RegistrationError, OSError) as exc:
             if not self._stopping.is_set():
                 log.warning("nri %s: dropping connection %d: %s", self.name, number, exc)
