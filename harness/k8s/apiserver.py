@@ -175,8 +175,12 @@ class FakeAPIServer:
         return f"http://{host!s}:{port}"
 
     def __enter__(self) -> Self:
+        # a short poll: shutdown() waits for the serving loop's next look at its flag
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fake-apiserver", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="fake-apiserver",
+            daemon=True,
         )
         self._thread.start()
         return self
