@@ -27,6 +27,7 @@ from ._journal import (
     Claim,
     CoordinatorJournal,
 )
+from ._kube_config import KubernetesConfig
 from ._main import (
     check_plugins,
     load_manifests,
@@ -98,6 +99,16 @@ from ._yaml import (
     load_yaml_file,
 )
 
+
+def __getattr__(name: str) -> object:
+    # The Kubernetes clients load only for a node that serves Kubernetes.
+    if name == "KubernetesNode":
+        from ._kube_node import KubernetesNode
+
+        return KubernetesNode
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "API_VERSION",
     "APPLICATION_STATES",
@@ -145,6 +156,8 @@ __all__ = [
     "GateRefused",
     "Inventory",
     "KubeClaim",
+    "KubernetesConfig",
+    "KubernetesNode",
     "ManifestError",
     "NamespaceResolver",
     "NetworkTopology",

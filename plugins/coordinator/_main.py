@@ -63,6 +63,8 @@ from ._topology import load_topology
 if TYPE_CHECKING:
     from plugins.sdk.telemetry import MetricsPublisher
 
+    from ._kube_node import KubernetesNode
+
 PROG = "networkplugin-coordinator"
 log = logging.getLogger("plugins.coordinator")
 
@@ -230,6 +232,7 @@ def serve(
     # Not a handler that sets ``stop`` itself: it could interrupt ``stop.wait()`` while
     # that holds the event's lock, and wait for it forever (plugins.sdk.signals).
     signals = SignalStop.install(stop)
+    node: KubernetesNode | None = None
     try:
         if exit_process:
             threading.Thread(
@@ -239,28 +242,17 @@ def serve(
                 daemon=True,
             ).start()
         server.start()  # status and health answer not ready until recovery is done
-        for note in service.recover():
-            log.warning("recovery: %s", note)
+        node = _recover(config, journal, service, topologies, allocator)
         log.info("serving %s", config.socket)
         # A damaged journal is served too (its status says why), as the services do.
         status = f"not ready: {fault}" if fault else f"serving {config.socket}"
         notify("READY=1", f"STATUS={status}")
         stop.wait()
-        notify("STOPPING=1")
-        finished = server.stop(config.shutdown_grace_seconds)
-        if not finished or service.busy():
-            log.error(
-                "shutdown: a request is still running after %gs; exiting without it (it "
-                "stays journaled and is finished at the next start)",
-                config.shutdown_grace_seconds,
-            )
-            if exit_process:
-                _exit_now(EXIT_UNFINISHED)
-            code = EXIT_UNFINISHED
-        else:
-            code = 0
+        code = _stop_serving(config, node, server, service, exit_process=exit_process)
     finally:
         signals.close()
+        if node is not None:
+            node.stop()
         server.stop(None)
         _unpublish(publisher)  # its last textfile reads the journal's counts
         for client in clients.values():
@@ -269,6 +261,75 @@ def serve(
             journal.close()
     _stopped(code)
     return code
+
+
+def _stop_serving(
+    config: CoordinatorConfig,
+    node: KubernetesNode | None,
+    server: CoordinatorServer,
+    service: CoordinatorService,
+    *,
+    exit_process: bool,
+) -> int:
+    """SIGTERM: the kubelet and the runtime first (no new pod work), then the requests
+    running get ``shutdownGraceSeconds``; the exit status."""
+    notify("STOPPING=1")
+    if node is not None:
+        node.stop()
+    finished = server.stop(config.shutdown_grace_seconds)
+    if finished and not service.busy():
+        return 0
+    log.error(
+        "shutdown: a request is still running after %gs; exiting without it (it "
+        "stays journaled and is finished at the next start)",
+        config.shutdown_grace_seconds,
+    )
+    if exit_process:
+        _exit_now(EXIT_UNFINISHED)
+    return EXIT_UNFINISHED
+
+
+def _recover(
+    config: CoordinatorConfig,
+    journal: CoordinatorJournal | None,
+    service: CoordinatorService,
+    topologies: Mapping[str, CompiledTopology],
+    allocator: Allocator,
+) -> KubernetesNode | None:
+    """Finish what a crash interrupted, then start the Kubernetes node if configured
+    (its pod side recovers first, then the kubelet and the runtime are let in)."""
+    notes = service.recover()
+    node = _kubernetes_node(config, journal, service, topologies, allocator)
+    if node is not None:
+        notes += node.start()
+    for note in notes:
+        log.warning("recovery: %s", note)
+    return node
+
+
+def _kubernetes_node(
+    config: CoordinatorConfig,
+    journal: CoordinatorJournal | None,
+    service: CoordinatorService,
+    topologies: Mapping[str, CompiledTopology],
+    allocator: Allocator,
+) -> KubernetesNode | None:
+    """The kubelet's and the runtime's plugins, when the config asks for them (the
+    Kubernetes clients are loaded only then)."""
+    if config.kubernetes is None or journal is None or service.coordinator is None:
+        return None
+    from ._kube_node import KubernetesNode
+    from .nri import NRIPlugin
+
+    return KubernetesNode(
+        config.kubernetes,
+        journal,
+        service.coordinator,
+        topologies,
+        allocator,
+        nri_plugin=NRIPlugin,
+        lock=service.lock,
+    )
 
 
 def _publish_metrics(

@@ -119,7 +119,10 @@ class PodNetworks:
         status: StatusSink | None = None,
         answer_within_s: float | None = DEFAULT_ANSWER_WITHIN_S,
         crash: CrashPoints | None = None,
+        lock: threading.RLock | None = None,
     ) -> None:
+        """``lock``: shared with whatever else drives ``coordinator`` and ``allocator``
+        (the program's ``CoordinatorService``); None: one of its own."""
         self._journal = journal
         self._coordinator = coordinator
         self._topologies = dict(topologies)
@@ -130,7 +133,7 @@ class PodNetworks:
         self._status = status
         self._answer_within_s = answer_within_s
         self._crash = crash
-        self._lock = threading.RLock()
+        self._lock = lock or threading.RLock()
         self._connecting: dict[str, Future[None]] = {}
         self._workers = (
             None

@@ -106,7 +106,9 @@ class CoordinatorService:
         self._allocator = allocator
         self._plugin_wait_s = plugin_wait_seconds
         self._metrics = metrics
-        self._lock = threading.Lock()
+        # Reentrant: the pod side (``PodNetworks``) shares it, and calls back into the
+        # journal's units while it holds it.
+        self._lock = threading.RLock()
         self._ready = threading.Event()
         observer = None if metrics is NO_METRICS else call_observer(metrics)
         self._coordinator = (
@@ -128,9 +130,22 @@ class CoordinatorService:
     def fault(self) -> str:
         return self._fault
 
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The plugins' caller (None when the journal could not be opened)."""
+        return self._coordinator
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by every request: the pod side takes it too (the allocator is shared)."""
+        return self._lock
+
     def busy(self) -> bool:
-        """True while a request (or recovery) is running."""
-        return self._lock.locked()
+        """True while a request (or recovery) is running in another thread."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            return False
+        return True
 
     # -- requests ---------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from plugins.sdk.host import MAX_SOCKET_PATH, SOCKET_NAME, STAGING_EXTRA, socket
 from plugins.sdk.service import StartupRefused, unexpanded_path
 from plugins.sdk.telemetry import LogFormat, MetricsConfig
 
+from ._kube_config import KubernetesConfig
+
 CONFIG_SCHEMA: Final = "coordinator-config.schema.json"
 
 
@@ -53,6 +55,7 @@ class CoordinatorConfig:
     allow_volatile_state_dir: bool = False  # a journal on tmpfs or under /run: test rigs only
     log_format: LogFormat = "text"
     metrics: MetricsConfig | None = None  # None (the default): no metrics at all
+    kubernetes: KubernetesConfig | None = None  # None (the default): not a Kubernetes node
     path: Path | None = None  # the file it was loaded from
 
     @property
@@ -117,6 +120,11 @@ class CoordinatorConfig:
             allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
             log_format=data.get("logFormat", "text"),
             metrics=MetricsConfig.from_config(data.get("metrics"), base),
+            kubernetes=(
+                KubernetesConfig.from_config(data["kubernetes"], base)
+                if "kubernetes" in data
+                else None
+            ),
             path=path,
         )
 
@@ -135,5 +143,9 @@ def _path_values(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for name, entry in sorted(data["plugins"].items()):
         yield f"plugins.{name}.socket", entry["socket"]
         yield f"plugins.{name}.tokenFile", entry["tokenFile"]
+    for key in ("kubeconfig", "kubeletPluginsDir", "kubeletRegistryDir", "nriSocket"):
+        value = (data.get("kubernetes") or {}).get(key)
+        if isinstance(value, str):
+            yield f"kubernetes.{key}", value
     if "textfile" in data.get("metrics", {}):
         yield "metrics.textfile", data["metrics"]["textfile"]
