@@ -578,24 +578,22 @@ def _handler_for(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             content_type = self.headers.get("Content-Type", "")
-            status = 500
+            answer: tuple[int, Mapping[str, Any]] | Iterator[dict[str, Any]]
             try:
-                try:
-                    answer = api._dispatch(
-                        method, parts.path, parse_qs(parts.query), content_type, body
-                    )
-                except _Refusal as e:
-                    status = e.code
-                    self._json(e.code, _status(e.code, e.reason, e.message))
-                    return
-                if isinstance(answer, tuple):
-                    status = answer[0]
-                    self._json(*answer)
-                else:
-                    status = 200
-                    self._chunks(answer)
-            finally:
-                api._logged(ApiRequest(method, parts.path, parts.query, content_type, status))
+                answer = api._dispatch(
+                    method, parts.path, parse_qs(parts.query), content_type, body
+                )
+            except _Refusal as e:
+                answer = e.code, _status(e.code, e.reason, e.message)
+            except Exception as e:  # the fake's own bug: say so, as a real server's 500 would
+                answer = 500, _status(500, "InternalError", f"fake API server: {e!r}")
+            status = answer[0] if isinstance(answer, tuple) else 200
+            # logged before the answer goes out: a client that has its answer finds it logged
+            api._logged(ApiRequest(method, parts.path, parts.query, content_type, status))
+            if isinstance(answer, tuple):
+                self._json(*answer)
+            else:
+                self._chunks(answer)
 
         def _json(self, code: int, obj: Mapping[str, Any]) -> None:
             data = json.dumps(obj).encode()
