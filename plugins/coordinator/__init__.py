@@ -5,6 +5,8 @@ config (``CoordinatorConfig``), its requests (``CoordinatorService``) and its cl
 (``CoordinatorClient``), which checks who answers on each plugin socket
 (``CheckedPluginClient``)."""
 
+from typing import TYPE_CHECKING
+
 from ._allocate import AllocatedDevice, AllocationError, Allocator, allocate
 from ._authority import NodeAuthority
 from ._cel import CompiledSelector, SelectorError, compile_selector
@@ -98,6 +100,9 @@ from ._yaml import (
     load_yaml_documents,
     load_yaml_file,
 )
+
+if TYPE_CHECKING:
+    from ._kube_node import KubernetesNode
 
 
 def __getattr__(name: str) -> object:

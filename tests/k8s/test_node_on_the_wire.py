@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import allure
 import pytest
 
 from harness.inprocess import in_process_node
@@ -76,6 +77,10 @@ def wired(tmp_path: Path) -> Iterator[Wired]:
                 yield Wired(node, api, kubelet, runtime, k8s)
             finally:
                 k8s.stop()
+                # What the client library asked of the API server, for the report.
+                allure.attach(
+                    api.request_log_text(), "API server requests", allure.attachment_type.TEXT
+                )
     finally:
         node.close()
         shutil.rmtree(short, ignore_errors=True)
@@ -118,6 +123,8 @@ def claim_object(topology: str, uid: str, pod_uid: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("topology", sorted(TOPOLOGY_FILES))
 def test_a_pods_life_over_the_wire(wired: Wired, topology: str) -> None:
+    published = {d["name"] for s in wired.api.slices() for d in s["spec"]["devices"]}
+    assert {d.device for d in scheduled_claim(topology, "u", "p").devices} <= published
     before = wired.node.snapshot()
     uid, pod_uid = "0d6f3c1e-1111-4a2b-8c3d-000000000001", "pod-uid-1"
     wired.api.put_claim(claim_object(topology, uid, pod_uid))
