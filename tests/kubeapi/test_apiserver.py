@@ -7,6 +7,7 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -19,7 +20,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, 
 from lightkube.types import PatchType
 
 from harness.k8s.apiserver import APPLY, MERGE, FakeAPIServer
-from plugins.coordinator.kubeapi import make_client
+from plugins.coordinator.kubeapi import KubeConfigError, make_client
 from tests.kubeapi import DRIVER, NODE, claim_doc, result, served
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -373,3 +374,38 @@ def test_unavailable_answers_503_to_everything_and_is_logged(
         api.request_log_text().splitlines()[1]
         == f"PATCH {SLICES}/s?fieldManager={DRIVER} [{MERGE}] -> 503"
     )
+
+
+def test_a_kubeconfig_file_reaches_the_server(api: FakeAPIServer, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "{api.url}"}}}}]
+users: [{{name: node, user: {{token: not-checked}}}}]
+contexts: [{{name: fake, context: {{cluster: fake, user: node}}}}]
+current-context: fake
+"""
+    )
+    with make_client(DRIVER, kubeconfig=kubeconfig) as client:
+        assert list(client.list(ResourceSlice)) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kubeconfig": "/nonexistent/kubeconfig"}, "not found"),
+        ({"kubeconfig": "k", "server": "http://127.0.0.1:1"}, "not both"),
+        ({"server": "127.0.0.1:6443"}, "is not http:// or https://"),
+        ({"server": "http://127.0.0.1:1", "timeout": 0}, "must be positive"),
+        ({}, "not in a pod"),
+    ],
+)
+def test_bad_connection_settings_are_refused_naming_them(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], message: str
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubeConfigError, match=message):
+        make_client(DRIVER, **kwargs)
+    with pytest.raises(ValueError, match="not a DNS subdomain"):
+        make_client("Not_A_Driver", server="http://127.0.0.1:1")
