@@ -54,7 +54,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import parse_qs, urlsplit
 
-import yaml
+from plugins.sdk import YAMLLoadError, load_yaml_documents
 
 __all__ = [
     "API_PREFIX",
@@ -651,10 +651,13 @@ def _json_object(body: bytes) -> dict[str, Any]:
 def _decode_patch(content_type: str, body: bytes) -> dict[str, Any]:
     kind = content_type.split(";", maxsplit=1)[0].strip()
     if kind == APPLY:
+        # The project's one YAML loader (strict: a repeated key is refused, as the API
+        # server refuses it); JSON, which lightkube sends, is YAML too.
         try:
-            obj = yaml.safe_load(body.decode() or "null")
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            documents = load_yaml_documents(body or b"null", "apply body")
+        except YAMLLoadError as e:
             raise _bad_request(f"the apply body is not YAML: {e}") from e
+        obj = documents[0] if len(documents) == 1 else None
         if not isinstance(obj, dict):
             raise _bad_request("the apply body is not an object")
         return obj
