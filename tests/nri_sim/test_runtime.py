@@ -74,20 +74,27 @@ class _Plugin:
         self.closed = False
 
     def __enter__(self) -> Self:
-        self._sock.connect(str(self._socket_path))
-        self._reader.start()
-        if self._register:
-            request = nri.RegisterPluginRequest(plugin_name=self._name, plugin_idx=self._index)
-            envelope = ttrpc.Request(
-                service=RUNTIME_SERVICE,
-                method="RegisterPlugin",
-                payload=request.SerializeToString(),
-            )
-            frame = TtrpcFrame(1, MessageType.REQUEST, 0, envelope.SerializeToString())
-            self._sock.sendall(encode(RUNTIME_SERVICE_CONN, frame))
-            with self._cond:
-                assert self._cond.wait_for(lambda: self._registration is not None, WAIT)
+        try:
+            self._sock.connect(str(self._socket_path))
+            self._reader.start()
+            if self._register:
+                self._send_registration()
+        except BaseException:
+            self.__exit__(None, None, None)  # the socket is closed however entering fails
+            raise
         return self
+
+    def _send_registration(self) -> None:
+        request = nri.RegisterPluginRequest(plugin_name=self._name, plugin_idx=self._index)
+        envelope = ttrpc.Request(
+            service=RUNTIME_SERVICE,
+            method="RegisterPlugin",
+            payload=request.SerializeToString(),
+        )
+        frame = TtrpcFrame(1, MessageType.REQUEST, 0, envelope.SerializeToString())
+        self._sock.sendall(encode(RUNTIME_SERVICE_CONN, frame))
+        with self._cond:
+            assert self._cond.wait_for(lambda: self._registration is not None, WAIT)
 
     def __exit__(
         self,
@@ -96,7 +103,8 @@ class _Plugin:
         tb: TracebackType | None,
     ) -> None:
         self.hang_up()
-        self._reader.join(WAIT)
+        if self._reader.ident is not None:
+            self._reader.join(WAIT)
         self._sock.close()
 
     def hang_up(self) -> None:
