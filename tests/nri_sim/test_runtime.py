@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -54,7 +54,7 @@ class _Plugin:
         index: str = "10",
         events: int = 0,
         register: bool = True,
-        refuse_create: str | None = None,
+        refuse: Mapping[str, str] | None = None,
         unanswered: frozenset[str] = frozenset(),
         unimplemented: frozenset[str] = frozenset(),
     ) -> None:
@@ -63,7 +63,7 @@ class _Plugin:
         self._index = index
         self._events = events
         self._register = register
-        self._refuse_create = refuse_create
+        self._refuse = dict(refuse or {})  # method -> the error message it answers with
         self._unanswered = unanswered
         self._unimplemented = unimplemented
         self._cond = threading.Condition()
@@ -164,9 +164,9 @@ class _Plugin:
             reply = nri.ConfigureResponse(events=self._events)
         elif request.method == "Synchronize":
             reply = nri.SynchronizeResponse()
-        elif request.method == "CreateContainer" and self._refuse_create is not None:
-            response.status.code = 2
-            response.status.message = self._refuse_create
+        elif request.method in self._refuse:
+            response.status.code = 2  # what a Go plugin's plain error becomes: Unknown
+            response.status.message = self._refuse[request.method]
         elif request.method == "CreateContainer":
             reply = nri.CreateContainerResponse()
         else:
@@ -331,7 +331,7 @@ def test_synchronize_carries_the_runtimes_sandboxes_and_containers(
 def test_a_refused_create_container_fails_with_the_plugins_message(
     sim: NRIRuntimeSim, socket_path: Path
 ) -> None:
-    with _Plugin(socket_path, refuse_create="network of pod-a not ready") as plugin:
+    with _Plugin(socket_path, refuse={"CreateContainer": "network of pod-a not ready"}) as plugin:
         sim.wait_for_plugin("test", WAIT)
         sim.run_pod_sandbox(_sandbox())
 
@@ -351,11 +351,35 @@ def test_a_refused_create_container_fails_with_the_plugins_message(
         ]
 
 
+def test_a_refused_run_pod_sandbox_fails_the_sandbox(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path, refuse={"StateChange": "no network for you"}):
+        sim.wait_for_plugin("test", WAIT)
+
+        outcome = sim.run_pod_sandbox(_sandbox())
+
+        assert (outcome.proceeded, outcome.refusal) == (False, "no network for you")
+        assert sim.sandboxes == ()
+
+
+def test_a_refused_stop_is_only_logged_the_sandbox_stops(socket_path: Path) -> None:
+    with NRIRuntimeSim(socket_path) as sim:
+        sim.run_pod_sandbox(_sandbox())
+        with _Plugin(socket_path, refuse={"StateChange": "busy"}):
+            sim.wait_for_plugin("test", WAIT)
+
+            stop = sim.stop_pod_sandbox("pod-a")
+            remove = sim.remove_pod_sandbox("pod-a")
+
+            assert (stop.proceeded, stop.refusal) == (True, "busy")
+            assert (remove.proceeded, remove.refusal) == (True, "busy")
+            assert sim.sandboxes == ()
+
+
 def test_a_refusal_ends_the_event_later_plugins_are_not_called(
     sim: NRIRuntimeSim, socket_path: Path
 ) -> None:
     with (
-        _Plugin(socket_path, name="first", index="01", refuse_create="no") as first,
+        _Plugin(socket_path, name="first", index="01", refuse={"CreateContainer": "no"}) as first,
         _Plugin(socket_path, name="second", index="02") as second,
     ):
         sim.wait_for_plugin("first", WAIT)
