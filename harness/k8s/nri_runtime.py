@@ -28,6 +28,17 @@ namespaces: the lab gives each sandbox its network namespace path.
 The framing is ``harness.k8s.nri_frames`` (written independently of the coordinator's
 adapter); the messages are the generated classes of ``plugins.api.nri`` and
 ``plugins.api.ttrpc``.
+
+Use::
+
+    with NRIRuntimeSim(tmp_path / "nri.sock", request_timeout=0.5) as runtime:
+        ...  # start the plugin, pointed at the socket
+        runtime.wait_for_plugin("coordinator", timeout=10)
+        runtime.run_pod_sandbox(SimSandbox("pod-1", "web", "default", "uid-1", netns_path))
+        outcome = runtime.create_container("pod-1", "app")
+        assert outcome.proceeded, outcome.refusal
+        runtime.stall_next("coordinator", NRIEvent.STOP_POD_SANDBOX)  # a timeout, now
+        assert runtime.stop_pod_sandbox("pod-1").dropped  # fail-open: the stop goes on
 """
 
 from __future__ import annotations
