@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import allure
 import pytest
 
 from harness.k8s.pod_lifecycle import (
@@ -82,8 +83,13 @@ def test_every_scenario_of_the_pods_life(
     print(f"\nk8s lifecycles of {topology}: {REPRODUCE}")
     failures = []
     for index, scenario in enumerate(POD_SCENARIOS):
-        run = pod_scenario_run(topology, scenario, tmp_path / str(index), node_factory(lab_factory))
-        print(f"{scenario}:\n  " + "\n  ".join(run.steps))
+        with allure.step(f"{topology}: {scenario}"):
+            run = pod_scenario_run(
+                topology, scenario, tmp_path / str(index), node_factory(lab_factory)
+            )
+            for line in run.steps:  # the pod's life as the report's steps
+                with allure.step(line):
+                    pass
         rig_stats.add("k8s_lifecycles")
         rig_stats.add("gate_refusals", run.gate_refusals)
         rig_stats.add("evictions", run.evictions)
