@@ -56,6 +56,8 @@ TITLES = {
     "P4": "fake tier (the rig on fake://), same crash coverage",
     "P5": "start to ready (fake kernel); recovery of 1,000 in-flight operations",
     "P6": "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor",
+    "P7": "pod network ready through NRI (RunPodSandbox to its answer, connected), macvlan "
+    "on a NetnsLab, vs CNI ADD and a pyroute2 floor",
 }
 GOALS = tuple(TITLES)
 GUEST_LOCK = "/tmp/dranp-guest.lock"
@@ -73,6 +75,7 @@ class Sizes:
         self.journal = (60, 1) if quick else (200, 3)
         self.startup = (3, 1) if quick else (15, 1)
         self.vf = (4, 1) if quick else (20, 2)
+        self.pod_ready = (10, 2) if quick else (40, 5)
 
 
 def needs_root(goal_id: str, title: str) -> Outcome | None:
@@ -397,7 +400,77 @@ def p6_vf(sizes: Sizes, log: Path) -> Outcome:
     return Outcome("P6", title, rows, samples, facts=facts)
 
 
+# -- P7 ----------------------------------------------------------------------------------
+
+P7_VF_SKIPPED = (
+    "skipped: not built yet (a KubernetesNode over P6's guest session, the vf "
+    "topology's claim on its inventory, under the guest lock)"
+)
+
+
+def p7_pod_ready(sizes: Sizes) -> Outcome:
+    title = TITLES["P7"]
+    refused = needs_root("P7", title)
+    if refused is not None:
+        return refused
+    import bench_pod_ready
+
+    problem = bench_pod_ready.preflight()
+    if problem is not None:
+        return skipped("P7", title, problem)
+    iterations, warmup = sizes.pod_ready
+    m = bench_pod_ready.measure(iterations, warmup)
+    ready = {row: ms(s) for row, s in m.ready.items()}
+    down = {row: ms(s) for row, s in m.teardown.items()}
+    if not ready["ours"]:
+        why = f"every one of {iterations} RunPodSandbox answers came before the connect"
+        return skipped("P7", title, why)
+    ours, cni, floor = (stat(ready[r], "ms") for r in ("ours", "CNI", "floor"))
+    stop, delete, floor_del = (stat(down[r], "ms") for r in ("ours", "CNI", "floor"))
+    what = "RunPodSandbox to its answer, connected (macvlan)"
+    early = f"{m.answered_before_ready} of {iterations} answered before ready (left out)"
+    rows = [
+        Row("P7", what, ours, "CNI ADD", cni, ratio(ours, cni), "", None, early),
+        Row("P7", what, ours, "pyroute2 floor", floor, ratio(ours, floor), "", None,
+            f"floor {ours.median - floor.median:+.1f} ms"),
+        Row("P7", "StopPodSandbox to its answer (teardown, timed apart)", stop, "CNI DEL",
+            delete, ratio(stop, delete), "", None),
+        Row("P7", "StopPodSandbox to its answer (teardown, timed apart)", stop,
+            "pyroute2 floor delete", floor_del, ratio(stop, floor_del), "", None,
+            "the floor's delete waits for its ack, after an RCU grace period"),
+        Row("P7", f"a VF on P6's emulated host: {P7_VF_SKIPPED}", None),
+    ]  # fmt: skip
+    samples = {
+        "ours RunPodSandbox": ready["ours"],
+        "CNI ADD": ready["CNI"],
+        "floor attach": ready["floor"],
+    }
+    facts = {
+        "iterations": iterations,
+        "warmup": warmup,
+        "answered_before_ready": m.answered_before_ready,
+        "early_answers_ms": ms(m.early_answers),
+        "answer_within_s": m.answer_within_s,
+        "cni": m.cni_version,
+        "log_level": m.service_log_level,  # the service's and the coordinator's: INFO
+        "teardown_ms": down,
+        "pod_side": m.notes,
+    }
+    return Outcome("P7", title, rows, samples, facts=facts)
+
+
 # -- the run -----------------------------------------------------------------------------
+
+
+def print_rows(outcome: Outcome) -> None:
+    """One line per row: ours, its peer and the ratio of medians, the goal's verdict."""
+    for row in outcome.rows:
+        verdict = {True: "met", False: "NOT met", None: "-"}[row.met]
+        ours = f"{row.ours.median:.2f} {row.ours.unit}" if row.ours else "-"
+        peer = ""
+        if row.peer is not None and row.ratio is not None:
+            peer = f" vs {row.peer_name} {row.peer.median:.2f} {row.peer.unit} ({row.ratio:.2f}x)"
+        print(f"  {row.what}: {ours}{peer}; goal {row.goal or '-'}: {verdict}", flush=True)
 
 
 def main() -> int:
@@ -434,6 +507,7 @@ def main() -> int:
         "P4": lambda: p4_rig(args.rig_summary, logs / "rig.log"),
         "P5": lambda: p5_startup(sizes),
         "P6": lambda: p6_vf(sizes, logs / "vf.log"),
+        "P7": lambda: p7_pod_ready(sizes),
     }
     started = time.time()
     load_before = loadavg()
@@ -452,10 +526,7 @@ def main() -> int:
             outcome = skipped(goal, TITLES[goal], f"failed: {type(exc).__name__}: {exc}")
         outcome.facts.setdefault("seconds", round(time.monotonic() - t0, 1))
         outcomes.append(outcome)
-        for row in outcome.rows:
-            verdict = {True: "met", False: "NOT met", None: "-"}[row.met]
-            ours = f"{row.ours.median:.2f} {row.ours.unit}" if row.ours else "-"
-            print(f"  {row.what}: {ours}; goal {row.goal or '-'}: {verdict}", flush=True)
+        print_rows(outcome)
     load_after = loadavg()
     print(f"bench: load after: {load_after}", flush=True)
     write_json(
