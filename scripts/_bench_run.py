@@ -428,7 +428,10 @@ def p7_pod_ready(sizes: Sizes) -> Outcome:
     ours, cni, floor = (stat(ready[r], "ms") for r in ("ours", "CNI", "floor"))
     stop, delete, floor_del = (stat(down[r], "ms") for r in ("ours", "CNI", "floor"))
     what = "RunPodSandbox to its answer, connected (macvlan)"
-    early = f"{m.answered_before_ready} of {iterations} answered before ready (left out)"
+    early = (
+        f"{m.answered_before_ready} of {iterations} answered before ready (left out); the "
+        "claim's status applied to the test kit's API server inside it"
+    )
     rows = [
         Row("P7", what, ours, "CNI ADD", cni, ratio(ours, cni), "", None, early),
         Row("P7", what, ours, "pyroute2 floor", floor, ratio(ours, floor), "", None,

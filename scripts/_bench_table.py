@@ -30,6 +30,7 @@ iterations. It asserts no timing: a verdict below is data.
 | P4 | the rig on `fake://` (`python -m harness.rig`, its reports in a temp dir: `reports/` is left alone) | its `seconds` and crash runs | the goal |
 | P5 | `scripts/bench_startup.py` (`measure()`): each service exec'd on the fake kernel, until an authenticated GetInfo says ready; links over a journal of 1,000 in-flight ConnectNetworks | the three services; recovery | a bare gRPC server (`import grpc`, a Unix socket) |
 | P6 | `scripts/_bench_vf.py` under `flock /tmp/dranp-guest.lock`: the VM lab's guest (TCG), a session lending igb PF 0 and its VF 0 | ConnectNetwork+RemoveNetwork of the `sriov` plugin over the real `networkplugin-vf` socket (its kernel: the guest's agent) | the VF moved in under its final name and set up, then moved home, through the same relay and agent |
+| P7 | `scripts/bench_pod_ready.py` (`measure()`): a `NetnsLab`; `KubernetesNode` in process (journal on disk, log at INFO) with its real NRI plugin on `NRIRuntimeSim`'s socket, its API client on `FakeAPIServer`, `networkplugin-links` as a process; the `sdk-macvlan` claim prepared once through `KubeletSim`; teardown timed apart | RunPodSandbox, send to answer, counted only if the sandbox is `connected` in the journal at the answer; StopPodSandbox | `/usr/lib/cni/macvlan` ADD, then DEL; P1's pyroute2 floor: the attach, then the delete |
 """
 
 

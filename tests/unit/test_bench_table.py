@@ -88,3 +88,19 @@ def test_splice_inserts_near_the_top_then_replaces_only_the_section(
     assert "run one" not in second
     assert second.replace("run two", "run one") == first
     assert second.count(table.BEGIN) == 1
+
+
+def test_a_row_that_did_not_run_inside_a_run_outcome_says_why(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """P7's VF row: the outcome ran, one of its rows did not; the reason is its text."""
+    common, table = bench
+    ran = common.Row("P7", "macvlan", common.stat([5.0, 6.0], "ms"), "CNI ADD",
+                     common.stat([2.0, 3.0], "ms"), 2.2)  # fmt: skip
+    not_run = common.Row("P7", "a VF: skipped: no guest", None)
+    outcome = common.Outcome("P7", "readiness", [ran, not_run], {"ours": [5.0, 6.0]})
+    assert (
+        common.outcome_from_json(json.loads(json.dumps(common.outcome_to_json(outcome)))) == outcome
+    )
+    (vf,) = [line for line in table.table([outcome]) if "a VF" in line]
+    assert vf == "| P7 | a VF: skipped: no guest | - | - | - | - | - | - |"
