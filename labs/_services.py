@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -269,7 +269,10 @@ class CoordinatorProcess(ServiceProcess):
         topologies: Sequence[Path],
         inventory: Path,
         policies: Path | None = None,
+        kubernetes: Mapping[str, Any] | None = None,
     ) -> None:
+        """``kubernetes``: the config's ``kubernetes`` section (None: not a Kubernetes
+        node)."""
         socket_dir = services.socket_dir / "coordinator.sock.d"
         super().__init__(
             "networkplugin-coordinator", ("plugins.coordinator",), root, socket_dir, "", ()
@@ -299,6 +302,7 @@ class CoordinatorProcess(ServiceProcess):
                     # The rig's fake tier keeps journals on /dev/shm (harness.rig.scratch_root),
                     # which a deployment's coordinator refuses.
                     "allowVolatileStateDir": True,
+                    **({} if kubernetes is None else {"kubernetes": dict(kubernetes)}),
                 }
             )
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from plugins.sdk import NamespaceHandle, NetworkPluginError
+from plugins.sdk.runner import CrashPoints
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology
@@ -193,6 +194,7 @@ class KubernetesNode:
         resolve_namespace: NamespaceResolver = host_namespaces,
         nri_plugin: Any = None,
         lock: threading.RLock | None = None,
+        crash: CrashPoints | None = None,
     ) -> None:
         """``nri_plugin``: a factory ``(socket, name, index, handler) -> plugin`` with
         ``start``/``stop`` (``plugins.coordinator.nri.NRIPlugin``); None: no NRI."""
@@ -211,6 +213,7 @@ class KubernetesNode:
             status=ApiStatus(ClaimStatusWriter(self.client, config.driver)),
             answer_within_s=config.answer_within_seconds,
             lock=lock,
+            crash=crash,
         )
         self._allocator = allocator
         self._stopped = False

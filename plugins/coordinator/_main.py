@@ -242,7 +242,7 @@ def serve(
                 daemon=True,
             ).start()
         server.start()  # status and health answer not ready until recovery is done
-        node = _recover(config, journal, service, topologies, allocator)
+        node = _recover(config, journal, service, topologies, allocator, crash)
         log.info("serving %s", config.socket)
         # A damaged journal is served too (its status says why), as the services do.
         status = f"not ready: {fault}" if fault else f"serving {config.socket}"
@@ -295,11 +295,12 @@ def _recover(
     service: CoordinatorService,
     topologies: Mapping[str, CompiledTopology],
     allocator: Allocator,
+    crash: CrashPoints,
 ) -> KubernetesNode | None:
     """Finish what a crash interrupted, then start the Kubernetes node if configured
     (its pod side recovers first, then the kubelet and the runtime are let in)."""
     notes = service.recover()
-    node = _kubernetes_node(config, journal, service, topologies, allocator)
+    node = _kubernetes_node(config, journal, service, topologies, allocator, crash)
     if node is not None:
         notes += node.start()
     for note in notes:
@@ -313,6 +314,7 @@ def _kubernetes_node(
     service: CoordinatorService,
     topologies: Mapping[str, CompiledTopology],
     allocator: Allocator,
+    crash: CrashPoints,
 ) -> KubernetesNode | None:
     """The kubelet's and the runtime's plugins, when the config asks for them (the
     Kubernetes clients are loaded only then)."""
@@ -329,6 +331,7 @@ def _kubernetes_node(
         allocator,
         nri_plugin=NRIPlugin,
         lock=service.lock,
+        crash=None if crash is NO_CRASH else crash,
     )
 
 
