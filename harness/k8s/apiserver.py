@@ -549,6 +549,10 @@ def _handler_for(api: FakeAPIServer) -> type[BaseHTTPRequestHandler]:
 
         def setup(self) -> None:
             super().setup()
+            # The handler writes headers and body separately; with Nagle on, the body
+            # waits for the client's delayed ACK (40 ms a reply, measured by P7). The
+            # real API server (Go) sends with Nagle off.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             api._track(self.connection, True)
 
         def finish(self) -> None:

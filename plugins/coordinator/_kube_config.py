@@ -32,6 +32,8 @@ class KubernetesConfig:
     nri_index: str = "10"
     publish_slices: bool = True
     answer_within_seconds: float = DEFAULT_ANSWER_WITHIN_S
+    health_interval_seconds: float = 10.0
+    """How often the plugins are asked for the kubelet's device health stream."""
 
     @classmethod
     def from_config(cls, section: dict[str, Any], base: Path) -> KubernetesConfig:
@@ -50,4 +52,5 @@ class KubernetesConfig:
             answer_within_seconds=float(
                 section.get("answerWithinSeconds", DEFAULT_ANSWER_WITHIN_S)
             ),
+            health_interval_seconds=float(section.get("healthIntervalSeconds", 10.0)),
         )

@@ -24,6 +24,7 @@ from ._allocate import Allocator
 from ._compile import CompiledTopology
 from ._journal import CoordinatorJournal
 from ._kube_config import KubernetesConfig
+from ._kube_health import PluginHealthWatch
 from ._pod_values import (
     ClaimProblem,
     ClaimSourceUnavailable,
@@ -46,6 +47,7 @@ from .kubeapi import (
 )
 from .kubelet import (
     ClaimRef,
+    DeviceHealthBoard,
     KubeletPlugin,
     PreparedDevice,
     PrepareOutcome,
@@ -217,8 +219,21 @@ class KubernetesNode:
         )
         self._allocator = allocator
         self._stopped = False
+        self.health = DeviceHealthBoard()
+        self.health_watch = PluginHealthWatch(
+            coordinator.clients,
+            allocator.devices,
+            topologies,
+            config.node_name,
+            self.health,
+            interval_s=config.health_interval_seconds,
+        )
         self.kubelet = KubeletPlugin(
-            config.driver, KubeletClaims(self.pods), config.plugins_dir, config.registry_dir
+            config.driver,
+            KubeletClaims(self.pods),
+            config.plugins_dir,
+            config.registry_dir,
+            health=self.health,
         )
         self.slices = SlicePublisher(self.client, config.driver, config.node_name)
         self.nri = (
@@ -241,6 +256,7 @@ class KubernetesNode:
                 # The kubelet's prepares still work for claims allocated earlier; the
                 # next start publishes again.
                 log.error("ResourceSlices not published: %s", exc)
+        self.health_watch.start()
         self.kubelet.start()
         if self.nri is not None:
             self.nri.start()
@@ -254,5 +270,6 @@ class KubernetesNode:
         if self.nri is not None:
             self.nri.stop()
         self.kubelet.stop()
+        self.health_watch.stop()
         self.pods.close()
         self.client.close()

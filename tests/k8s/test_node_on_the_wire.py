@@ -151,3 +151,14 @@ def test_a_pods_life_over_the_wire(wired: Wired, topology: str) -> None:
     assert wired.node.snapshot() == before
     assert not (wired.api.claim("default", "net") or {}).get("status", {}).get("devices")
     assert wired.k8s.pods.counters.gate_passes == 1
+
+
+def test_the_kubelet_streams_the_devices_health(wired: Wired) -> None:
+    """Every device a configured topology can use is reported, healthy while its
+    plugins are ready."""
+    with wired.kubelet.watch_health(DRIVER) as watch:
+        update = watch.next_update(DEADLINE_S)
+    devices = {(pool, device): health for pool, device, health in update}
+    assert devices, "no device in the health stream"
+    assert set(devices.values()) == {"Healthy"}, devices
+    assert ("fake-node-1", "enp3s0f0v0") in devices
