@@ -20,6 +20,17 @@ every plugin as containerd's NRI adaptation (containerd/nri ``pkg/adaptation``) 
    CreateContainer fails, a refused StopPodSandbox or RemovePodSandbox is only logged
    (containerd logs "NRI sandbox stop notification failed" and goes on).
 
+A plugin may call ``Runtime.UpdateContainers``: each eviction of a container the runtime
+has stops it (it leaves ``containers``, as the kubelet sees it stopped; the kubelet's
+recreation is a new ``create_container``) and is recorded in ``evictions``; an eviction
+of a container the runtime does not have is skipped without failing the call, as
+containerd skips it (``ignored_evictions`` keeps it for tests). The simulator models no
+container resources, so every update that may not fail comes back in ``failed``. Note
+that upstream's adaptation (containerd/nri ``pkg/adaptation``) passes only the updates
+of UpdateContainers on to containerd and drops its evictions; containerd acts on the
+evictions of CreateContainer and UpdateContainer answers. The simulator follows the
+message's meaning instead.
+
 Unlike containerd, which takes one connecting plugin at a time, the simulator registers
 connections concurrently; it still synchronizes a plugin and dispatches events one at a
 time, so a plugin never sees an event before its Synchronize. The simulator creates no
@@ -39,6 +50,11 @@ Use::
         assert outcome.proceeded, outcome.refusal
         runtime.stall_next("coordinator", NRIEvent.STOP_POD_SANDBOX)  # a timeout, now
         assert runtime.stop_pod_sandbox("pod-1").dropped  # fail-open: the stop goes on
+        runtime.hold_new_plugins()  # a plugin that connects now waits before Configure
+        runtime.disconnect("coordinator")
+        runtime.wait_for_held("coordinator", timeout=10)  # back, but not in the runtime yet
+        runtime.create_container("pod-1", "app")  # proceeds without it (fail-open)
+        runtime.admit_new_plugins()  # configured and synchronized: it may evict
 """
 
 from __future__ import annotations
@@ -181,6 +197,15 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """A plugin's request (UpdateContainers) that the runtime stop a container."""
+
+    container_id: str
+    reason: str
+    plugin: str  # containerd's name of the plugin that asked
+
+
+@dataclass(frozen=True)
 class EventRecord:
     """One event sent to one plugin, for reports: ``result`` is answered/refused/dropped."""
 
@@ -252,6 +277,21 @@ def _registration_error(request: nri.RegisterPluginRequest) -> str | None:
     if not _PLUGIN_INDEX.fullmatch(request.plugin_idx):
         return f"invalid plugin index {request.plugin_idx!r} (not two digits)"
     return None
+
+
+def _status(code: int, message: str) -> bytes:
+    """A ttrpc Response carrying an error status (a google.rpc.Status)."""
+    response = ttrpc.Response()
+    response.status.code = code
+    response.status.message = message
+    return response.SerializeToString()
+
+
+def _ok(payload: bytes) -> bytes:
+    """A ttrpc Response of a successful call."""
+    response = ttrpc.Response(payload=payload)
+    response.status.SetInParent()  # a Go ttrpc server always sends the status, code OK
+    return response.SerializeToString()
 
 
 def _pod_message(sandbox: SimSandbox) -> nri.PodSandbox:
@@ -338,6 +378,11 @@ class NRIRuntimeSim:
         self._container_serial = 0
         self._drops: list[Drop] = []
         self._events: list[EventRecord] = []
+        self._evictions: list[Eviction] = []
+        self._ignored_evictions: list[Eviction] = []
+        # While set, a plugin that registers waits before Configure (``hold_new_plugins``).
+        self._holding = False
+        self._held: list[_Connection] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -441,6 +486,32 @@ class NRIRuntimeSim:
         with self._cond:
             return tuple(self._containers.values())
 
+    @property
+    def evictions(self) -> tuple[Eviction, ...]:
+        """Containers stopped at a plugin's request, in order."""
+        with self._cond:
+            return tuple(self._evictions)
+
+    @property
+    def ignored_evictions(self) -> tuple[Eviction, ...]:
+        """Evictions of containers the runtime did not have (skipped, as containerd does)."""
+        with self._cond:
+            return tuple(self._ignored_evictions)
+
+    def wait_for_eviction(self, container_id: str, timeout: float) -> Eviction:
+        """Wait until a plugin has had ``container_id`` evicted; return the eviction."""
+        with self._cond:
+
+            def found() -> list[Eviction]:
+                return [e for e in self._evictions if e.container_id == container_id]
+
+            if not self._cond.wait_for(found, timeout):
+                raise TimeoutError(
+                    f"container {container_id!r} not evicted within {timeout} s; evictions: "
+                    f"{self._evictions}, ignored: {self._ignored_evictions}"
+                )
+            return found()[0]
+
     def wait_for_plugin(self, name: str, timeout: float) -> PluginInfo:
         """Wait until a plugin of that name is registered, configured and synchronized."""
         with self._cond:
@@ -485,6 +556,41 @@ class NRIRuntimeSim:
             ) from None
         with self._cond:
             self._resolve(plugin).stalls.add(which)
+
+    def hold_new_plugins(self) -> None:
+        """From now on, a plugin that registers waits before Configure, and so gets no
+        event, until ``admit_new_plugins``: the runtime goes on without it (fail-open),
+        as while a real one is still connecting. Plugins already in are not affected."""
+        with self._cond:
+            self._check_running()
+            self._holding = True
+
+    def admit_new_plugins(self) -> None:
+        """End ``hold_new_plugins``: the held plugins are configured and synchronized."""
+        with self._cond:
+            self._holding = False
+            self._cond.notify_all()
+
+    def wait_for_held(self, name: str, timeout: float) -> PluginInfo:
+        """Wait until a plugin of that name has registered and is held."""
+        with self._cond:
+
+            def held() -> list[_Connection]:
+                return [
+                    c
+                    for c in self._held
+                    if c.plugin is not None and _names_match(c.plugin.name, name)
+                ]
+
+            found = self._cond.wait_for(held, timeout)
+            if not found:
+                raise TimeoutError(
+                    f"no NRI plugin {name!r} held within {timeout} s; held: "
+                    f"{[c.label for c in self._held]}, dropped: {self._drops}"
+                )
+            plugin = found[0].plugin
+            assert plugin is not None
+            return plugin
 
     def disconnect(self, plugin: str) -> Drop:
         """Close the plugin's connection from the runtime's side; it is dropped."""
@@ -751,7 +857,7 @@ class NRIRuntimeSim:
                     conn.pending[frame.stream_id] = frame.data
                     self._cond.notify_all()
         elif conn_id == RUNTIME_SERVICE_CONN and frame.type == MessageType.REQUEST:
-            response, registration = self._serve_runtime(frame.data)
+            response, registration = self._serve_runtime(conn, frame.data)
             reply = TtrpcFrame(frame.stream_id, MessageType.RESPONSE, 0, response)
             with contextlib.suppress(OSError), conn.write_lock:
                 conn.sock.sendall(encode(RUNTIME_SERVICE_CONN, reply))
@@ -761,35 +867,54 @@ class NRIRuntimeSim:
                 self._registered(conn, registration)
         # Anything else (stream data, requests to the plugin's side) has no place in NRI.
 
-    def _serve_runtime(self, data: bytes) -> tuple[bytes, PluginInfo | str | None]:
+    def _serve_runtime(
+        self, conn: _Connection, data: bytes
+    ) -> tuple[bytes, PluginInfo | str | None]:
         """The runtime's service: the ttrpc Response's bytes, and a registration if one
         came (the plugin, or why its registration is refused)."""
-
-        def status(code: int, message: str) -> bytes:
-            return ttrpc.Response(
-                status=ttrpc.Status(code=code, message=message)
-            ).SerializeToString()
-
         try:
             request = ttrpc.Request.FromString(data)
         except DecodeError as error:
-            return status(_CODE_UNKNOWN, f"unreadable ttrpc request: {error}"), None
+            return _status(_CODE_UNKNOWN, f"unreadable ttrpc request: {error}"), None
         if request.service != RUNTIME_SERVICE:
-            return status(_CODE_UNIMPLEMENTED, f"service {request.service}"), None
+            return _status(_CODE_UNIMPLEMENTED, f"service {request.service}"), None
+        if request.method == "UpdateContainers":
+            return self._update_containers(conn, request.payload), None
         if request.method != "RegisterPlugin":
-            return status(_CODE_UNIMPLEMENTED, f"method {request.method}"), None
+            return _status(_CODE_UNIMPLEMENTED, f"method {request.method}"), None
         try:
             registration = nri.RegisterPluginRequest.FromString(request.payload)
         except DecodeError as error:
             message = f"unreadable RegisterPluginRequest: {error}"
-            return status(_CODE_UNKNOWN, message), message
+            return _status(_CODE_UNKNOWN, message), message
         error_message = _registration_error(registration)
         if error_message is not None:
-            return status(_CODE_UNKNOWN, error_message), error_message
-        ok = ttrpc.Response()
-        ok.status.SetInParent()  # a Go ttrpc server always sends the status, code OK
+            return _status(_CODE_UNKNOWN, error_message), error_message
         plugin = PluginInfo(registration.plugin_name, registration.plugin_idx, 0)
-        return ok.SerializeToString(), plugin
+        return _ok(b""), plugin
+
+    def _update_containers(self, conn: _Connection, payload: bytes) -> bytes:
+        """Runtime.UpdateContainers: evict what the runtime has; answer the failed updates.
+
+        Served on the reader thread and never waits for _dispatch_lock: a plugin may call
+        it while an event to that same plugin waits for its answer on this thread.
+        """
+        try:
+            request = nri.UpdateContainersRequest.FromString(payload)
+        except DecodeError as error:
+            return _status(_CODE_UNKNOWN, f"unreadable UpdateContainersRequest: {error}")
+        # No resources are modelled: an update cannot be applied, and only one that may
+        # fail (ignore_failure) is not reported.
+        failed = [update for update in request.update if not update.ignore_failure]
+        with self._cond:
+            for evict in request.evict:
+                eviction = Eviction(evict.container_id, evict.reason, conn.label)
+                if self._containers.pop(evict.container_id, None) is None:
+                    self._ignored_evictions.append(eviction)
+                else:
+                    self._evictions.append(eviction)
+            self._cond.notify_all()
+        return _ok(nri.UpdateContainersResponse(failed=failed).SerializeToString())
 
     def _registered(self, conn: _Connection, registration: PluginInfo | str) -> None:
         with self._cond:
@@ -822,6 +947,16 @@ class NRIRuntimeSim:
                 self._drop_locked(conn, "registration", reason)
                 return
             plugin = conn.plugin
+            if self._holding:
+                self._held.append(conn)
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: not self._holding or conn.closed or self._stopping)
+                self._held.remove(conn)
+                if self._stopping:
+                    return
+                if conn.closed:
+                    self._drop_locked(conn, "registration", "connection closed while held")
+                    return
         events = self._configure(conn, plugin)
         if events is None:
             return
@@ -969,6 +1104,7 @@ __all__ = [
     "Drop",
     "EventOutcome",
     "EventRecord",
+    "Eviction",
     "NRIEvent",
     "NRIRuntimeSim",
     "PluginInfo",

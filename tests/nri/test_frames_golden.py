@@ -18,6 +18,7 @@ from plugins.api.nri.v1alpha1 import pb
 from plugins.api.ttrpc import pb as ttrpc_pb
 from plugins.coordinator.nri import (
     DEFAULT_EVENTS,
+    EVICTION_REASON,
     PLUGIN_SERVICE,
     RUNTIME_SERVICE,
     Event,
@@ -110,6 +111,41 @@ RUN_POD_SANDBOX_EVENT = (
     + b"\x2a\x1f"
     + NETWORK_NAMESPACE
 )
+
+
+# The reason the coordinator gives for an eviction: 77 = 0x4d bytes.
+REASON = b"started while the network plugin was away; its pod networking was not checked"
+
+# UpdateContainersRequest{evict: [ContainerEviction{container_id: "c1", reason: REASON}]}:
+#   ContainerEviction: field 1 (0x0a) len 2 "c1", field 2 (0x12) len 0x4d REASON
+#     -> 4 + 2 + 77 = 83 = 0x53 bytes;
+#   the request: field 2 (evict, 0x12) len 0x53 -> 85 = 0x55 bytes (no update, field 1).
+UPDATE_CONTAINERS_REQUEST = b"\x12\x53" + b"\x0a\x02c1" + b"\x12\x4d" + REASON
+
+# ttrpc.Request{service: "nri.pkg.api.v1alpha1.Runtime" (0x1c), method: "UpdateContainers"
+#   (16 = 0x10 bytes), payload: the 85 bytes above (0x55), timeout_nano: 2 s = 2000000000
+#   = 0x77359400, 7-bit groups from the low end 0x00 0x28 0x56 0x39 0x07 -> 80 a8 d6 b9 07}
+#   Body: 30 + 18 + 87 + 6 = 141 = 0x8d bytes.
+UPDATE_CONTAINERS_ENVELOPE = (
+    b"\x0a\x1cnri.pkg.api.v1alpha1.Runtime"
+    + b"\x12\x10UpdateContainers"
+    + b"\x1a\x55"
+    + UPDATE_CONTAINERS_REQUEST
+    + b"\x20\x80\xa8\xd6\xb9\x07"
+)
+
+# The plugin's second call (stream 3; RegisterPlugin took 1) on the runtime's service:
+#   mux connection 2, length 10 + 141 = 151 = 0x97; ttrpc length 0x8d, stream 3, type 1.
+UPDATE_CONTAINERS_FRAME = (
+    b"\x00\x00\x00\x02\x00\x00\x00\x97"
+    + b"\x00\x00\x00\x8d\x00\x00\x00\x03\x01\x00"
+    + UPDATE_CONTAINERS_ENVELOPE
+)
+
+# UpdateContainersResponse{failed: [ContainerUpdate{container_id: "c9", ignore_failure: true}]}:
+#   ContainerUpdate: field 1 (0x0a) len 2 "c9", field 3 varint (0x18) 1 -> 6 bytes;
+#   the response: field 1 (0x0a) len 6.
+UPDATE_CONTAINERS_RESPONSE = b"\x0a\x06" + b"\x0a\x02c9" + b"\x18\x01"
 
 
 def test_mux_frame_is_id_length_payload() -> None:
@@ -219,3 +255,26 @@ def test_state_change_with_a_network_namespace() -> None:
     sandbox = sandbox_from_pb(parsed.pod, "StateChange")
     assert (sandbox.id, sandbox.name, sandbox.namespace, sandbox.uid) == ("sb1", "web", "ns", "u1")
     assert sandbox.netns_path == "/var/run/netns/cni-1"
+
+
+def test_an_update_containers_request_with_one_eviction() -> None:
+    assert EVICTION_REASON.encode() == REASON
+    request = pb.UpdateContainersRequest(
+        evict=[pb.ContainerEviction(container_id="c1", reason=EVICTION_REASON)]
+    )
+    assert request.SerializeToString() == UPDATE_CONTAINERS_REQUEST
+    frame = encode_request(
+        3, RUNTIME_SERVICE, "UpdateContainers", UPDATE_CONTAINERS_REQUEST, 2_000_000_000
+    )
+    assert encode_frames(2, frame) == UPDATE_CONTAINERS_FRAME
+    (evict,) = pb.UpdateContainersRequest.FromString(UPDATE_CONTAINERS_REQUEST).evict
+    assert (evict.container_id, evict.reason) == ("c1", EVICTION_REASON)
+
+
+def test_an_update_containers_response_lists_the_failed_updates() -> None:
+    (failed,) = pb.UpdateContainersResponse.FromString(UPDATE_CONTAINERS_RESPONSE).failed
+    assert (failed.container_id, failed.ignore_failure) == ("c9", True)
+    again = pb.UpdateContainersResponse(
+        failed=[pb.ContainerUpdate(container_id="c9", ignore_failure=True)]
+    )
+    assert again.SerializeToString() == UPDATE_CONTAINERS_RESPONSE

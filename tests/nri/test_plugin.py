@@ -30,7 +30,7 @@ from plugins.coordinator.nri import (
 )
 from plugins.sdk import FailedPrecondition
 
-from .test_frames_golden import REGISTER_FRAME
+from .test_frames_golden import REGISTER_FRAME, UPDATE_CONTAINERS_ENVELOPE
 
 WAIT = 5.0
 NETNS = "/var/run/netns/cni-1"
@@ -45,6 +45,7 @@ class RecordingHandler:
         self.refuse: Exception | None = None
         self.hold_create: threading.Event | None = None
         self.synchronized: list[tuple[list[PodSandbox], list[Container]]] = []
+        self.evict: object = None  # what synchronize returns (container ids, or None)
 
     def _record(self, name: str, value: object) -> None:
         with self.cond:
@@ -56,9 +57,12 @@ class RecordingHandler:
             assert self.cond.wait_for(lambda: len(self.calls) >= count, WAIT), self.calls
             return list(self.calls)
 
-    def synchronize(self, sandboxes: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
+    def synchronize(
+        self, sandboxes: Sequence[PodSandbox], containers: Sequence[Container]
+    ) -> Sequence[str] | None:
         self.synchronized.append((list(sandboxes), list(containers)))
         self._record("synchronize", None)
+        return self.evict  # type: ignore[return-value]  # tests return malformed answers too
 
     def run_pod_sandbox(self, sandbox: PodSandbox) -> None:
         self._record("run", sandbox)
@@ -132,6 +136,29 @@ class RuntimeConnection:
         answered, kind, body = self.read_message(1)
         assert (answered, kind) == (stream, 2)
         return ttrpc_pb.Response.FromString(body)
+
+    def read_runtime_call(self, method: str) -> tuple[int, bytes]:
+        """The plugin's next call of the runtime's service: its stream id and envelope."""
+        stream, kind, body = self.read_message(2)
+        request = ttrpc_pb.Request.FromString(body)
+        assert (kind, request.service, request.method) == (1, RUNTIME_SERVICE, method)
+        return stream, body
+
+    def read_until_closed(self) -> None:
+        """File everything the plugin still sends by mux connection, until it closes."""
+        data = bytearray()
+        while True:
+            try:
+                chunk = self.conn.recv(1 << 16)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                break
+            data += chunk
+        while data:
+            frame_conn, frame_len = struct.unpack(">II", data[:8])
+            self.streams[frame_conn] += data[8 : 8 + frame_len]
+            del data[: 8 + frame_len]
 
     def wait_closed(self) -> None:
         """The plugin closed its end (EOF within the deadline)."""
@@ -248,6 +275,101 @@ def test_synchronize_in_parts_reaches_the_handler_once_whole(
     ((sandboxes, containers),) = handler.synchronized
     assert [(s.id, s.netns_path) for s in sandboxes] == [("sb1", NETNS), ("sb2", "")]
     assert containers == [Container(id="c1", sandbox_id="sb1", name="app")]
+
+
+def synchronized(connection: RuntimeConnection, *containers: pb.Container) -> None:
+    """Configure and synchronize the plugin with one pod and ``containers``."""
+    connection.call("Configure", pb.ConfigureRequest())
+    answer = connection.call(
+        "Synchronize", pb.SynchronizeRequest(pods=[pod()], containers=list(containers))
+    )
+    assert not answer.HasField("status"), answer
+
+
+def test_containers_the_handler_returns_are_evicted_once_synchronize_is_answered(
+    runtime: Runtime, plugin: NRIPlugin, handler: RecordingHandler
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict = ["c1"]
+    synchronized(connection, container("c1"))
+    # The answer came first: nothing of the eviction had been read when it arrived.
+    assert not connection.streams[2]
+
+    stream, envelope = connection.read_runtime_call("UpdateContainers")
+    assert stream == 3  # RegisterPlugin was 1
+    assert envelope == UPDATE_CONTAINERS_ENVELOPE  # derived by hand, reason and all
+    assert plugin.wait_evictions_sent(1, WAIT)
+    ok = ttrpc_pb.Response(payload=pb.UpdateContainersResponse().SerializeToString())
+    connection.send_message(2, stream, 2, ok.SerializeToString())
+    # The connection goes on: a call after the eviction's answer is served.
+    response = connection.call(
+        "StateChange", pb.StateChangeEvent(event=pb.RUN_POD_SANDBOX, pod=pod())
+    )
+    assert not response.HasField("status")
+    assert (plugin.evictions_sent, plugin.connections) == (1, 1)
+
+
+@pytest.mark.parametrize("returned", [None, [], ()], ids=["none", "empty-list", "empty-tuple"])
+def test_nothing_to_evict_sends_no_call(
+    runtime: Runtime,
+    plugin: NRIPlugin,
+    handler: RecordingHandler,
+    returned: object,
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict = returned
+    synchronized(connection, container("c1"))
+    assert plugin.wait_synchronized(WAIT)
+    plugin.stop()  # joins every worker: anything the plugin would send is sent by now
+    connection.read_until_closed()
+    assert not connection.streams[2]
+    assert plugin.evictions_sent == 0
+
+
+def test_a_malformed_answer_is_logged_and_only_its_container_ids_are_evicted(
+    runtime: Runtime,
+    plugin: NRIPlugin,
+    handler: RecordingHandler,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict = ["c2", "", 7, "c1", "c2"]
+    with caplog.at_level(logging.ERROR, logger="plugins.coordinator.nri"):
+        synchronized(connection, container("c1"), container("c2"))
+        _, envelope = connection.read_runtime_call("UpdateContainers")
+    request = pb.UpdateContainersRequest.FromString(ttrpc_pb.Request.FromString(envelope).payload)
+    assert [e.container_id for e in request.evict] == ["c2", "c1"]  # each once, in order
+    assert not request.update
+    problems = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(problems) == 2, problems
+    assert "'' as a container id" in problems[0]
+    assert "7 as a container id" in problems[1]
+    assert plugin.wait_evictions_sent(2, WAIT)
+
+
+def test_a_refused_eviction_is_logged_and_the_connection_stays(
+    runtime: Runtime,
+    plugin: NRIPlugin,
+    handler: RecordingHandler,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict = ["c1"]
+    with caplog.at_level(logging.WARNING, logger="plugins.coordinator.nri"):
+        synchronized(connection, container("c1"))
+        stream, _ = connection.read_runtime_call("UpdateContainers")
+        refused = ttrpc_pb.Response()
+        refused.status.code = 12
+        refused.status.message = "method UpdateContainers"
+        connection.send_message(2, stream, 2, refused.SerializeToString())
+        # Served after the refusal was read: the refusal is logged by then.
+        response = connection.call(
+            "StateChange", pb.StateChangeEvent(event=pb.RUN_POD_SANDBOX, pod=pod())
+        )
+    assert not response.HasField("status")
+    (record,) = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert "the eviction of c1: status 12: method UpdateContainers" in record.getMessage()
+    assert plugin.connections == 1
 
 
 def test_sandbox_events_arrive_as_state_changes_and_dedicated_calls(

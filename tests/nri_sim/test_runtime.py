@@ -13,6 +13,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -31,6 +32,8 @@ from harness.k8s.nri_frames import (
 from harness.k8s.nri_runtime import (
     PLUGIN_SERVICE,
     RUNTIME_SERVICE,
+    VALID_EVENTS,
+    Eviction,
     NRIEvent,
     NRIRuntimeSim,
     SimSandbox,
@@ -70,6 +73,8 @@ class _Plugin:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._reader = threading.Thread(target=self._read, name=f"test-plugin-{name}")
         self._registration: ttrpc.Response | None = None
+        self._runtime_replies: dict[int, ttrpc.Response] = {}  # by stream id, after stream 1
+        self._next_runtime_stream = 3  # RegisterPlugin takes 1
         self.received: list[tuple[str, bytes]] = []
         self.closed = False
 
@@ -117,6 +122,21 @@ class _Plugin:
         assert self._registration is not None
         return self._registration
 
+    def update_containers(self, request: nri.UpdateContainersRequest) -> ttrpc.Response:
+        """Call Runtime.UpdateContainers and wait for the runtime's answer."""
+        return self.call_runtime("UpdateContainers", request.SerializeToString())
+
+    def call_runtime(self, method: str, payload: bytes) -> ttrpc.Response:
+        """Call a method of the runtime's service and wait for the answer."""
+        stream_id = self._next_runtime_stream
+        self._next_runtime_stream += 2
+        envelope = ttrpc.Request(service=RUNTIME_SERVICE, method=method, payload=payload)
+        frame = TtrpcFrame(stream_id, MessageType.REQUEST, 0, envelope.SerializeToString())
+        self._sock.sendall(encode(RUNTIME_SERVICE_CONN, frame))
+        with self._cond:
+            assert self._cond.wait_for(lambda: stream_id in self._runtime_replies, WAIT)
+            return self._runtime_replies.pop(stream_id)
+
     def methods(self) -> list[str]:
         with self._cond:
             return [method for method, _ in self.received]
@@ -135,8 +155,12 @@ class _Plugin:
             while data := self._sock.recv(65536):
                 for conn_id, frame in decoder.feed(data):
                     if conn_id == RUNTIME_SERVICE_CONN:
+                        reply = ttrpc.Response.FromString(frame.data)
                         with self._cond:
-                            self._registration = ttrpc.Response.FromString(frame.data)
+                            if frame.stream_id == 1:
+                                self._registration = reply
+                            else:
+                                self._runtime_replies[frame.stream_id] = reply
                             self._cond.notify_all()
                     else:
                         self._serve(frame)
@@ -479,6 +503,130 @@ def test_a_plugin_that_reconnects_is_registered_and_synchronized_again(
         (sync_bytes,) = second.requests("Synchronize")
         assert [pod.id for pod in nri.SynchronizeRequest.FromString(sync_bytes).pods] == ["pod-a"]
         assert sim.create_container("pod-a", "app").answered == ("10-test",)
+
+
+def _evict(*container_ids: str, reason: str = "started ungated") -> nri.UpdateContainersRequest:
+    return nri.UpdateContainersRequest(
+        evict=[nri.ContainerEviction(container_id=c, reason=reason) for c in container_ids]
+    )
+
+
+def test_a_plugin_evicts_a_container_and_the_kubelet_recreates_it(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        first = sim.create_container("pod-a", "app").container
+        other = sim.create_container("pod-a", "sidecar").container
+        assert first is not None
+        assert other is not None
+
+        response = plugin.update_containers(_evict(first.id))
+
+        assert (response.status.code, response.status.message) == (0, "")
+        assert nri.UpdateContainersResponse.FromString(response.payload).failed == []
+        assert sim.evictions == (Eviction(first.id, "started ungated", "10-test"),)
+        assert sim.wait_for_eviction(first.id, WAIT) == sim.evictions[0]
+        assert sim.containers == (other,)  # stopped: the runtime no longer has it
+        again = sim.create_container("pod-a", "app")  # the kubelet's recreation
+        assert again.proceeded
+        assert again.container is not None
+        assert again.container.id != first.id
+        assert len(plugin.requests("CreateContainer")) == 3  # through the plugin again
+
+
+def test_an_eviction_of_an_unknown_container_is_skipped_as_containerd_does(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        kept = sim.create_container("pod-a", "app").container
+
+        response = plugin.update_containers(_evict("no-such-container"))
+
+        # containerd's NRI domains skip an id no domain has: the call does not fail, and
+        # UpdateContainersResponse has no place for evictions anyway.
+        assert response.status.code == 0
+        assert nri.UpdateContainersResponse.FromString(response.payload).failed == []
+        assert sim.evictions == ()
+        assert sim.ignored_evictions == (
+            Eviction("no-such-container", "started ungated", "10-test"),
+        )
+        assert sim.containers == (kept,)
+        with pytest.raises(TimeoutError, match="no-such-container"):
+            sim.wait_for_eviction("no-such-container", 0.01)
+
+
+def test_updates_cannot_be_applied_and_come_back_failed_unless_they_may_fail(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        request = nri.UpdateContainersRequest(
+            update=[
+                nri.ContainerUpdate(container_id="c1"),
+                nri.ContainerUpdate(container_id="c2", ignore_failure=True),
+            ]
+        )
+        response = plugin.update_containers(request)
+
+        failed = nri.UpdateContainersResponse.FromString(response.payload).failed
+        assert [u.container_id for u in failed] == ["c1"]
+        assert sim.evictions == sim.ignored_evictions == ()
+
+
+def test_an_unreadable_update_containers_is_refused(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        kept = sim.create_container("pod-a", "app").container
+
+        refused = plugin.call_runtime("UpdateContainers", b"\xff")  # a truncated varint
+
+        assert refused.status.code == 2
+        assert "unreadable UpdateContainersRequest" in refused.status.message
+        assert (sim.containers, sim.evictions, sim.ignored_evictions) == ((kept,), (), ())
+
+
+def test_a_held_plugin_gets_no_event_until_admitted(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    sim.hold_new_plugins()
+    with _Plugin(socket_path) as plugin:
+        held = sim.wait_for_held("test", WAIT)
+        assert plugin.registration.status.code == 0  # registered, then held
+
+        ran = sim.run_pod_sandbox(_sandbox())
+        created = sim.create_container("pod-a", "app")
+
+        assert sim.plugins == ()
+        assert (ran.proceeded, ran.answered, created.proceeded, created.answered) == (
+            True,
+            (),
+            True,
+            (),
+        )
+        assert plugin.methods() == []
+        sim.admit_new_plugins()
+        assert sim.wait_for_plugin("test", WAIT) == replace(held, events=VALID_EVENTS)
+        assert plugin.methods() == ["Configure", "Synchronize"]
+        (sync_bytes,) = plugin.requests("Synchronize")
+        sync = nri.SynchronizeRequest.FromString(sync_bytes)
+        assert ([p.id for p in sync.pods], [c.name for c in sync.containers]) == (
+            ["pod-a"],
+            ["app"],
+        )
+
+
+def test_a_held_plugin_that_hangs_up_is_dropped(sim: NRIRuntimeSim, socket_path: Path) -> None:
+    sim.hold_new_plugins()
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_held("test", WAIT)
+        plugin.hang_up()
+        drop = sim.wait_for_drop("test", WAIT)
+    assert (drop.during, drop.reason) == ("registration", "connection closed while held")
+    sim.admit_new_plugins()
+    assert sim.plugins == ()
 
 
 def test_plugins_are_called_in_index_order(sim: NRIRuntimeSim, socket_path: Path) -> None:

@@ -25,6 +25,12 @@ Written from the public protocol (there is no Python ttrpc); the decisions:
 - At a drop: the registered and synchronized states are cleared, calls in flight finish
   unanswered, and the plugin dials again after a doubling backoff, registers again and is
   configured and synchronized anew by the runtime.
+- Eviction: the containers the handler's ``synchronize`` returns are evicted with
+  ``Runtime.UpdateContainers`` once Synchronize is answered (``EVICTION_REASON``;
+  ``NRIPlugin.evictions_sent`` counts them); the answer is only logged. Upstream's
+  adaptation (containerd/nri ``pkg/adaptation``) passes only the updates of that call on
+  to containerd, not its evictions: containerd acts on the evictions of CreateContainer
+  and UpdateContainer answers.
 - RegisterPlugin carries no NRI_version: the adapter implements a subset of the protocol
   and claims no release of it (the runtime logs "unknown").
 """
@@ -34,6 +40,7 @@ from ._events import DEFAULT_EVENTS, HANDLED_EVENTS, Event, event_mask, events_i
 from ._mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, FrameError
 from ._plugin import (
     DEFAULT_SOCKET_PATH,
+    EVICTION_REASON,
     PLUGIN_SERVICE,
     RUNTIME_SERVICE,
     NRIPlugin,
@@ -46,6 +53,7 @@ from ._ttrpc import CallError, RemoteError
 __all__ = [
     "DEFAULT_EVENTS",
     "DEFAULT_SOCKET_PATH",
+    "EVICTION_REASON",
     "HANDLED_EVENTS",
     "NETWORK_NAMESPACE",
     "PLUGIN_SERVICE",

@@ -7,7 +7,10 @@ connection 2, each a ttrpc byte stream (``_ttrpc``). A connection goes through:
 1. RegisterPlugin (ours, on connection 2) with the name and two-digit index. The runtime
    must answer within the registration timeout, or the connection is dropped.
 2. Configure (the runtime's): answered with the event mask; Synchronize, possibly in
-   parts (``more``), delivered to the handler once whole.
+   parts (``more``), delivered to the handler once whole. The containers the handler
+   returns (ours, started while the plugin was away) are evicted: once Synchronize is
+   answered, ``Runtime.UpdateContainers`` (ours, on connection 2) asks the runtime to
+   stop them, so that the kubelet recreates them through CreateContainer.
 3. Events until the connection ends: RunPodSandbox/StopPodSandbox/RemovePodSandbox (as
    StateChange, or as the dedicated calls of newer runtimes), CreateContainer (the
    handler raises to refuse), Update/StopContainer (answered empty), Shutdown.
@@ -81,21 +84,31 @@ DEFAULT_SOCKET_PATH: Final = "/var/run/nri/nri.sock"
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
 
+EVICTION_REASON: Final = (
+    "started while the network plugin was away; its pod networking was not checked"
+)
+
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
 _RECV_SIZE = 1 << 16
 _INTERNAL = "internal error; see the coordinator log"
+# The deadline our UpdateContainers call carries: containerd's default request timeout.
+# Nothing waits for it on our side; the answer is only logged.
+_UPDATE_TIMEOUT_S = 2.0
 
 _Msg = TypeVar("_Msg", bound=Message)
 
 
 class RuntimeHandler(Protocol):
     """What the coordinator does on the runtime's calls. Called on worker threads,
-    concurrently; raising refuses the call (the runtime reads a status)."""
+    concurrently; raising refuses the call (the runtime reads a status).
+
+    ``synchronize`` returns the ids of the containers to evict (None or empty: none).
+    """
 
     def synchronize(
         self, sandboxes: Sequence[PodSandbox], containers: Sequence[Container]
-    ) -> None: ...
+    ) -> Sequence[str] | None: ...
 
     def run_pod_sandbox(self, sandbox: PodSandbox) -> None: ...
 
@@ -190,6 +203,7 @@ class NRIPlugin:
         self._connections = 0
         self._registered = False
         self._synchronized = False
+        self._evictions_sent = 0
         self._unreachable = False  # only the loop thread reads and writes it
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -245,6 +259,18 @@ class NRIPlugin:
         """Connections made so far (the first and every reconnection)."""
         with self._cond:
             return self._connections
+
+    @property
+    def evictions_sent(self) -> int:
+        """Evictions written to the runtime so far (over every connection); whether the
+        runtime stopped the containers is its own business (failures are logged)."""
+        with self._cond:
+            return self._evictions_sent
+
+    def wait_evictions_sent(self, count: int, timeout: float) -> bool:
+        """True once ``count`` evictions have been sent."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._evictions_sent >= count, timeout)
 
     def wait_registered(self, timeout: float) -> bool:
         """True once the runtime has accepted the current connection's registration."""
@@ -330,6 +356,11 @@ class NRIPlugin:
             self._synchronized = self._synchronized or synced
             self._cond.notify_all()
 
+    def _count_evictions(self, count: int) -> None:
+        with self._cond:
+            self._evictions_sent += count
+            self._cond.notify_all()
+
 
 class _Session:
     """One connection: the reader's decoders and stream state, the calls' workers."""
@@ -345,7 +376,10 @@ class _Session:
         self._replies = MessageDecoder()
         self._server_streams = ServerStreams()
         self._client_streams = ClientStreams()
-        self._pending: dict[int, str] = {}
+        # Our calls awaiting an answer: stream id -> (method, what it asked, for the log).
+        # Written by whichever thread calls, read by the reader.
+        self._pending_lock = threading.Lock()
+        self._pending: dict[int, tuple[str, str]] = {}
         self._calls = _PluginCalls(plugin, self)
         self._executor = ThreadPoolExecutor(
             max_workers=plugin._workers, thread_name_prefix=f"nri-{plugin.name}-{number}"
@@ -361,6 +395,7 @@ class _Session:
             "RegisterPlugin",
             pb.RegisterPluginRequest(plugin_name=self._plugin.name, plugin_idx=self._plugin.index),
             timeout=self._plugin._registration_timeout,
+            what="registration",
         )
         deadline = time.monotonic() + self._plugin._registration_timeout
         with selectors.DefaultSelector() as selector:
@@ -430,14 +465,19 @@ class _Session:
                 f"service; only responses (type 2) answer the plugin's calls"
             )
         response = parse_response(message)
-        method = self._pending.pop(stream_id, None)
-        if method is None:
+        with self._pending_lock:
+            pending = self._pending.pop(stream_id, None)
+        if pending is None:
             log.warning(
                 "nri %s: connection %d: ignoring a response on stream %d, which no call opened",
                 self._plugin.name,
                 self.number,
                 stream_id,
             )
+            return
+        method, what = pending
+        if method == "UpdateContainers":
+            self._updated(response, what)
             return
         if response.HasField("status") and response.status.code != OK:
             raise RemoteError(method, response.status.code, response.status.message)
@@ -452,13 +492,83 @@ class _Session:
             )
             self._plugin._set_state(self, registered=True)
 
-    def _call(self, method: str, request: Message, timeout: float) -> None:
-        stream_id = self._client_streams.next()
-        self._pending[stream_id] = method
-        frame = encode_request(
-            stream_id, RUNTIME_SERVICE, method, request.SerializeToString(), int(timeout * 1e9)
+    def _updated(self, response: ttrpc_pb.Response, what: str) -> None:
+        """The runtime's answer to UpdateContainers: a failure is logged, nothing more (the
+        containers keep running; the next Synchronize asks again)."""
+        name, number = self._plugin.name, self.number
+        if response.HasField("status") and response.status.code != OK:
+            log.warning(
+                "nri %s: connection %d: the runtime refused %s: status %d: %s",
+                name,
+                number,
+                what,
+                response.status.code,
+                response.status.message,
+            )
+            return
+        try:
+            reply = pb.UpdateContainersResponse.FromString(response.payload)
+        except DecodeError as exc:
+            log.warning(
+                "nri %s: connection %d: unreadable answer to %s: %s", name, number, what, exc
+            )
+            return
+        if reply.failed:
+            failed = ", ".join(update.container_id for update in reply.failed)
+            log.warning(
+                "nri %s: connection %d: %s: the runtime failed to update %s",
+                name,
+                number,
+                what,
+                failed,
+            )
+
+    def _call(self, method: str, request: Message, timeout: float, what: str) -> None:
+        """Call the runtime's service; the answer reaches ``_on_reply`` on the reader."""
+        payload = request.SerializeToString()
+        # One lock hold from the stream id to the write: ids reach the runtime increasing.
+        with self._write_lock:
+            stream_id = self._client_streams.next()
+            with self._pending_lock:
+                self._pending[stream_id] = (method, what)
+            frame = encode_request(stream_id, RUNTIME_SERVICE, method, payload, int(timeout * 1e9))
+            try:
+                self._sock.sendall(encode_frames(RUNTIME_SERVICE_CONN, frame))
+            except OSError:
+                with self._pending_lock:
+                    del self._pending[stream_id]
+                raise
+
+    def _evict(self, container_ids: Sequence[str]) -> None:
+        """Ask the runtime to stop ``container_ids`` (after Synchronize was answered:
+        containerd holds its lock over a plugin's synchronization, so a call made before
+        the answer would wait behind it)."""
+        what = f"the eviction of {', '.join(container_ids)}"
+        request = pb.UpdateContainersRequest(
+            evict=[
+                pb.ContainerEviction(container_id=container_id, reason=EVICTION_REASON)
+                for container_id in container_ids
+            ]
         )
-        self._send(RUNTIME_SERVICE_CONN, frame)
+        try:
+            self._call("UpdateContainers", request, _UPDATE_TIMEOUT_S, what)
+        except OSError as exc:
+            log.warning(
+                "nri %s: connection %d: could not ask for %s: %s",
+                self._plugin.name,
+                self.number,
+                what,
+                exc,
+            )
+            return
+        log.warning(
+            "nri %s: connection %d: asked the runtime for %s (%s)",
+            self._plugin.name,
+            self.number,
+            what,
+            EVICTION_REASON,
+        )
+        self._plugin._count_evictions(len(container_ids))
 
     # -- worker side ---------------------------------------------------------------------------
 
@@ -478,6 +588,11 @@ class _Session:
                 method,
                 exc,
             )
+            return
+        if method == "Synchronize":
+            evict = self._calls.take_evictions()
+            if evict:
+                self._evict(evict)
 
     def _send(self, conn_id: int, message: bytes) -> None:
         # One whole ttrpc message per lock hold: frames of two messages must not interleave.
@@ -503,6 +618,7 @@ class _PluginCalls:
         self._sync_lock = threading.Lock()
         self._sync_pods: list[pb.PodSandbox] = []
         self._sync_containers: list[pb.Container] = []
+        self._evictions_due: list[str] = []
         by_name: dict[str, MethodHandler] = {
             "Configure": self._configure,
             "Synchronize": self._synchronize,
@@ -557,15 +673,52 @@ class _PluginCalls:
             pods, self._sync_pods = self._sync_pods, []
             containers, self._sync_containers = self._sync_containers, []
         what = f"Synchronize ({len(pods)} pod sandboxes, {len(containers)} containers)"
+        returned: list[object] = []
 
         def deliver() -> None:
             sandboxes = [sandbox_from_pb(pod, "Synchronize") for pod in pods]
             known = [container_from_pb(ctr, "Synchronize") for ctr in containers]
-            self._handler.synchronize(sandboxes, known)
+            returned.append(self._handler.synchronize(sandboxes, known))
 
         self._invoke(what, deliver)
+        evict = self._container_ids(returned[0])
+        with self._sync_lock:
+            self._evictions_due = evict
         self._plugin._set_state(self._session, synced=True)
         return pb.SynchronizeResponse(more=False).SerializeToString()
+
+    def take_evictions(self) -> list[str]:
+        """The containers the last Synchronize asked to evict, once (then none)."""
+        with self._sync_lock:
+            evict, self._evictions_due = self._evictions_due, []
+        return evict
+
+    def _container_ids(self, returned: object) -> list[str]:
+        """The handler's answer to Synchronize as container ids, each once, in order.
+
+        A malformed answer is a bug of ours, not the runtime's: it is logged and skipped,
+        and the synchronization stands (refusing it would only get us dropped).
+        """
+        if returned is None:
+            return []
+        if isinstance(returned, (str, bytes)) or not isinstance(returned, Iterable):
+            log.error(
+                "nri %s: synchronize returned %r, not a list of container ids; evicting none",
+                self._plugin.name,
+                returned,
+            )
+            return []
+        ids: list[str] = []
+        for item in returned:
+            if not isinstance(item, str) or not item:
+                log.error(
+                    "nri %s: synchronize returned %r as a container id; not evicted",
+                    self._plugin.name,
+                    item,
+                )
+            elif item not in ids:
+                ids.append(item)
+        return ids
 
     def _shutdown(self, payload: bytes) -> bytes:
         _decode(pb.Empty, payload, "Shutdown")

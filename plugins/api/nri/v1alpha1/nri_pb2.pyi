@@ -139,6 +139,107 @@ class RegisterPluginRequest(_message.Message):
 Global___RegisterPluginRequest: _TypeAlias = RegisterPluginRequest  # noqa: Y015
 
 @_typing.final
+class UpdateContainersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_FIELD_NUMBER: _builtins.int
+    EVICT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def update(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerUpdate]: ...
+    @_builtins.property
+    def evict(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerEviction]: ...
+    def __init__(
+        self,
+        *,
+        update: _abc.Iterable[Global___ContainerUpdate] | None = ...,
+        evict: _abc.Iterable[Global___ContainerEviction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evict", b"evict", "update", b"update"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateContainersRequest: _TypeAlias = UpdateContainersRequest  # noqa: Y015
+
+@_typing.final
+class UpdateContainersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAILED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def failed(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerUpdate]:
+        """The updates the runtime could not apply. Evictions have no place here: a failed or
+        ignored eviction is not reported back.
+        """
+
+    def __init__(
+        self,
+        *,
+        failed: _abc.Iterable[Global___ContainerUpdate] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed", b"failed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateContainersResponse: _TypeAlias = UpdateContainersResponse  # noqa: Y015
+
+@_typing.final
+class ContainerUpdate(_message.Message):
+    """A change to an existing container. Its resources (field 2, linux) are not declared: the
+    coordinator never changes a container's resources, it only reads this back from a
+    runtime's answer.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    IGNORE_FAILURE_FIELD_NUMBER: _builtins.int
+    container_id: _builtins.str
+    ignore_failure: _builtins.bool
+    """The runtime is not to report this update as failed if it cannot apply it."""
+    def __init__(
+        self,
+        *,
+        container_id: _builtins.str = ...,
+        ignore_failure: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_id", b"container_id", "ignore_failure", b"ignore_failure"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerUpdate: _TypeAlias = ContainerUpdate  # noqa: Y015
+
+@_typing.final
+class ContainerEviction(_message.Message):
+    """Stop a container the runtime is running; the kubelet sees it stopped and recreates it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    container_id: _builtins.str
+    reason: _builtins.str
+    """Free text for the runtime's log: why the plugin wants the container stopped."""
+    def __init__(
+        self,
+        *,
+        container_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_id", b"container_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerEviction: _TypeAlias = ContainerEviction  # noqa: Y015
+
+@_typing.final
 class ConfigureRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

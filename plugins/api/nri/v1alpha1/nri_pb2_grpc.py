@@ -40,6 +40,11 @@ class RuntimeStub:
                 request_serializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.RegisterPluginRequest.SerializeToString,
                 response_deserializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.Empty.FromString,
                 _registered_method=True)
+        self.UpdateContainers = channel.unary_unary(
+                '/nri.pkg.api.v1alpha1.Runtime/UpdateContainers',
+                request_serializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersRequest.SerializeToString,
+                response_deserializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServicer:
@@ -53,6 +58,14 @@ class RuntimeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateContainers(self, request, context):
+        """Changes the plugin asks for on its own initiative, not in answer to an event: the
+        coordinator sends evictions only (containers that started while it was away).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -60,6 +73,11 @@ def add_RuntimeServicer_to_server(servicer, server):
                     servicer.RegisterPlugin,
                     request_deserializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.RegisterPluginRequest.FromString,
                     response_serializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.Empty.SerializeToString,
+            ),
+            'UpdateContainers': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateContainers,
+                    request_deserializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersRequest.FromString,
+                    response_serializer=plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,6 +108,33 @@ class Runtime:
             '/nri.pkg.api.v1alpha1.Runtime/RegisterPlugin',
             plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.RegisterPluginRequest.SerializeToString,
             plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateContainers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nri.pkg.api.v1alpha1.Runtime/UpdateContainers',
+            plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersRequest.SerializeToString,
+            plugins_dot_api_dot_nri_dot_v1alpha1_dot_nri__pb2.UpdateContainersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,10 @@ class RuntimeStub:
     def __new__(cls, channel: _aio.Channel) -> RuntimeAsyncStub: ...
     RegisterPlugin: _grpc.UnaryUnaryMultiCallable[_nri_pb2.RegisterPluginRequest, _nri_pb2.Empty]
     """Announce the plugin; the runtime answers, then calls Configure and Synchronize."""
+    UpdateContainers: _grpc.UnaryUnaryMultiCallable[_nri_pb2.UpdateContainersRequest, _nri_pb2.UpdateContainersResponse]
+    """Changes the plugin asks for on its own initiative, not in answer to an event: the
+    coordinator sends evictions only (containers that started while it was away).
+    """
 
 @_typing.type_check_only
 class RuntimeAsyncStub(RuntimeStub):
@@ -56,6 +60,10 @@ class RuntimeAsyncStub(RuntimeStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RegisterPlugin: _aio.UnaryUnaryMultiCallable[_nri_pb2.RegisterPluginRequest, _nri_pb2.Empty]  # type: ignore[assignment]
     """Announce the plugin; the runtime answers, then calls Configure and Synchronize."""
+    UpdateContainers: _aio.UnaryUnaryMultiCallable[_nri_pb2.UpdateContainersRequest, _nri_pb2.UpdateContainersResponse]  # type: ignore[assignment]
+    """Changes the plugin asks for on its own initiative, not in answer to an event: the
+    coordinator sends evictions only (containers that started while it was away).
+    """
 
 class RuntimeServicer(metaclass=_abc_1.ABCMeta):
     """Served by the runtime; the plugin calls it (mux connection 2)."""
@@ -67,6 +75,16 @@ class RuntimeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_nri_pb2.Empty, _abc.Awaitable[_nri_pb2.Empty]]:
         """Announce the plugin; the runtime answers, then calls Configure and Synchronize."""
+
+    @_abc_1.abstractmethod
+    def UpdateContainers(
+        self,
+        request: _nri_pb2.UpdateContainersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_nri_pb2.UpdateContainersResponse, _abc.Awaitable[_nri_pb2.UpdateContainersResponse]]:
+        """Changes the plugin asks for on its own initiative, not in answer to an event: the
+        coordinator sends evictions only (containers that started while it was away).
+        """
 
 def add_RuntimeServicer_to_server(servicer: RuntimeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
