@@ -35,12 +35,19 @@ from plugins.coordinator import (
 from plugins.coordinator.nri import NRIPlugin
 from plugins.sdk.runner import CrashPoints
 
-from ..invariants import violations, without_namespace
+from ..invariants import without_namespace
 from ..scenarios import TOPOLOGY_DIR, compiled, lab_inventory
 from .apiserver import FakeAPIServer
 from .kubelet import KubeletSim, PodClaim
 from .nri_runtime import NRIRuntimeSim, SimSandbox
-from .pod_lifecycle import TOPOLOGY_FILES, NodeFactory, fake_node, lab_resolver, scheduled_claim
+from .pod_lifecycle import (
+    TOPOLOGY_FILES,
+    NodeFactory,
+    fake_node,
+    lab_resolver,
+    node_violations,
+    scheduled_claim,
+)
 
 __all__ = ["DRIVER", "WIRE_SCENARIOS", "WireRun", "WiredNode", "claim_object", "wire_scenario_run"]
 
@@ -327,13 +334,7 @@ class _Pod:
             self.found.append(
                 f"claim status still lists devices after the pod: {status['devices']}"
             )
-        self.found += violations(
-            self.before,
-            wired.node.kernel,
-            journal,
-            dict(wired.node.coordinator.clients),
-            sandbox=self.pod_ns,
-        )
+        self.found += node_violations(wired.node, self.before, self.pod_ns)
         counters = wired.k8s.pods.counters
         self.step(f"gate refusals {counters.gate_refusals}, evictions {counters.evictions}")
         return WireRun(

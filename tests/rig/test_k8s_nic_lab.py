@@ -32,8 +32,11 @@ from plugins.sdk.runner import CrashPoints
 SEED = start_state_seed()
 REPRODUCE = f"starting state seed {SEED}: reproduce with {SEED_ENV}={SEED}"
 TOPOLOGY = "sdk-vf-bond"
-SCENARIOS = ("order", "kubelet-restart", "nri-timeout", "netns-deleted")
-WIRE = ("order", "netns-deleted")
+SCENARIOS = ("order", "kubelet-restart", "nri-timeout")
+WIRE = ("order", "nri-timeout")
+# Not "netns-deleted": a lab session's node is a namespace of the machine, and a VF whose
+# pod namespace is deleted goes back to the machine's root namespace, out of the
+# session (on a node it comes back to the node's); the fake and netns tiers run it.
 CRASH_SAMPLE = 4
 TIMEOUT_S = 900
 
