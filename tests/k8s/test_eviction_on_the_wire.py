@@ -63,7 +63,8 @@ def test_a_container_started_while_the_plugin_was_away_is_evicted_then_gated(
     assert (eviction.reason, eviction.plugin) == (EVICTION_REASON, info.name)
     assert wired.runtime.containers == ()
     assert wired.runtime.ignored_evictions == ()
-    assert plugin.evictions_sent == 1
+    # Counted once the plugin's write returned, which may be after the runtime acted.
+    assert plugin.wait_evictions_sent(1, DEADLINE_S)
     assert wired.k8s.pods.counters.evictions == 1
 
     # The kubelet recreates the container: the gate admits it now.
@@ -81,3 +82,4 @@ def test_a_container_started_while_the_plugin_was_away_is_evicted_then_gated(
     assert wired.node.snapshot() == before
     assert not (wired.api.claim("default", "net") or {}).get("status", {}).get("devices")
     assert wired.runtime.evictions == (eviction,)  # the one eviction, nothing more
+    assert plugin.evictions_sent == 1
