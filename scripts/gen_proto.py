@@ -10,7 +10,9 @@ Every ``.proto`` under ``plugins/api`` (``PROTOS``): the plugins' contract
 Kubernetes protocols the coordinator speaks (kubelet DRA and plugin registration, NRI),
 written from their public definitions. Each proto is compiled with ``-I <repo root>`` so the
 generated modules live next to the .proto and import each other package-absolutely
-(``plugins.api.networkplugin.v1alpha1.networkplugin_pb2``).
+(``plugins.api.networkplugin.v1alpha1.networkplugin_pb2``). Besides protobuf's well-known
+types, googleapis-common-protos' .proto files are importable (``google/rpc/status.proto``),
+and a proto importing one gets the installed ``google.rpc.status_pb2`` rather than a copy.
 """
 
 from __future__ import annotations
@@ -53,16 +55,36 @@ def _find_plugin(name: str) -> Path:
     return Path(found)
 
 
+def googleapis_proto_root() -> Path:
+    """The directory holding googleapis-common-protos' ``google/rpc/*.proto``.
+
+    The package installs each .proto beside its generated module, so the include root is
+    the directory above ``google/`` (site-packages); protoc resolves only the imported
+    paths under it, and the well-known types' directory, listed first, still wins for
+    ``google/protobuf/*``.
+    """
+    from google.rpc import status_pb2  # type: ignore[import-untyped, unused-ignore]
+
+    root = Path(status_pb2.__file__).resolve().parents[2]
+    if not (root / "google/rpc/status.proto").is_file():
+        raise GenerationError(
+            f"googleapis-common-protos installs no google/rpc/status.proto under {root}"
+        )
+    return root
+
+
 def generate(out_dir: Path, root: Path = REPO_ROOT, proto_rel: Path = PROTO_REL) -> list[Path]:
     """Compile ``root/proto_rel`` into ``out_dir``; return the generated file paths."""
     from grpc_tools import protoc  # type: ignore[import-untyped]
 
     well_known = resources.files("grpc_tools") / "_proto"
+    googleapis = googleapis_proto_root()
     out_dir.mkdir(parents=True, exist_ok=True)
     args = [
         "grpc_tools.protoc",
         f"-I{root}",
         f"-I{well_known}",
+        f"-I{googleapis}",
         f"--plugin=protoc-gen-mypy={_find_plugin('protoc-gen-mypy')}",
         f"--plugin=protoc-gen-mypy_grpc={_find_plugin('protoc-gen-mypy_grpc')}",
         f"--python_out={out_dir}",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from google.rpc import status_pb2  # type: ignore[import-untyped]
+from google.rpc import status_pb2  # type: ignore[import-untyped, unused-ignore]
 
 from harness.k8s.nri_frames import (
     MUX_MAX_PAYLOAD,
@@ -120,7 +120,7 @@ def test_the_ttrpc_request_message_matches_the_hand_derived_bytes() -> None:
 
 
 def test_a_ttrpc_response_carrying_a_status_error() -> None:
-    response = ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=2, message="refused"))
+    response = ttrpc_pb2.Response(status=status_pb2.Status(code=2, message="refused"))
     frame = TtrpcFrame(3, MessageType.RESPONSE, 0, response.SerializeToString())
 
     assert response.SerializeToString() == TTRPC_ERROR_RESPONSE
@@ -132,8 +132,13 @@ def test_a_ttrpc_response_carrying_a_status_error() -> None:
 
 
 def test_the_status_is_google_rpc_status_on_the_wire() -> None:
-    # Upstream's Response.status is google.rpc.Status; the status bytes of the frame above
-    # (after the 0a 0b that open field 1) are what google.rpc's own class reads and writes.
+    # Upstream's Response.status is google.rpc.Status, and so is ours: the very class of
+    # googleapis-common-protos. The status bytes of the frame above (after the 0a 0b that
+    # open field 1) are what that class reads and writes.
+    field = ttrpc_pb2.Response.DESCRIPTOR.fields_by_name["status"]
+    assert field.message_type is not None
+    assert field.message_type.full_name == "google.rpc.Status"
+    assert type(ttrpc_pb2.Response().status) is status_pb2.Status
     status_bytes = TTRPC_ERROR_RESPONSE[2:]
     google_status = status_pb2.Status.FromString(status_bytes)
 

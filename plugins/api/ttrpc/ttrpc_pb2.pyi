@@ -8,22 +8,18 @@ and field numbers. The payload is the serialized request or response message of 
 method called (for NRI, plugins/api/nri/v1alpha1/nri.proto). Only unary calls are
 declared; ttrpc's streaming messages are not used by NRI.
 
-Upstream's Response.status is google.rpc.Status imported from google/rpc/status.proto.
-scripts/gen_proto.py does not put googleapis-common-protos' .proto files on protoc's
-include path, and declaring google.rpc.Status in a file of our own would collide with
-google.rpc.status_pb2 in the process-wide descriptor pool ("duplicate symbol"), so
-Status is declared here, in package ttrpc, with google.rpc.Status's exact fields: the
-bytes on the wire are the same (a message's package never reaches the wire), and
-google.rpc.status_pb2.Status can parse what this one serializes and vice versa.
+A response's status is google.rpc.Status, imported from googleapis-common-protos (which
+scripts/gen_proto.py puts on protoc's include path), so the generated module uses
+google.rpc.status_pb2.Status rather than a copy of it: one Status class in the process.
 
 Regenerate the Python modules with `uv run python scripts/gen_proto.py`.
 """
 
 from collections import abc as _abc
-from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -77,13 +73,13 @@ class Response(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     payload: _builtins.bytes
     @_builtins.property
-    def status(self) -> Global___Status:
-        """Unset or code 0: success, payload holds the reply."""
+    def status(self) -> _status_pb2.Status:
+        """Unset or code 0: success, payload holds the reply. Codes are gRPC's."""
 
     def __init__(
         self,
         *,
-        status: Global___Status | None = ...,
+        status: _status_pb2.Status | None = ...,
         payload: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
@@ -115,31 +111,3 @@ class KeyValue(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KeyValue: _TypeAlias = KeyValue  # noqa: Y015
-
-@_typing.final
-class Status(_message.Message):
-    """Wire-identical to google.rpc.Status (see the note at the top). Codes are gRPC's."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CODE_FIELD_NUMBER: _builtins.int
-    MESSAGE_FIELD_NUMBER: _builtins.int
-    DETAILS_FIELD_NUMBER: _builtins.int
-    code: _builtins.int
-    message: _builtins.str
-    @_builtins.property
-    def details(self) -> _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]: ...
-    def __init__(
-        self,
-        *,
-        code: _builtins.int = ...,
-        message: _builtins.str = ...,
-        details: _abc.Iterable[_any_pb2.Any] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "message", b"message"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___Status: _TypeAlias = Status  # noqa: Y015

@@ -8,13 +8,9 @@ and field numbers. The payload is the serialized request or response message of 
 method called (for NRI, plugins/api/nri/v1alpha1/nri.proto). Only unary calls are
 declared; ttrpc's streaming messages are not used by NRI.
 
-Upstream's Response.status is google.rpc.Status imported from google/rpc/status.proto.
-scripts/gen_proto.py does not put googleapis-common-protos' .proto files on protoc's
-include path, and declaring google.rpc.Status in a file of our own would collide with
-google.rpc.status_pb2 in the process-wide descriptor pool ("duplicate symbol"), so
-Status is declared here, in package ttrpc, with google.rpc.Status's exact fields: the
-bytes on the wire are the same (a message's package never reaches the wire), and
-google.rpc.status_pb2.Status can parse what this one serializes and vice versa.
+A response's status is google.rpc.Status, imported from googleapis-common-protos (which
+scripts/gen_proto.py puts on protoc's include path), so the generated module uses
+google.rpc.status_pb2.Status rather than a copy of it: one Status class in the process.
 
 Regenerate the Python modules with `uv run python scripts/gen_proto.py`.
 """
