@@ -177,8 +177,8 @@ class RuntimeEvents:
     def remove_pod_sandbox(self, sandbox: Any) -> None:
         self._pods.remove_pod_sandbox(sandbox_info(sandbox))
 
-    def create_container(self, sandbox: Any, container: Any) -> None:
-        self._pods.create_container(sandbox_info(sandbox), container.id)
+    def create_container(self, sandbox: Any, container: Any) -> list[str]:
+        return self._pods.create_container(sandbox_info(sandbox), container.id)
 
 
 class KubernetesNode:

@@ -135,6 +135,7 @@ class PodNetworks:
         self._crash = crash
         self._lock = lock or threading.RLock()
         self._connecting: dict[str, Future[None]] = {}
+        self._pending_evictions: set[str] = set()
         self._workers = (
             None
             if answer_within_s is None
@@ -265,16 +266,17 @@ class PodNetworks:
             detail = (self._journal.unit(sandbox_unit(sandbox.id)) or found)[1]
             self._set(sandbox_unit(sandbox.id), SANDBOX_KIND, "", "removed", detail)
 
-    def create_container(self, sandbox: PodSandboxInfo, container_id: str) -> None:
+    def create_container(self, sandbox: PodSandboxInfo, container_id: str) -> list[str]:
         """The readiness gate: refuse (:class:`GateRefused`) a container of a pod with our
-        claims unless every claim is connected in this very sandbox's namespace.
+        claims unless every claim is connected in this very sandbox's namespace. A
+        container let through gets the evictions Synchronize found, to answer with.
 
         A connect in progress is waited for (up to ``answer_within_s``). A sandbox nobody
         is connecting (its RunPodSandbox was missed: we were away, or a crash undid it)
         is refused this time and connected now, so the kubelet's retry finds it ready."""
         claims = self._claims_of(sandbox.pod_uid)
         if not claims:
-            return
+            return self._take_evictions()
         problem = self._gate_problem(sandbox, claims)
         if problem is not None:
             running = self._connecting.get(sandbox.id)
@@ -300,6 +302,15 @@ class PodNetworks:
             )
         self._admit(sandbox.id, container_id)
         self.counters.gate_passes += 1
+        return self._take_evictions()
+
+    def _take_evictions(self) -> list[str]:
+        """The evictions Synchronize found, to carry in the answer to a CreateContainer
+        the gate lets through: the one route containerd honours (it drops those of
+        UpdateContainers). Given out once; the next Synchronize finds any left."""
+        with self._lock:
+            taken, self._pending_evictions = sorted(self._pending_evictions), set()
+        return taken
 
     def _admit(self, sandbox_id: str, container_id: str) -> None:
         """Journal that the gate let ``container_id`` through: after a drop, a container
@@ -348,6 +359,8 @@ class PodNetworks:
                 with self._lock:
                     self._remove_sandbox(sandbox_id, state, detail)
         self.counters.evictions += len(evict)
+        with self._lock:
+            self._pending_evictions.update(evict)
         if evict:
             log.warning("synchronize: evicting containers that started ungated: %s", evict)
         return evict
