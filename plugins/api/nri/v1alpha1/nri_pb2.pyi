@@ -474,16 +474,28 @@ Global___CreateContainerRequest: _TypeAlias = CreateContainerRequest  # noqa: Y0
 
 @_typing.final
 class CreateContainerResponse(_message.Message):
-    """The coordinator never adjusts, updates or evicts (upstream fields 1-3 stay unset)."""
+    """The answer may ask the runtime to stop other containers; containerd acts on these
+    evictions (it drops those of UpdateContainers). Field 1, the adjustment of the container
+    being created, is not declared: the coordinator never adjusts one.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    UPDATE_FIELD_NUMBER: _builtins.int
+    EVICT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def update(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerUpdate]: ...
+    @_builtins.property
+    def evict(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerEviction]: ...
     def __init__(
         self,
+        *,
+        update: _abc.Iterable[Global___ContainerUpdate] | None = ...,
+        evict: _abc.Iterable[Global___ContainerEviction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evict", b"evict", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -517,12 +529,21 @@ Global___UpdateContainerRequest: _TypeAlias = UpdateContainerRequest  # noqa: Y0
 class UpdateContainerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    UPDATE_FIELD_NUMBER: _builtins.int
+    EVICT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def update(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerUpdate]: ...
+    @_builtins.property
+    def evict(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerEviction]: ...
     def __init__(
         self,
+        *,
+        update: _abc.Iterable[Global___ContainerUpdate] | None = ...,
+        evict: _abc.Iterable[Global___ContainerEviction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evict", b"evict", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
