@@ -148,6 +148,22 @@ UPDATE_CONTAINERS_FRAME = (
 UPDATE_CONTAINERS_RESPONSE = b"\x0a\x06" + b"\x0a\x02c9" + b"\x18\x01"
 
 
+# CreateContainerResponse{evict: [ContainerEviction{container_id: "c1", reason: REASON}]}:
+#   the same ContainerEviction (0x53 bytes) as field 3 (evict, 3 << 3 | 2 = 0x1a) -> 85 =
+#   0x55 bytes; no adjust (field 1), no update (field 2).
+CREATE_CONTAINER_RESPONSE = b"\x1a\x53" + b"\x0a\x02c1" + b"\x12\x4d" + REASON
+
+# ttrpc.Response{payload: those 85 bytes}: field 2 (0x12) len 0x55, no status (OK)
+#   -> 87 = 0x57 bytes. The answer to the runtime's stream 5 on mux connection 1:
+#   length 10 + 87 = 97 = 0x61; ttrpc length 0x57, stream 5, type 2 (response), flags 0.
+CREATE_CONTAINER_REPLY = b"\x12\x55" + CREATE_CONTAINER_RESPONSE
+CREATE_CONTAINER_REPLY_FRAME = (
+    b"\x00\x00\x00\x01\x00\x00\x00\x61"
+    + b"\x00\x00\x00\x57\x00\x00\x00\x05\x02\x00"
+    + CREATE_CONTAINER_REPLY
+)
+
+
 def test_mux_frame_is_id_length_payload() -> None:
     assert encode_frames(1, b"\x01\x02\x03") == MUX_FRAME
 
@@ -277,3 +293,25 @@ def test_an_update_containers_response_lists_the_failed_updates() -> None:
         failed=[pb.ContainerUpdate(container_id="c9", ignore_failure=True)]
     )
     assert again.SerializeToString() == UPDATE_CONTAINERS_RESPONSE
+
+
+def test_a_create_container_answer_with_one_eviction() -> None:
+    response = pb.CreateContainerResponse(
+        evict=[pb.ContainerEviction(container_id="c1", reason=EVICTION_REASON)]
+    )
+    assert response.SerializeToString() == CREATE_CONTAINER_RESPONSE
+    assert encode_frames(1, encode_response(5, CREATE_CONTAINER_RESPONSE)) == (
+        CREATE_CONTAINER_REPLY_FRAME
+    )
+    parsed = pb.CreateContainerResponse.FromString(CREATE_CONTAINER_RESPONSE)
+    assert not parsed.update
+    (evict,) = parsed.evict
+    assert (evict.container_id, evict.reason) == ("c1", EVICTION_REASON)
+
+
+def test_an_update_container_answer_carries_evictions_in_field_2() -> None:
+    # UpdateContainerResponse{evict: [ContainerEviction{container_id: "c1", reason: "r"}]}:
+    #   ContainerEviction 0a 02 "c1" 12 01 "r" = 7 bytes, as field 2 (0x12) -> 9 bytes.
+    wire = b"\x12\x07" + b"\x0a\x02c1" + b"\x12\x01r"
+    (evict,) = pb.UpdateContainerResponse.FromString(wire).evict
+    assert (evict.container_id, evict.reason) == ("c1", "r")

@@ -30,7 +30,11 @@ from plugins.coordinator.nri import (
 )
 from plugins.sdk import FailedPrecondition
 
-from .test_frames_golden import REGISTER_FRAME, UPDATE_CONTAINERS_ENVELOPE
+from .test_frames_golden import (
+    CREATE_CONTAINER_REPLY,
+    REGISTER_FRAME,
+    UPDATE_CONTAINERS_ENVELOPE,
+)
 
 WAIT = 5.0
 NETNS = "/var/run/netns/cni-1"
@@ -46,6 +50,7 @@ class RecordingHandler:
         self.hold_create: threading.Event | None = None
         self.synchronized: list[tuple[list[PodSandbox], list[Container]]] = []
         self.evict: object = None  # what synchronize returns (container ids, or None)
+        self.evict_on_create: object = None  # what create_container returns, likewise
 
     def _record(self, name: str, value: object) -> None:
         with self.cond:
@@ -73,12 +78,13 @@ class RecordingHandler:
     def remove_pod_sandbox(self, sandbox: PodSandbox) -> None:
         self._record("remove", sandbox)
 
-    def create_container(self, sandbox: PodSandbox, container: Container) -> None:
+    def create_container(self, sandbox: PodSandbox, container: Container) -> Sequence[str] | None:
         if self.hold_create is not None:
             assert self.hold_create.wait(WAIT)
         self._record("create", (sandbox, container))
         if self.refuse is not None:
             raise self.refuse
+        return self.evict_on_create  # type: ignore[return-value]  # malformed ones too
 
 
 class RuntimeConnection:
@@ -128,6 +134,10 @@ class RuntimeConnection:
         return pb.RegisterPluginRequest.FromString(request.payload)
 
     def call(self, method: str, request: Message | bytes) -> ttrpc_pb.Response:
+        return ttrpc_pb.Response.FromString(self.call_raw(method, request))
+
+    def call_raw(self, method: str, request: Message | bytes) -> bytes:
+        """Call the plugin's service; the answer's ttrpc body as it came."""
         payload = request if isinstance(request, bytes) else request.SerializeToString()
         stream = self.next_stream
         self.next_stream += 2
@@ -135,7 +145,7 @@ class RuntimeConnection:
         self.send_message(1, stream, 1, envelope.SerializeToString())
         answered, kind, body = self.read_message(1)
         assert (answered, kind) == (stream, 2)
-        return ttrpc_pb.Response.FromString(body)
+        return body
 
     def read_runtime_call(self, method: str) -> tuple[int, bytes]:
         """The plugin's next call of the runtime's service: its stream id and envelope."""
@@ -421,6 +431,80 @@ def test_create_container_refused_answers_the_status_naming_the_ids(
     allowed = connection.call("CreateContainer", request)
     assert not allowed.HasField("status")
     assert len(handler.wait_calls(3)) == 3
+
+
+def test_containers_create_container_returns_are_evicted_in_its_answer(
+    runtime: Runtime, plugin: NRIPlugin, handler: RecordingHandler
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict_on_create = ["c1"]
+    body = connection.call_raw(
+        "CreateContainer", pb.CreateContainerRequest(pod=pod(), container=container("c2"))
+    )
+    assert body == CREATE_CONTAINER_REPLY  # derived by hand: evict c1, EVICTION_REASON
+    assert plugin.wait_evictions_sent(1, WAIT)
+    plugin.stop()  # joins every worker: anything the plugin would send is sent by now
+    connection.read_until_closed()
+    assert not connection.streams[2]  # the answer carried it: no UpdateContainers call
+    assert plugin.evictions_sent == 1
+
+
+def test_a_malformed_create_container_answer_is_logged_and_only_its_ids_are_evicted(
+    runtime: Runtime,
+    plugin: NRIPlugin,
+    handler: RecordingHandler,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connection = runtime.accept_registered()
+    request = pb.CreateContainerRequest(pod=pod(), container=container("c9"))
+    handler.evict_on_create = ["c2", "", 7, "c1", "c2"]
+    with caplog.at_level(logging.ERROR, logger="plugins.coordinator.nri"):
+        answer = connection.call("CreateContainer", request)
+    assert not answer.HasField("status")  # the container goes ahead all the same
+    response = pb.CreateContainerResponse.FromString(answer.payload)
+    assert [e.container_id for e in response.evict] == ["c2", "c1"]
+    problems = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(problems) == 2, problems
+    assert "create_container returned '' as a container id" in problems[0]
+    assert "create_container returned 7 as a container id" in problems[1]
+    assert plugin.wait_evictions_sent(2, WAIT)
+
+    handler.evict_on_create = "c1"  # a string is not a list of ids
+    with caplog.at_level(logging.ERROR, logger="plugins.coordinator.nri"):
+        answer = connection.call("CreateContainer", request)
+    assert not answer.HasField("status")
+    assert answer.payload == b""  # nothing to evict: the empty answer
+    assert "create_container returned 'c1', not a list" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.parametrize("returned", [None, [], ()], ids=["none", "empty-list", "empty-tuple"])
+def test_create_container_with_nothing_to_evict_answers_empty(
+    runtime: Runtime, plugin: NRIPlugin, handler: RecordingHandler, returned: object
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict_on_create = returned
+    answer = connection.call(
+        "CreateContainer", pb.CreateContainerRequest(pod=pod(), container=container())
+    )
+    assert (answer.HasField("status"), answer.payload) == (False, b"")
+    plugin.stop()
+    assert plugin.evictions_sent == 0
+
+
+def test_a_refused_create_container_evicts_nothing(
+    runtime: Runtime, plugin: NRIPlugin, handler: RecordingHandler
+) -> None:
+    connection = runtime.accept_registered()
+    handler.evict_on_create = ["c1"]
+    handler.refuse = FailedPrecondition("networks of the sandbox are not connected yet")
+    refused = connection.call(
+        "CreateContainer", pb.CreateContainerRequest(pod=pod(), container=container("c2"))
+    )
+    assert (refused.status.code, refused.payload) == (9, b"")  # an error has no payload
+    plugin.stop()
+    connection.read_until_closed()
+    assert not connection.streams[2]
+    assert plugin.evictions_sent == 0
 
 
 def test_update_and_stop_container_are_answered_empty(

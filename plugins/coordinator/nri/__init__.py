@@ -25,12 +25,14 @@ Written from the public protocol (there is no Python ttrpc); the decisions:
 - At a drop: the registered and synchronized states are cleared, calls in flight finish
   unanswered, and the plugin dials again after a doubling backoff, registers again and is
   configured and synchronized anew by the runtime.
-- Eviction: the containers the handler's ``synchronize`` returns are evicted with
-  ``Runtime.UpdateContainers`` once Synchronize is answered (``EVICTION_REASON``;
-  ``NRIPlugin.evictions_sent`` counts them); the answer is only logged. Upstream's
-  adaptation (containerd/nri ``pkg/adaptation``) passes only the updates of that call on
-  to containerd, not its evictions: containerd acts on the evictions of CreateContainer
-  and UpdateContainer answers.
+- Eviction (``EVICTION_REASON``; ``NRIPlugin.evictions_sent`` counts both routes once
+  written): the containers the handler's ``synchronize`` returns are evicted with
+  ``Runtime.UpdateContainers`` once Synchronize is answered (the runtime's answer is only
+  logged); those its ``create_container`` returns go in the CreateContainer answer's
+  ``evict``. Both are kept because containerd acts only on the second: upstream's
+  adaptation (containerd/nri ``pkg/adaptation``) passes only the updates of
+  UpdateContainers on, not its evictions, while the evictions of CreateContainer and
+  UpdateContainer answers are carried out. A refused CreateContainer evicts nothing.
 - RegisterPlugin carries no NRI_version: the adapter implements a subset of the protocol
   and claims no release of it (the runtime logs "unknown").
 """

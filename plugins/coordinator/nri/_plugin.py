@@ -13,7 +13,8 @@ connection 2, each a ttrpc byte stream (``_ttrpc``). A connection goes through:
    stop them, so that the kubelet recreates them through CreateContainer.
 3. Events until the connection ends: RunPodSandbox/StopPodSandbox/RemovePodSandbox (as
    StateChange, or as the dedicated calls of newer runtimes), CreateContainer (the
-   handler raises to refuse), Update/StopContainer (answered empty), Shutdown.
+   handler raises to refuse; the containers it returns are evicted in the answer, the
+   route containerd honours), Update/StopContainer (answered empty), Shutdown.
 
 One thread per plugin reads the socket and never runs a handler: each call goes to a
 worker thread and is answered when it returns, so a slow handler delays only its own
@@ -103,7 +104,10 @@ class RuntimeHandler(Protocol):
     """What the coordinator does on the runtime's calls. Called on worker threads,
     concurrently; raising refuses the call (the runtime reads a status).
 
-    ``synchronize`` returns the ids of the containers to evict (None or empty: none).
+    ``synchronize`` and ``create_container`` return the ids of the containers to evict
+    (None or empty: none): after Synchronize they go to ``Runtime.UpdateContainers``, for
+    CreateContainer in its answer. A refused CreateContainer (the handler raised) evicts
+    nothing: an error answer carries no payload.
     """
 
     def synchronize(
@@ -116,7 +120,9 @@ class RuntimeHandler(Protocol):
 
     def remove_pod_sandbox(self, sandbox: PodSandbox) -> None: ...
 
-    def create_container(self, sandbox: PodSandbox, container: Container) -> None: ...
+    def create_container(
+        self, sandbox: PodSandbox, container: Container
+    ) -> Sequence[str] | None: ...
 
 
 class RegistrationError(Exception):
@@ -574,8 +580,10 @@ class _Session:
 
     def _answer(self, stream_id: int, request: ttrpc_pb.Request) -> None:
         method = request.method
+        payload: bytes | None = None
         try:
-            reply = encode_response(stream_id, dispatch(self._calls.methods, request))
+            payload = dispatch(self._calls.methods, request)
+            reply = encode_response(stream_id, payload)
         except CallError as error:
             reply = encode_response(stream_id, error=error)
         try:
@@ -593,6 +601,24 @@ class _Session:
             evict = self._calls.take_evictions()
             if evict:
                 self._evict(evict)
+        elif method == "CreateContainer" and payload is not None:
+            self._evicted_in_answer(payload)
+
+    def _evicted_in_answer(self, payload: bytes) -> None:
+        """Log and count the evictions a CreateContainer answer carried, once it is written
+        (read back from the answer itself: what was counted is what the runtime got)."""
+        evict = pb.CreateContainerResponse.FromString(payload).evict
+        if not evict:
+            return
+        log.warning(
+            "nri %s: connection %d: the answer to CreateContainer asked the runtime for the "
+            "eviction of %s (%s)",
+            self._plugin.name,
+            self.number,
+            ", ".join(eviction.container_id for eviction in evict),
+            EVICTION_REASON,
+        )
+        self._plugin._count_evictions(len(evict))
 
     def _send(self, conn_id: int, message: bytes) -> None:
         # One whole ttrpc message per lock hold: frames of two messages must not interleave.
@@ -681,7 +707,7 @@ class _PluginCalls:
             returned.append(self._handler.synchronize(sandboxes, known))
 
         self._invoke(what, deliver)
-        evict = self._container_ids(returned[0])
+        evict = self._container_ids(returned[0], "synchronize")
         with self._sync_lock:
             self._evictions_due = evict
         self._plugin._set_state(self._session, synced=True)
@@ -693,18 +719,20 @@ class _PluginCalls:
             evict, self._evictions_due = self._evictions_due, []
         return evict
 
-    def _container_ids(self, returned: object) -> list[str]:
-        """The handler's answer to Synchronize as container ids, each once, in order.
+    def _container_ids(self, returned: object, handler_method: str) -> list[str]:
+        """The handler's answer (``synchronize``'s or ``create_container``'s) as the ids of
+        the containers to evict, each once, in order.
 
         A malformed answer is a bug of ours, not the runtime's: it is logged and skipped,
-        and the synchronization stands (refusing it would only get us dropped).
+        and the call stands (refusing it would only fail the runtime's call for nothing).
         """
         if returned is None:
             return []
         if isinstance(returned, (str, bytes)) or not isinstance(returned, Iterable):
             log.error(
-                "nri %s: synchronize returned %r, not a list of container ids; evicting none",
+                "nri %s: %s returned %r, not a list of container ids; evicting none",
                 self._plugin.name,
+                handler_method,
                 returned,
             )
             return []
@@ -712,8 +740,9 @@ class _PluginCalls:
         for item in returned:
             if not isinstance(item, str) or not item:
                 log.error(
-                    "nri %s: synchronize returned %r as a container id; not evicted",
+                    "nri %s: %s returned %r as a container id; not evicted",
                     self._plugin.name,
+                    handler_method,
                     item,
                 )
             elif item not in ids:
@@ -778,6 +807,7 @@ class _PluginCalls:
             f"CreateContainer {request.container.id or '(no id)'} "
             f"in sandbox {request.pod.id or '(no id)'}"
         )
+        returned: list[object] = []
 
         def deliver() -> None:
             sandbox = required_sandbox(request.HasField("pod"), request.pod, "CreateContainer")
@@ -789,10 +819,16 @@ class _PluginCalls:
                     f"CreateContainer: container {container.id} names sandbox "
                     f"{container.sandbox_id}, the call's pod is {sandbox.id}"
                 )
-            self._handler.create_container(sandbox, container)
+            returned.append(self._handler.create_container(sandbox, container))
 
         self._invoke(what, deliver)
-        return pb.CreateContainerResponse().SerializeToString()
+        evict = self._container_ids(returned[0], "create_container")
+        return pb.CreateContainerResponse(
+            evict=[
+                pb.ContainerEviction(container_id=container_id, reason=EVICTION_REASON)
+                for container_id in evict
+            ]
+        ).SerializeToString()
 
     @staticmethod
     def _empty_reply(
