@@ -83,6 +83,12 @@ def sandbox_unit(sandbox_id: str) -> str:
     return f"{SANDBOX_KIND}:{sandbox_id}"
 
 
+def claim_key(detail: Mapping[str, Any]) -> str:
+    """The claim's identity in the coordinator's calls: its uid, and a round suffix when
+    a later pod prepared it again after an unprepare."""
+    return str(detail.get("key") or detail["claim"]["uid"])
+
+
 @dataclass
 class PodCounters:
     """What the adapters did, for metrics and the rig's summaries."""
@@ -162,11 +168,15 @@ class PodNetworks:
             found = self._journal.unit(claim_unit(uid))
             if found is not None and found[0] == "prepared":
                 return KubeClaim.from_json(found[1]["claim"]).devices
-            if found is not None and found[0] in ("unpreparing", "unprepared"):
+            if found is not None and found[0] == "unpreparing":
                 raise FailedPrecondition(
-                    f"claim {namespace}/{name} (uid {uid}) is {found[0]}; a claim is prepared once"
+                    f"claim {namespace}/{name} (uid {uid}) is still being unprepared: "
+                    f"{found[1].get('error', '')}; retry once it is done"
                 )
-            if found is None:
+            if found is None or found[0] == "unprepared":
+                # A claim outlives its pods: the next pod using it prepares it again, as
+                # a new round (new operation identities: the last round's are finished).
+                rounds = 0 if found is None else int(found[1].get("round", 1))
                 claim = self._claims.resolve(namespace, name, uid)
                 compiled = self._topology_of(claim)
                 chosen = self._chosen(claim, compiled)
@@ -177,6 +187,8 @@ class PodNetworks:
                 detail: dict[str, Any] = {
                     "claim": claim.to_json(),
                     "allocations": {s: allocation_to_json(a) for s, a in allocations.items()},
+                    "round": rounds + 1,
+                    "key": uid if rounds == 0 else f"{uid}-r{rounds + 1}",
                     "error": "",
                 }
                 try:
@@ -214,7 +226,7 @@ class PodNetworks:
                             f"still {still[0]}: {still[1].get('error', '')}"
                         )
             self._set(claim_unit(uid), CLAIM_KIND, claim.topology, "unpreparing", detail)
-            receipts = self._coordinator.unprepare(uid)
+            receipts = self._coordinator.unprepare(claim_key(detail))
             unclean = [
                 f"{step}: {r.status.value} {one_line(r.detail)}"
                 for step, r in receipts.items()
@@ -401,7 +413,7 @@ class PodNetworks:
     ) -> tuple[ClaimDevice, ...]:
         allocations = self._allocations(detail)
         try:
-            self._coordinator.prepare(claim.uid, compiled, allocations)
+            self._coordinator.prepare(claim_key(detail), compiled, allocations)
         except NetworkPluginError as exc:
             self._set(
                 claim_unit(claim.uid),
@@ -494,12 +506,13 @@ class PodNetworks:
             state = "never prepared" if found is None else found[0]
             raise FailedPrecondition(f"claim {claim.ref} is {state}, not prepared")
         compiled = self._topology_of(claim)
+        key = claim_key(found[1])
         attached = self._coordinator.connect(
             attachment,
-            claim.uid,
+            key,
             compiled,
             self._allocations(found[1]),
-            self._coordinator.prepared_states(claim.uid),
+            self._coordinator.prepared_states(key),
             handle,
         )
         status = self._status

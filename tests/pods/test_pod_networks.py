@@ -61,3 +61,22 @@ def test_a_replaced_claim_is_refused_and_nothing_changes(tmp_path: Path) -> None
             pods.prepare("default", "net", "uid-1")
         assert node.snapshot() == before
         assert node.journal.units("kube-claim") == {}
+
+
+def test_a_claim_outlives_its_pod_and_is_prepared_again_for_the_next(tmp_path: Path) -> None:
+    """A ResourceClaim made on its own serves pods one after another: the kubelet
+    unprepares it when the first pod is done and prepares it again for the next."""
+    with pod_node(tmp_path) as (node, pods, claims):
+        before = node.snapshot()
+        for round_, pod in enumerate(("pod-1", "pod-2"), start=1):
+            claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-1", pod=pod)
+            pods.prepare("default", "net", "uid-1")
+            sandbox = sandbox_of(node, f"sb-{round_}", pod)
+            pods.run_pod_sandbox(sandbox)
+            pods.create_container(sandbox, f"c-{round_}")
+            pods.stop_pod_sandbox(sandbox)
+            pods.unprepare("default", "net", "uid-1")
+            pods.remove_pod_sandbox(sandbox)
+            assert node.snapshot() == before
+        assert pods.counters.gate_passes == 2
+        assert node.journal.unit("kube-claim:uid-1")[1]["key"] == "uid-1-r2"  # type: ignore[index]
