@@ -3,11 +3,13 @@ and the bad input it refuses without changing anything."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from plugins.coordinator import ClaimProblem, GateRefused
+from plugins.sdk import NetworkPluginError
 
 from .kit import pod_node, sandbox_of, scheduled
 
@@ -80,3 +82,42 @@ def test_a_claim_outlives_its_pod_and_is_prepared_again_for_the_next(tmp_path: P
             assert node.snapshot() == before
         assert pods.counters.gate_passes == 2
         assert node.journal.unit("kube-claim:uid-1")[1]["key"] == "uid-1-r2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("netns", "error"),
+    [
+        ("", "has no network namespace"),
+        ("run/netns/relative", "is not absolute"),
+        ("/run/netns/no-such-namespace", "does not exist"),
+    ],
+)
+def test_a_sandbox_without_a_usable_namespace_is_refused_and_nothing_changes(
+    tmp_path: Path, netns: str, error: str
+) -> None:
+    with pod_node(tmp_path) as (node, pods, claims):
+        claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-1", pod="pod-1")
+        pods.prepare("default", "net", "uid-1")
+        before, units = node.snapshot(), node.journal.units("sandbox")
+        sandbox = replace(sandbox_of(node, "sb-1", "pod-1"), netns_path=netns)
+        with pytest.raises(NetworkPluginError, match=error):
+            pods.run_pod_sandbox(sandbox)
+        assert (node.snapshot(), node.journal.units("sandbox")) == (before, units)
+        pods.unprepare("default", "net", "uid-1")
+
+
+def test_a_container_in_a_namespace_other_than_the_one_connected_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The gate checks the namespace's identity, not that a connection exists."""
+    with pod_node(tmp_path) as (node, pods, claims):
+        claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-1", pod="pod-1")
+        pods.prepare("default", "net", "uid-1")
+        sandbox = sandbox_of(node, "sb-1", "pod-1")
+        pods.run_pod_sandbox(sandbox)
+        other = node.kernel.add_namespace("other-pod")
+        with pytest.raises(GateRefused, match="not the one connected"):
+            pods.create_container(replace(sandbox, netns_path=other.path), "c-1")
+        pods.create_container(sandbox, "c-1")
+        pods.stop_pod_sandbox(sandbox)
+        pods.unprepare("default", "net", "uid-1")
