@@ -20,16 +20,21 @@ every plugin as containerd's NRI adaptation (containerd/nri ``pkg/adaptation``) 
    CreateContainer fails, a refused StopPodSandbox or RemovePodSandbox is only logged
    (containerd logs "NRI sandbox stop notification failed" and goes on).
 
-A plugin may call ``Runtime.UpdateContainers``: each eviction of a container the runtime
-has stops it (it leaves ``containers``, as the kubelet sees it stopped; the kubelet's
-recreation is a new ``create_container``) and is recorded in ``evictions``; an eviction
-of a container the runtime does not have is skipped without failing the call, as
-containerd skips it (``ignored_evictions`` keeps it for tests). The simulator models no
-container resources, so every update that may not fail comes back in ``failed``. Note
-that upstream's adaptation (containerd/nri ``pkg/adaptation``) passes only the updates
-of UpdateContainers on to containerd and drops its evictions; containerd acts on the
-evictions of CreateContainer and UpdateContainer answers. The simulator follows the
-message's meaning instead.
+A plugin asks the runtime to stop (evict) containers in the answer to CreateContainer
+(its ``evict``) or by calling ``Runtime.UpdateContainers``. An eviction the runtime carries
+out stops a container it has (it leaves ``containers``, as the kubelet sees it stopped;
+the kubelet's recreation is a new ``create_container``) and is recorded in ``evictions``
+with the method that carried it. A CreateContainer answer's evictions are carried out
+once every plugin has answered and none refused, before the new container exists;
+containerd applies no part of a refused CreateContainer, so those of the plugins that
+answered before the refusal are not. Upstream's adaptation (containerd/nri
+``pkg/adaptation``) passes only the updates of UpdateContainers on to containerd and drops
+its evictions: ``honour_update_evictions=False`` does the same, while the default follows
+the message's meaning. An eviction not carried out (dropped as containerd does, of a
+container the runtime does not have, or of a refused CreateContainer) fails no call and
+is kept in ``ignored_evictions`` with why. The simulator models no container resources,
+so every update in UpdateContainers that may not fail comes back in ``failed``; the
+updates of a CreateContainer answer are not looked at.
 
 Unlike containerd, which takes one connecting plugin at a time, the simulator registers
 connections concurrently; it still synchronizes a plugin and dispatches events one at a
@@ -55,6 +60,10 @@ Use::
         runtime.wait_for_held("coordinator", timeout=10)  # back, but not in the runtime yet
         runtime.create_container("pod-1", "app")  # proceeds without it (fail-open)
         runtime.admit_new_plugins()  # configured and synchronized: it may evict
+        runtime.wait_for_eviction(container_id, timeout=10).method  # "UpdateContainers"
+
+    # As containerd today: only the evictions in CreateContainer answers are carried out.
+    NRIRuntimeSim(path, honour_update_evictions=False)
 """
 
 from __future__ import annotations
@@ -196,13 +205,21 @@ class Drop:
     reason: str
 
 
+# Why an eviction was not carried out (``Eviction.ignored``).
+IGNORED_UPDATE_EVICTION = "containerd drops UpdateContainers evictions"
+IGNORED_UNKNOWN_CONTAINER = "the runtime has no such container"
+IGNORED_REFUSED_CREATE = "the CreateContainer was refused"
+
+
 @dataclass(frozen=True)
 class Eviction:
-    """A plugin's request (UpdateContainers) that the runtime stop a container."""
+    """A plugin's request that the runtime stop a container."""
 
     container_id: str
-    reason: str
+    reason: str  # the plugin's
     plugin: str  # containerd's name of the plugin that asked
+    method: str  # the NRI call that carried it: UpdateContainers or CreateContainer
+    ignored: str = ""  # why the runtime did not carry it out; empty if it did
 
 
 @dataclass(frozen=True)
@@ -229,6 +246,7 @@ class EventOutcome:
     dropped: tuple[Drop, ...] = ()
     unsubscribed: tuple[str, ...] = ()
     container: SimContainer | None = None  # the container created, for CreateContainer
+    evicted: tuple[Eviction, ...] = ()  # carried out from the answers (CreateContainer)
 
     @property
     def refusal(self) -> str | None:
@@ -337,6 +355,7 @@ class NRIRuntimeSim:
         runtime_version: str = "0.1",
         plugin_config: str = "",
         pod_calls: Literal["state_change", "dedicated"] = "state_change",
+        honour_update_evictions: bool = True,
     ) -> None:
         path = Path(socket_path)
         if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
@@ -352,6 +371,10 @@ class NRIRuntimeSim:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if pod_calls not in ("state_change", "dedicated"):
             raise ValueError(f"pod_calls must be 'state_change' or 'dedicated', got {pod_calls!r}")
+        if not isinstance(honour_update_evictions, bool):
+            raise ValueError(
+                f"honour_update_evictions must be True or False, got {honour_update_evictions!r}"
+            )
         self.socket_path = path
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
@@ -359,6 +382,8 @@ class NRIRuntimeSim:
         self.runtime_version = runtime_version
         self.plugin_config = plugin_config
         self.pod_calls = pod_calls
+        # False: UpdateContainers' evictions are dropped, as containerd drops them.
+        self.honour_update_evictions = honour_update_evictions
 
         self._cond = threading.Condition()
         # Held for a whole event or a plugin's Synchronize, never while waiting on _cond's
@@ -494,7 +519,7 @@ class NRIRuntimeSim:
 
     @property
     def ignored_evictions(self) -> tuple[Eviction, ...]:
-        """Evictions of containers the runtime did not have (skipped, as containerd does)."""
+        """Evictions not carried out, each with why (``Eviction.ignored``), in order."""
         with self._cond:
             return tuple(self._ignored_evictions)
 
@@ -657,12 +682,28 @@ class NRIRuntimeSim:
                 container = SimContainer(
                     f"{sandbox_id}-{name}-{self._container_serial}", sandbox_id, name
                 )
-            outcome = self._dispatch(NRIEvent.CREATE_CONTAINER, container.id, sandbox, container)
+            carried: list[Eviction] = []
+            outcome = self._dispatch(
+                NRIEvent.CREATE_CONTAINER, container.id, sandbox, container, carried
+            )
             proceeded = not outcome.refused
-            if proceeded:
-                with self._cond:
+            with self._cond:
+                if proceeded:
+                    # Before the container exists: containerd evicts while creating it.
+                    evicted = self._evict_locked(carried)
                     self._containers[container.id] = container
-            return replace(outcome, proceeded=proceeded, container=container if proceeded else None)
+                else:
+                    evicted = ()
+                    self._ignored_evictions.extend(
+                        replace(eviction, ignored=IGNORED_REFUSED_CREATE) for eviction in carried
+                    )
+                self._cond.notify_all()
+            return replace(
+                outcome,
+                proceeded=proceeded,
+                container=container if proceeded else None,
+                evicted=evicted,
+            )
 
     def shutdown(self) -> EventOutcome:
         """Tell every plugin the runtime is going away (Shutdown); connections stay open.
@@ -683,8 +724,12 @@ class NRIRuntimeSim:
         target: str,
         sandbox: SimSandbox | None,
         container: SimContainer | None,
+        carried: list[Eviction] | None = None,
     ) -> EventOutcome:
-        """Send one event to the active plugins in order (the caller holds _dispatch_lock)."""
+        """Send one event to the active plugins in order (the caller holds _dispatch_lock).
+
+        The evictions the CreateContainer answers carry are appended to ``carried``.
+        """
         answered: list[str] = []
         refused: list[Refusal] = []
         dropped: list[Drop] = []
@@ -696,9 +741,16 @@ class NRIRuntimeSim:
                 unsubscribed.append(plugin.name)
                 continue
             method, reply = self._send_event(conn, event, sandbox, container)
+            detail = ""
+            if reply.kind == "ok" and event is NRIEvent.CREATE_CONTAINER:
+                reply, asked = self._create_container_evictions(plugin.name, reply)
+                if carried is not None:
+                    carried.extend(asked)
+                if asked:
+                    detail = "evict " + ", ".join(e.container_id for e in asked)
             if reply.kind == "ok":
                 answered.append(plugin.name)
-                self._record(plugin.name, event, method, target, "answered")
+                self._record(plugin.name, event, method, target, "answered", detail)
             elif reply.kind == "error":
                 refused.append(Refusal(plugin.name, reply.code, reply.message))
                 self._record(plugin.name, event, method, target, "refused", reply.message)
@@ -718,6 +770,21 @@ class NRIRuntimeSim:
             dropped=tuple(dropped),
             unsubscribed=tuple(unsubscribed),
         )
+
+    @staticmethod
+    def _create_container_evictions(plugin: str, reply: _Reply) -> tuple[_Reply, list[Eviction]]:
+        """The evictions a CreateContainer answer asks for; an unreadable answer breaks
+        the protocol (the reply becomes a drop's)."""
+        try:
+            response = nri.CreateContainerResponse.FromString(reply.payload)
+        except DecodeError as error:
+            message = f"protocol error: unreadable CreateContainerResponse ({error})"
+            return _Reply("closed", message=message), []
+        asked = [
+            Eviction(evict.container_id, evict.reason, plugin, "CreateContainer")
+            for evict in response.evict
+        ]
+        return reply, asked
 
     def _send_event(
         self,
@@ -894,7 +961,8 @@ class NRIRuntimeSim:
         return _ok(b""), plugin
 
     def _update_containers(self, conn: _Connection, payload: bytes) -> bytes:
-        """Runtime.UpdateContainers: evict what the runtime has; answer the failed updates.
+        """Runtime.UpdateContainers: evict what the runtime has (unless it drops these
+        evictions, as containerd does); answer the failed updates.
 
         Served on the reader thread and never waits for _dispatch_lock: a plugin may call
         it while an event to that same plugin waits for its answer on this thread.
@@ -906,15 +974,31 @@ class NRIRuntimeSim:
         # No resources are modelled: an update cannot be applied, and only one that may
         # fail (ignore_failure) is not reported.
         failed = [update for update in request.update if not update.ignore_failure]
+        asked = [
+            Eviction(evict.container_id, evict.reason, conn.label, "UpdateContainers")
+            for evict in request.evict
+        ]
         with self._cond:
-            for evict in request.evict:
-                eviction = Eviction(evict.container_id, evict.reason, conn.label)
-                if self._containers.pop(evict.container_id, None) is None:
-                    self._ignored_evictions.append(eviction)
-                else:
-                    self._evictions.append(eviction)
+            if self.honour_update_evictions:
+                self._evict_locked(asked)
+            else:
+                self._ignored_evictions.extend(
+                    replace(eviction, ignored=IGNORED_UPDATE_EVICTION) for eviction in asked
+                )
             self._cond.notify_all()
         return _ok(nri.UpdateContainersResponse(failed=failed).SerializeToString())
+
+    def _evict_locked(self, asked: list[Eviction]) -> tuple[Eviction, ...]:
+        """Stop each container asked for that the runtime has (skip the others, as
+        containerd does); return the evictions carried out."""
+        evicted: list[Eviction] = []
+        for eviction in asked:
+            if self._containers.pop(eviction.container_id, None) is None:
+                self._ignored_evictions.append(replace(eviction, ignored=IGNORED_UNKNOWN_CONTAINER))
+            else:
+                evicted.append(eviction)
+        self._evictions.extend(evicted)
+        return tuple(evicted)
 
     def _registered(self, conn: _Connection, registration: PluginInfo | str) -> None:
         with self._cond:
@@ -1098,6 +1182,9 @@ class NRIRuntimeSim:
 __all__ = [
     "DEFAULT_REGISTRATION_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
+    "IGNORED_REFUSED_CREATE",
+    "IGNORED_UNKNOWN_CONTAINER",
+    "IGNORED_UPDATE_EVICTION",
     "PLUGIN_SERVICE",
     "RUNTIME_SERVICE",
     "VALID_EVENTS",

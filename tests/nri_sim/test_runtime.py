@@ -30,6 +30,8 @@ from harness.k8s.nri_frames import (
     encode,
 )
 from harness.k8s.nri_runtime import (
+    IGNORED_REFUSED_CREATE,
+    IGNORED_UNKNOWN_CONTAINER,
     PLUGIN_SERVICE,
     RUNTIME_SERVICE,
     VALID_EVENTS,
@@ -77,6 +79,7 @@ class _Plugin:
         self._next_runtime_stream = 3  # RegisterPlugin takes 1
         self.received: list[tuple[str, bytes]] = []
         self.closed = False
+        self.create_reply = b""  # the payload answering CreateContainer; set before the call
 
     def __enter__(self) -> Self:
         try:
@@ -192,7 +195,7 @@ class _Plugin:
             response.status.code = 2  # what a Go plugin's plain error becomes: Unknown
             response.status.message = self._refuse[request.method]
         elif request.method == "CreateContainer":
-            reply = nri.CreateContainerResponse()
+            response.payload = self.create_reply
         else:
             reply = nri.Empty()
         if reply is not None:
@@ -526,7 +529,9 @@ def test_a_plugin_evicts_a_container_and_the_kubelet_recreates_it(
 
         assert (response.status.code, response.status.message) == (0, "")
         assert nri.UpdateContainersResponse.FromString(response.payload).failed == []
-        assert sim.evictions == (Eviction(first.id, "started ungated", "10-test"),)
+        assert sim.evictions == (
+            Eviction(first.id, "started ungated", "10-test", "UpdateContainers"),
+        )
         assert sim.wait_for_eviction(first.id, WAIT) == sim.evictions[0]
         assert sim.containers == (other,)  # stopped: the runtime no longer has it
         again = sim.create_container("pod-a", "app")  # the kubelet's recreation
@@ -552,11 +557,137 @@ def test_an_eviction_of_an_unknown_container_is_skipped_as_containerd_does(
         assert nri.UpdateContainersResponse.FromString(response.payload).failed == []
         assert sim.evictions == ()
         assert sim.ignored_evictions == (
-            Eviction("no-such-container", "started ungated", "10-test"),
+            Eviction(
+                "no-such-container",
+                "started ungated",
+                "10-test",
+                "UpdateContainers",
+                ignored=IGNORED_UNKNOWN_CONTAINER,
+            ),
         )
         assert sim.containers == (kept,)
         with pytest.raises(TimeoutError, match="no-such-container"):
             sim.wait_for_eviction("no-such-container", 0.01)
+
+
+def _evict_in_answer(*container_ids: str, reason: str = "started ungated") -> bytes:
+    return nri.CreateContainerResponse(
+        evict=[nri.ContainerEviction(container_id=c, reason=reason) for c in container_ids]
+    ).SerializeToString()
+
+
+def test_a_create_container_answer_evicts_before_the_new_container_exists(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        ungated = sim.create_container("pod-a", "app").container
+        other = sim.create_container("pod-a", "sidecar").container
+        assert ungated is not None
+        assert other is not None
+        plugin.create_reply = _evict_in_answer(ungated.id, "pod-a-init-99")
+
+        outcome = sim.create_container("pod-a", "init")
+
+        assert outcome.proceeded
+        assert outcome.container is not None
+        eviction = Eviction(ungated.id, "started ungated", "10-test", "CreateContainer")
+        assert (outcome.evicted, sim.evictions) == ((eviction,), (eviction,))
+        assert sim.wait_for_eviction(ungated.id, WAIT).method == "CreateContainer"
+        assert sim.containers == (other, outcome.container)
+        assert sim.ignored_evictions == (  # no such container (yet): skipped
+            Eviction(
+                "pod-a-init-99",
+                "started ungated",
+                "10-test",
+                "CreateContainer",
+                ignored=IGNORED_UNKNOWN_CONTAINER,
+            ),
+        )
+        (record,) = [r for r in sim.events_for("test") if r.target == outcome.container.id]
+        assert (record.result, record.detail) == ("answered", f"evict {ungated.id}, pod-a-init-99")
+
+
+def test_create_container_evictions_are_carried_out_without_honouring_update_evictions(
+    socket_path: Path,
+) -> None:
+    with (
+        NRIRuntimeSim(socket_path, honour_update_evictions=False) as sim,
+        _Plugin(socket_path) as plugin,
+    ):
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        first = sim.create_container("pod-a", "app").container
+        second = sim.create_container("pod-a", "sidecar").container
+        assert first is not None
+        assert second is not None
+
+        response = plugin.update_containers(_evict(first.id))
+
+        assert response.status.code == 0  # dropped silently, as containerd does
+        assert not sim.evictions
+        assert sim.ignored_evictions == (
+            Eviction(
+                first.id,
+                "started ungated",
+                "10-test",
+                "UpdateContainers",
+                ignored="containerd drops UpdateContainers evictions",
+            ),
+        )
+        assert sim.containers == (first, second)
+
+        plugin.create_reply = _evict_in_answer(first.id)
+        third = sim.create_container("pod-a", "app")
+
+        eviction = Eviction(first.id, "started ungated", "10-test", "CreateContainer")
+        assert (third.evicted, sim.evictions) == ((eviction,), (eviction,))
+        assert sim.containers == (second, third.container)
+
+
+def test_a_refused_create_container_carries_out_no_eviction(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path, name="first", index="01") as first:
+        sim.wait_for_plugin("first", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        kept = sim.create_container("pod-a", "app")
+        assert kept.container is not None
+        with _Plugin(socket_path, name="second", index="02", refuse={"CreateContainer": "no"}):
+            sim.wait_for_plugin("second", WAIT)
+            first.create_reply = _evict_in_answer(kept.container.id)
+
+            outcome = sim.create_container("pod-a", "app")
+
+        assert (outcome.proceeded, outcome.answered, outcome.evicted) == (False, ("01-first",), ())
+        assert sim.evictions == ()
+        assert sim.containers == (kept.container,)
+        assert sim.ignored_evictions == (
+            Eviction(
+                kept.container.id,
+                "started ungated",
+                "01-first",
+                "CreateContainer",
+                ignored=IGNORED_REFUSED_CREATE,
+            ),
+        )
+
+
+def test_an_unreadable_create_container_answer_drops_the_plugin_and_the_container_proceeds(
+    sim: NRIRuntimeSim, socket_path: Path
+) -> None:
+    with _Plugin(socket_path) as plugin:
+        sim.wait_for_plugin("test", WAIT)
+        sim.run_pod_sandbox(_sandbox())
+        plugin.create_reply = b"\xff"  # a truncated varint
+
+        outcome = sim.create_container("pod-a", "app")
+
+        assert outcome.proceeded  # fail-open
+        (drop,) = outcome.dropped
+        assert "unreadable CreateContainerResponse" in drop.reason
+        assert sim.evictions == sim.ignored_evictions == ()
 
 
 def test_updates_cannot_be_applied_and_come_back_failed_unless_they_may_fail(
@@ -720,6 +851,7 @@ def test_an_unknown_event_name_is_refused(sim: NRIRuntimeSim, socket_path: Path)
         ({"registration_timeout": 0}, "registration_timeout must be a positive"),
         ({"request_timeout": -1.0}, "request_timeout must be a positive"),
         ({"pod_calls": "sometimes"}, "pod_calls must be"),
+        ({"honour_update_evictions": "no"}, "honour_update_evictions must be True or False"),
     ],
 )
 def test_bad_settings_are_refused(
