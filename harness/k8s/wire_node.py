@@ -57,6 +57,7 @@ WIRE_SCENARIOS = (
     "order",
     "kubelet-restart",
     "nri-timeout",
+    "nri-timeout-containerd",
     "nri-disconnect",
     "netns-deleted",
     "claim-replaced",
@@ -126,7 +127,11 @@ class WiredNode:
 
 @contextmanager
 def wired_node(
-    root: Path, make_node: NodeFactory = fake_node, *, answer_within_s: float = 1.5
+    root: Path,
+    make_node: NodeFactory = fake_node,
+    *,
+    answer_within_s: float = 1.5,
+    honour_update_evictions: bool = True,
 ) -> Iterator[WiredNode]:
     """The node and its three peers, started; everything stopped at exit."""
     short = Path(tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))  # sun_path holds 107 bytes
@@ -135,7 +140,12 @@ def wired_node(
     policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
     kubelet: KubeletSim | None = None
     try:
-        with FakeAPIServer() as api, NRIRuntimeSim(short / "nri.sock") as runtime:
+        with (
+            FakeAPIServer() as api,
+            NRIRuntimeSim(
+                short / "nri.sock", honour_update_evictions=honour_update_evictions
+            ) as runtime,
+        ):
             config = KubernetesConfig(
                 node_name=inventory.pool,
                 api_server=api.url,
@@ -301,9 +311,9 @@ class _Pod:
         )
 
     def ungated_containers(self) -> list[str]:
+        # An evicted container is gone from the runtime's list.
         running = {c.id for c in self.wired.runtime.containers if c.sandbox_id == self.sandbox_id}
-        evicted = {e.container_id for e in getattr(self.wired.runtime, "evictions", ())}
-        return sorted(running - self.wired.admitted(self.sandbox_id) - evicted)
+        return sorted(running - self.wired.admitted(self.sandbox_id))
 
     def stop_and_clean(self) -> None:
         runtime = self.wired.runtime
@@ -369,12 +379,12 @@ def _play(pod: _Pod) -> None:
         if again.get(pod.uid) is None or again[pod.uid].error:
             pod.found.append(f"re-prepare after the kubelet's restart: {again}")
     connections = pod.connection()
-    away = scenario in ("nri-timeout", "nri-disconnect")
+    away = scenario in ("nri-timeout", "nri-timeout-containerd", "nri-disconnect")
     if away:
         # Our plugin reconnects within 0.1 s: held (registered, not configured) until the
         # container below started, it is away for certain while the runtime goes on.
         wired.runtime.hold_new_plugins()
-    if scenario == "nri-timeout":
+    if scenario.startswith("nri-timeout"):
         pod.step("the runtime will time out on our RunPodSandbox answer")
         wired.runtime.stall_next(DRIVER, "RunPodSandbox")
     if scenario == "nri-disconnect":
@@ -385,11 +395,18 @@ def _play(pod: _Pod) -> None:
     if away:
         wired.runtime.admit_new_plugins()
         pod.wait_reregistered(connections)
+        if scenario == "nri-timeout-containerd":
+            # containerd drops UpdateContainers' evictions: the next container the gate
+            # lets through carries it in its answer (the pod's sidecar, here).
+            pod.step("containerd ignores the eviction after Synchronize")
+            pod.create_container("sidecar")
         if not pod.wait_evicted():
             pod.found.append(
                 f"containers ran without the gate and were not evicted: {pod.ungated_containers()}"
             )
-        elif not any(c.sandbox_id == pod.sandbox_id for c in wired.runtime.containers):
+        elif not any(
+            (c.sandbox_id, c.name) == (pod.sandbox_id, "app") for c in wired.runtime.containers
+        ):
             pod.step("evicted; the kubelet recreates the container")
             pod.create_container()
     if scenario == "netns-deleted":
@@ -403,7 +420,8 @@ def wire_scenario_run(
     topology: str, scenario: str, root: Path, make_node: NodeFactory = fake_node
 ) -> WireRun:
     """One pod's life over every real wire with one of ``WIRE_SCENARIOS``; invariants."""
-    with wired_node(root, make_node) as wired:
+    containerd = scenario.endswith("-containerd")
+    with wired_node(root, make_node, honour_update_evictions=not containerd) as wired:
         pod = _Pod(wired, topology, scenario)
         try:
             _play(pod)
