@@ -79,13 +79,15 @@ from _bench_node import floor_attach, namespace_threads, netlink_socket_in
 from harness.k8s.apiserver import FakeAPIServer
 from harness.k8s.kubelet import KubeletSim, PodClaim
 from harness.k8s.nri_runtime import NRIRuntimeSim, SimSandbox
-from harness.k8s.pod_lifecycle import TOPOLOGY_FILES, lab_resolver, scheduled_claim
+from harness.k8s.pod_lifecycle import TOPOLOGY_FILES, lab_resolver
 from harness.scenarios import TOPOLOGY_DIR, compiled, lab_inventory
-from labs import NetnsLab, Node, ServiceProcess, service_of
+from labs import Lab, NetnsLab, Node, ServiceProcess, service_of
 from labs.netns import NetnsLabUnavailable
 from plugins.coordinator import (
     DRIVER_DOMAIN,
     Allocator,
+    CompiledTopology,
+    Inventory,
     KubernetesConfig,
     KubernetesNode,
     load_policies,
@@ -124,21 +126,27 @@ EARLY_ANSWER = "sandbox %s: still connecting after"  # PodNetworks' note when it
 # -- the node, every peer on its wire ------------------------------------------------------
 
 
-def claim_object() -> dict[str, Any]:
-    """The ResourceClaim as the scheduler leaves it: allocated, reserved for the pod."""
-    claim = scheduled_claim(TOPOLOGY, CLAIM_UID, POD_UID)
+def claim_object(
+    topology: str, compiled_topology: CompiledTopology, inventory: Inventory
+) -> dict[str, Any]:
+    """The ResourceClaim of ``topology`` as the scheduler leaves it: allocated on the node
+    of ``inventory`` (the project's CEL allocator stands in for the scheduler), reserved
+    for the pod."""
+    policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
+    allocations = Allocator(inventory, policies).allocate(compiled_topology)
+    devices = [(step, inventory.pool, a.device) for step, a in allocations.items()]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": claim.name, "namespace": claim.namespace, "uid": CLAIM_UID},
-        "spec": {"devices": {"requests": [{"name": d.request} for d in claim.devices]}},
+        "metadata": {"name": "net", "namespace": "default", "uid": CLAIM_UID},
+        "spec": {"devices": {"requests": [{"name": step} for step, _, _ in devices]}},
         "status": {
             "allocation": {
                 "devices": {
                     "results": [
-                        {"request": d.request, "driver": DRIVER_DOMAIN, "pool": d.pool,
-                         "device": d.device}
-                        for d in claim.devices
+                        {"request": step, "driver": DRIVER_DOMAIN, "pool": pool,
+                         "device": device}
+                        for step, pool, device in devices
                     ],
                     "config": [
                         {
@@ -148,7 +156,7 @@ def claim_object() -> dict[str, Any]:
                                 "parameters": {
                                     "apiVersion": "dra.networking/v1alpha1",
                                     "kind": "NetworkAttachment",
-                                    "topology": TOPOLOGY,
+                                    "topology": topology,
                                 },
                             },
                         }
@@ -200,12 +208,19 @@ def coordinator_log(stack: contextlib.ExitStack, path: Path) -> EarlyAnswers:
     return early
 
 
-def start_node(stack: contextlib.ExitStack, lab: NetnsLab, base: Path) -> tuple[Node, int | None]:
-    """A ``labs.Node`` with its coordinator and journal, the links service as a process at
-    ``SERVICE_LOG_LEVEL``; ``stack`` stops the service cleanly before the node closes."""
-    node = Node(lab, base / "node", services=[service_of("macvlan")], processes=True, pod=None)
+def start_node(
+    stack: contextlib.ExitStack,
+    lab: Lab,
+    base: Path,
+    plugin: str = "macvlan",
+    pod: str | None = None,
+) -> tuple[Node, int | None]:
+    """A ``labs.Node`` with its coordinator and journal, the service of ``plugin`` as a
+    process at ``SERVICE_LOG_LEVEL`` (``pod``: the namespace made before it starts);
+    ``stack`` stops the service cleanly before the node closes."""
+    node = Node(lab, base / "node", services=[service_of(plugin)], processes=True, pod=pod)
     stack.callback(node.close)
-    service = node.processes.of("macvlan")
+    service = node.processes.of(plugin)
     stack.callback(stop_service, service)  # unwound before node.close, which would SIGKILL
     if service.log_level != SERVICE_LOG_LEVEL:  # the lab starts it at the rig's level
         service.stop(timeout=10)
@@ -240,10 +255,11 @@ class Wire:
     k8s: KubernetesNode
     early: EarlyAnswers
     lock: threading.RLock  # the pod side's (KubernetesNode's ``lock``)
+    claim: dict[str, Any]  # the allocated claim the API server holds (``claim_object``)
     prepared: bool = False
 
     def prepare(self) -> None:
-        self.api.put_claim(claim_object())
+        self.api.put_claim(self.claim)
         results = self.kubelet.prepare(POD_UID, [self.pod_claim()])
         if results[CLAIM_UID].error:
             raise RuntimeError(f"the kubelet's prepare failed: {results[CLAIM_UID].error}")
@@ -267,10 +283,18 @@ class Wire:
         return devices
 
 
-def wire_node(stack: contextlib.ExitStack, node: Node, base: Path, log: Path) -> Wire:
+def wire_node(
+    stack: contextlib.ExitStack,
+    node: Node,
+    base: Path,
+    log: Path,
+    topology: tuple[str, CompiledTopology] = (TOPOLOGY, compiled(TOPOLOGY_FILES[TOPOLOGY])),
+) -> Wire:
+    """``node`` served as on Kubernetes, with ``topology`` (its name, compiled) the one
+    the coordinator knows and the claim's, allocated on the lab's inventory."""
     early = coordinator_log(stack, log)
-    lab = node.lab
-    inventory = lab_inventory(lab)
+    inventory = lab_inventory(node.lab)
+    name, compiled_topology = topology
     api = stack.enter_context(FakeAPIServer())
     runtime = stack.enter_context(NRIRuntimeSim(base / "nri.sock"))
     kubelet = stack.enter_context(KubeletSim(base / "registry", base / "checkpoint.json"))
@@ -287,7 +311,7 @@ def wire_node(stack: contextlib.ExitStack, node: Node, base: Path, log: Path) ->
         config,
         node.journal,
         node.coordinator,
-        {TOPOLOGY: compiled(TOPOLOGY_FILES[TOPOLOGY])},
+        {name: compiled_topology},
         Allocator(inventory, load_policies(TOPOLOGY_DIR / "policies.yaml")),
         resolve_namespace=lab_resolver(node),
         nri_plugin=NRIPlugin,
@@ -297,7 +321,8 @@ def wire_node(stack: contextlib.ExitStack, node: Node, base: Path, log: Path) ->
     k8s.start()
     kubelet.wait_registered(DRIVER_DOMAIN, WIRE_DEADLINE_S)
     runtime.wait_for_plugin(DRIVER_DOMAIN, WIRE_DEADLINE_S)
-    wire = Wire(node, api, kubelet, runtime, k8s, early, lock)
+    claim = claim_object(name, compiled_topology, inventory)
+    wire = Wire(node, api, kubelet, runtime, k8s, early, lock, claim)
     stack.callback(wire.release)  # unwound before the node's peers and the node
     return wire
 
@@ -346,9 +371,10 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, wire: Wire, scene: Scene) -> None:
+    def __init__(self, wire: Wire, netns: str, ifname: str = IFNAME) -> None:
         self.wire = wire
-        self.netns = scene.pod_path
+        self.netns = netns  # the pod's namespace path, as the runtime names it
+        self.ifname = ifname
         self.live: str | None = None  # a sandbox the runtime may still hold (for cleanup)
         self.early: list[float] = []  # the answer times of samples answered before ready
 
@@ -397,8 +423,8 @@ class Ours:
         if created.refused or not created.proceeded:
             raise RuntimeError(f"ours: the gate refused the container: {created.refusal}")
         devices = self.wire.claim_devices()
-        if not any(d.get("networkData", {}).get("interfaceName") == IFNAME for d in devices):
-            raise RuntimeError(f"ours: the claim's status names no {IFNAME}: {devices}")
+        if not any(d.get("networkData", {}).get("interfaceName") == self.ifname for d in devices):
+            raise RuntimeError(f"ours: the claim's status names no {self.ifname}: {devices}")
 
     def release(self) -> None:
         """Cleanup after any exit: stop and remove a sandbox left running."""
@@ -565,7 +591,7 @@ def measure(iterations: int, warmup: int) -> Measurement:
         node, pid = start_node(stack, lab, base)
         wire = wire_node(stack, node, base, base / "coordinator.log")
         wire.prepare()
-        ours = Ours(wire, scene)
+        ours = Ours(wire, scene.pod_path)
         stack.callback(ours.release)
         contenders: list[Contender] = [ours, CNI(scene), Floor(scene)]
         for c in contenders:
