@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,8 +56,8 @@ TITLES = {
     "P4": "fake tier (the rig on fake://), same crash coverage",
     "P5": "start to ready (fake kernel); recovery of 1,000 in-flight operations",
     "P6": "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor",
-    "P7": "pod network ready through NRI (RunPodSandbox to its answer, connected), macvlan "
-    "on a NetnsLab, vs CNI ADD and a pyroute2 floor",
+    "P7": "pod network ready through NRI (RunPodSandbox to its answer, connected): macvlan "
+    "on a NetnsLab vs CNI ADD and a pyroute2 floor; one VF on the VM lab's guest vs P6's floor",
 }
 GOALS = tuple(TITLES)
 GUEST_LOCK = "/tmp/dranp-guest.lock"
@@ -76,6 +76,7 @@ class Sizes:
         self.startup = (3, 1) if quick else (15, 1)
         self.vf = (4, 1) if quick else (20, 2)
         self.pod_ready = (10, 2) if quick else (40, 5)
+        self.pod_vf = (4, 1) if quick else (20, 2)  # P7's VF row, on the guest as P6
 
 
 def needs_root(goal_id: str, title: str) -> Outcome | None:
@@ -363,31 +364,44 @@ def p5_startup(sizes: Sizes) -> Outcome:
 # -- P6 ----------------------------------------------------------------------------------
 
 
-def p6_vf(sizes: Sizes, log: Path) -> Outcome:
-    title = TITLES["P6"]
-    refused = needs_root("P6", title)
-    if refused is not None:
-        return refused
+def on_the_guest(
+    goal_id: str, script: str, sizes: tuple[int, int], log: Path
+) -> dict[str, Any] | str:
+    """Run ``scripts/<script> OUT.json`` as its own process under the guest lock (one
+    QEMU guest per machine); its JSON, or why it did not run (one line)."""
+    if os.geteuid() != 0:
+        return "needs root (the VM lab's guest)"
     if shutil.which("flock") is None:
-        return skipped("P6", title, "flock(1) is missing (util-linux)")
-    iterations, warmup = sizes.vf
-    with tempfile.TemporaryDirectory(prefix="bench-vf-") as tmp:
-        out = Path(tmp) / "vf.json"
-        print(f"P6: waiting for {GUEST_LOCK}, then booting the VM lab (log: {log})", flush=True)
+        return "flock(1) is missing (util-linux)"
+    iterations, warmup = sizes
+    with tempfile.TemporaryDirectory(prefix="bench-guest-") as tmp:
+        out = Path(tmp) / "out.json"
+        print(
+            f"{goal_id}: waiting for {GUEST_LOCK}, then booting the VM lab (log: {log})",
+            flush=True,
+        )
         command = [
             "flock", "--wait", str(GUEST_LOCK_WAIT_S), GUEST_LOCK, sys.executable,
-            str(REPO / "scripts/_bench_vf.py"), str(out),
+            str(REPO / "scripts" / script), str(out),
             "--iterations", str(iterations), "--warmup", str(warmup),
         ]  # fmt: skip
         code = run_in_session(command, log, GUEST_LOCK_WAIT_S + VM_TIMEOUT_S)
         if code is None:
-            return skipped("P6", title, f"the VM lab run did not finish in time (see {log})")
+            return f"the VM lab run did not finish in time (see {log})"
         if code != 0 or not out.is_file():
             tail = log.read_text(errors="replace").strip().splitlines()[-1:]
             if not tail:  # flock gave up before the benchmark started
-                return skipped("P6", title, f"another guest held {GUEST_LOCK} too long")
-            return skipped("P6", title, f"the VM lab run failed (exit {code}): {tail[0]}")
-        data = json.loads(out.read_text())
+                return f"another guest held {GUEST_LOCK} too long"
+            return f"the VM lab run failed (exit {code}): {tail[0]}"
+        data: dict[str, Any] = json.loads(out.read_text())
+        return data
+
+
+def p6_vf(sizes: Sizes, log: Path) -> Outcome:
+    title = TITLES["P6"]
+    data = on_the_guest("P6", "_bench_vf.py", sizes.vf, log)
+    if isinstance(data, str):
+        return skipped("P6", title, data)
     samples = {row: ms(s) for row, s in data["samples"].items()}
     ours, floor = stat(samples["ours"], "ms"), stat(samples["floor"], "ms")
     rows = [
@@ -402,13 +416,45 @@ def p6_vf(sizes: Sizes, log: Path) -> Outcome:
 
 # -- P7 ----------------------------------------------------------------------------------
 
-P7_VF_SKIPPED = (
-    "skipped: not built yet (a KubernetesNode over P6's guest session, the vf "
-    "topology's claim on its inventory, under the guest lock)"
-)
+P7_VF = "a VF on P6's emulated host"
 
 
-def p7_pod_ready(sizes: Sizes) -> Outcome:
+def p7_vf(
+    sizes: Sizes, log: Path, guest: bool
+) -> tuple[list[Row], dict[str, list[float]], dict[str, Any]]:
+    """P7's VF rows (``scripts/_bench_pod_vf.py`` on the guest), its samples and facts; a
+    row saying why when it did not run (``guest`` False: ``--skip-vm``)."""
+    if not guest:
+        return [Row("P7", f"{P7_VF}: skipped: --skip-vm", None)], {}, {}
+    data = on_the_guest("P7", "_bench_pod_vf.py", sizes.pod_vf, log)
+    if isinstance(data, str):
+        return [Row("P7", f"{P7_VF}: skipped: {data}", None)], {}, {}
+    ready = {row: ms(s) for row, s in data["ready"].items()}
+    down = {row: ms(s) for row, s in data["teardown"].items()}
+    iterations = data["iterations"]
+    if not ready["ours"]:
+        why = f"every one of {iterations} RunPodSandbox answers came before the connect"
+        return [Row("P7", f"{P7_VF}: skipped: {why}", None)], {}, {}
+    ours, floor = stat(ready["ours"], "ms"), stat(ready["floor"], "ms")
+    stop, home = stat(down["ours"], "ms"), stat(down["floor"], "ms")
+    trips = ", ".join(f"{k} {v}" for k, v in data["round_trips"].items())
+    rows = [
+        Row("P7", f"RunPodSandbox to its answer, connected ({P7_VF}: one sriov VF)", ours,
+            "floor through the agent", floor, ratio(ours, floor), "", None,
+            f"{data['answered_before_ready']} of {iterations} answered before ready; guest "
+            f"{data['guest_kernel']}, boot {data['boot_seconds']} s; round trips {trips}; "
+            f"{data['cni']}"),
+        Row("P7", f"StopPodSandbox to its answer ({P7_VF}, teardown, timed apart)", stop,
+            "floor's move home", home, ratio(stop, home), "", None),
+    ]  # fmt: skip
+    samples = {"VF ours RunPodSandbox": ready["ours"], "VF floor move in": ready["floor"]}
+    facts = {k: v for k, v in data.items() if k not in ("ready", "teardown", "early_answers")}
+    facts["early_answers_ms"] = ms(data["early_answers"])
+    facts["teardown_ms"] = down
+    return rows, samples, facts
+
+
+def p7_pod_ready(sizes: Sizes, log: Path, guest: bool) -> Outcome:
     title = TITLES["P7"]
     refused = needs_root("P7", title)
     if refused is not None:
@@ -441,12 +487,14 @@ def p7_pod_ready(sizes: Sizes) -> Outcome:
         Row("P7", "StopPodSandbox to its answer (teardown, timed apart)", stop,
             "pyroute2 floor delete", floor_del, ratio(stop, floor_del), "", None,
             "the floor's delete waits for its ack, after an RCU grace period"),
-        Row("P7", f"a VF on P6's emulated host: {P7_VF_SKIPPED}", None),
     ]  # fmt: skip
+    vf_rows, vf_samples, vf_facts = p7_vf(sizes, log, guest)
+    rows += vf_rows
     samples = {
         "ours RunPodSandbox": ready["ours"],
         "CNI ADD": ready["CNI"],
         "floor attach": ready["floor"],
+        **vf_samples,
     }
     facts = {
         "iterations": iterations,
@@ -458,6 +506,7 @@ def p7_pod_ready(sizes: Sizes) -> Outcome:
         "log_level": m.service_log_level,  # the service's and the coordinator's: INFO
         "teardown_ms": down,
         "pod_side": m.notes,
+        **({"vf": vf_facts} if vf_facts else {}),
     }
     return Outcome("P7", title, rows, samples, facts=facts)
 
@@ -482,7 +531,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated goals to run (P1,...)")
     parser.add_argument("--skip", default="", help="comma-separated goals to leave out")
     parser.add_argument("--skip-rig", action="store_true", help="leave out P4 (minutes)")
-    parser.add_argument("--skip-vm", action="store_true", help="leave out P6 (boots a guest)")
+    parser.add_argument(
+        "--skip-vm", action="store_true", help="leave out P6 and P7's VF row (boot a guest)"
+    )
     parser.add_argument(
         "--rig-summary", type=Path, help="P4 from this summary.json instead of running the rig"
     )
@@ -510,7 +561,7 @@ def main() -> int:
         "P4": lambda: p4_rig(args.rig_summary, logs / "rig.log"),
         "P5": lambda: p5_startup(sizes),
         "P6": lambda: p6_vf(sizes, logs / "vf.log"),
-        "P7": lambda: p7_pod_ready(sizes),
+        "P7": lambda: p7_pod_ready(sizes, logs / "pod-vf.log", not args.skip_vm),
     }
     started = time.time()
     load_before = loadavg()

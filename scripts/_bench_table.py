@@ -19,7 +19,7 @@ the CNI plugins and strace; the `bench` dependency group: matplotlib), runs ever
 benchmark below into `reports/bench/results.json`, then writes this section and the
 PNGs under `docs/benchmarks/`. `--skip-rig` leaves out P4 (minutes), `--rig-summary
 reports/summary.json` takes P4 from an earlier rig run instead, `--skip-vm` leaves out
-P6 (boots a guest), `--only P1,P3` / `--skip P2` choose, `--quick` is a trial with few
+P6 and P7's VF row (they boot a guest), `--only P1,P3` / `--skip P2` choose, `--quick` is a trial with few
 iterations. It asserts no timing: a verdict below is data.
 
 | goal | what runs | ours | peer |
@@ -31,6 +31,7 @@ iterations. It asserts no timing: a verdict below is data.
 | P5 | `scripts/bench_startup.py` (`measure()`): each service exec'd on the fake kernel, until an authenticated GetInfo says ready; links over a journal of 1,000 in-flight ConnectNetworks | the three services; recovery | a bare gRPC server (`import grpc`, a Unix socket) |
 | P6 | `scripts/_bench_vf.py` under `flock /tmp/dranp-guest.lock`: the VM lab's guest (TCG), a session lending igb PF 0 and its VF 0 | ConnectNetwork+RemoveNetwork of the `sriov` plugin over the real `networkplugin-vf` socket (its kernel: the guest's agent) | the VF moved in under its final name and set up, then moved home, through the same relay and agent |
 | P7 | `scripts/bench_pod_ready.py` (`measure()`): a `NetnsLab`; `KubernetesNode` in process (journal on disk, log at INFO) with its real NRI plugin on `NRIRuntimeSim`'s socket, its API client on `FakeAPIServer`, `networkplugin-links` as a process; the `sdk-macvlan` claim prepared once through `KubeletSim`; teardown timed apart | RunPodSandbox, send to answer, counted only if the sandbox is `connected` in the journal at the answer; StopPodSandbox | `/usr/lib/cni/macvlan` ADD, then DEL; P1's pyroute2 floor: the attach, then the delete |
+| P7 (VF) | `scripts/_bench_pod_vf.py` under `flock /tmp/dranp-guest.lock`: P6's guest and session (igb PF 0 and its VF 0 lent), the same `KubernetesNode` and peers with `networkplugin-vf` as a process; the claim of a one-step `sriov` topology (`bench-vf`, VF 0 as `net1`) on the session's inventory | RunPodSandbox and StopPodSandbox, as above | P6's floor split at the pod: the VF moved in under its final name and set up, then moved home, through the same relay and agent; no CNI peer (Debian's plugins have no sriov; host-device would have to run inside the guest) |
 """
 
 
