@@ -94,6 +94,8 @@ def test_the_vf_pod_over_every_wire(
         run = wire_scenario_run(TOPOLOGY, scenario, tmp_path / str(index), make_node)
         record(rig_stats, run.steps, run.violations, f"{TOPOLOGY} over the wire: {scenario}")
         allure.attach(run.api_requests, "API server requests", allure.attachment_type.TEXT)
+        rig_stats.add("gate_refusals", run.gate_refusals)
+        rig_stats.add("evictions", run.evictions)
         failures += [f"{scenario}: {v}" for v in run.violations]
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
 
