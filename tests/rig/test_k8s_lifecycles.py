@@ -40,10 +40,10 @@ REPRODUCE = f"starting state seed {SEED}: reproduce with {SEED_ENV}={SEED}"
 # Crash runs per topology on the tiers whose labs are slow to make (seeded, logged);
 # the fake tier crashes at every point.
 SAMPLE = 8
-NO_VFS = {
-    t: "needs SR-IOV VFs, which this tier's labs do not lend (tests/rig/test_k8s_nic_lab.py)"
-    for t in ("sdk-vf-bond-vlan", "sdk-vf-bond")
-}
+NO_VFS = dict.fromkeys(
+    ("sdk-vf-bond-vlan", "sdk-vf-bond"),
+    "needs SR-IOV VFs, which this tier's labs do not lend (tests/rig/test_k8s_nic_lab.py)",
+)
 
 
 def node_factory(lab_factory: Callable[[], Lab]) -> NodeFactory:
