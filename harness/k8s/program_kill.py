@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from labs import SANDBOX, CoordinatorProcess, Lab, Node
+from labs import CoordinatorProcess, Lab, Node
 from plugins.coordinator import (
     CLAIM_KIND,
     SANDBOX_KIND,
@@ -38,7 +38,7 @@ from plugins.coordinator import (
     sandbox_unit,
 )
 
-from ..invariants import violations, without_namespace
+from ..invariants import violations
 from ..scenarios import TOPOLOGY_DIR, lab_inventory
 from .apiserver import FakeAPIServer
 from .kubelet import KubeletSim, PodClaim
@@ -100,8 +100,12 @@ class K8sProgramRig:
         self._short = Path(tempfile.mkdtemp(prefix="k8s-kill-", dir="/tmp"))
         self.node: Node | None = None
         try:
-            self.node = Node(lab, root / "node", processes=True, coordinator=False)
-            self.baseline = without_namespace(self.node.snapshot(), SANDBOX)
+            # Each run's pod has a namespace of its own: a namespace deleted and made
+            # again under the same path may get the dead one's inode, and then the
+            # services' kernel refuses it (ESTALE: the netns cookie differs), as it must
+            # when a handle cannot tell the two apart.
+            self.node = Node(lab, root / "node", processes=True, coordinator=False, pod=None)
+            self.baseline = self.node.snapshot()
             self.inventory = lab_inventory(lab)
             self.api = self._stack.enter_context(FakeAPIServer())
             self.runtime = self._stack.enter_context(NRIRuntimeSim(self._short / "nri.sock"))
@@ -145,7 +149,8 @@ class K8sProgramRig:
         armed = None if point is None else renamed(point, n)
         result = ProgramKillRun(armed or "-", "-")
         self.api.put_claim(claim_object(topology, ids["uid"], ids["pod"], self.inventory))
-        netns = self.node.sandbox().namespace.path
+        pod_ns = f"pod-{n}"
+        netns = self.node.sandbox(pod_ns).namespace.path
         sandbox = SimSandbox(ids["sandbox"], "web", "default", ids["pod"], netns)
         claims = [PodClaim(DRIVER, ids["uid"], "default", "net")]
         self.program.start(crash_at=armed)
@@ -166,11 +171,12 @@ class K8sProgramRig:
                 if phase in KUBELET_RETRIES:
                     continue  # the kubelet's retry of the same call
             elif not answered:
-                result.violations.append(f"{phase} failed with the coordinator alive")
+                why = result.steps[-1].strip() if result.steps[-1] != phase else ""
+                result.violations.append(f"{phase} failed with the coordinator alive: {why}")
             index += 1
         if armed is not None and not killed:
             result.violations.append(f"{armed} was not reached")
-        self._check(result, ids)
+        self._check(result, ids, pod_ns)
         return result
 
     def _died(self, answered: bool) -> bool:
@@ -245,9 +251,13 @@ class K8sProgramRig:
     ) -> bool:
         runtime, kubelet = self.runtime, self.kubelet
         if phase == "prepare":
-            return not kubelet.prepare(ids["pod"], claims)[ids["uid"]].error
-        if phase == "unprepare":
-            return not any(kubelet.unprepare(ids["pod"], claims).values())
+            error = kubelet.prepare(ids["pod"], claims)[ids["uid"]].error
+        elif phase == "unprepare":
+            error = "; ".join(e for e in kubelet.unprepare(ids["pod"], claims).values() if e)
+        if phase in ("prepare", "unprepare"):
+            if error:
+                result.steps.append(f"  the kubelet's {phase}: {error}")
+            return not error
         if phase == "run_sandbox":
             outcome = runtime.run_pod_sandbox(sandbox)
         elif phase == "create_container":
@@ -264,6 +274,8 @@ class K8sProgramRig:
             outcome = runtime.remove_pod_sandbox(sandbox.id)
         # The runtime goes on without a plugin that does not answer (fail-open): what
         # says whether we answered is the outcome's list, not whether it proceeded.
+        if outcome.refusal is not None:
+            result.steps.append(f"  refused: {outcome.refusal}")
         if outcome.dropped:
             result.steps.append(f"  the runtime dropped us ({outcome.dropped[0].reason}), went on")
         return any(DRIVER in name for name in outcome.answered)
@@ -276,7 +288,7 @@ class K8sProgramRig:
         except TimeoutError as exc:
             result.violations.append(f"the peers did not {'re' if again else ''}register: {exc}")
 
-    def _check(self, result: ProgramKillRun, ids: dict[str, str]) -> None:
+    def _check(self, result: ProgramKillRun, ids: dict[str, str], pod_ns: str) -> None:
         assert self.node is not None
         code = self.program.stop()
         if code != 0:
@@ -294,7 +306,9 @@ class K8sProgramRig:
                 for u, (s, _) in journal.units(SANDBOX_KIND).items()
                 if s not in ("stopped", "removed") and u == sandbox_unit(ids["sandbox"])
             ]
-            result.violations += violations(self.baseline, self.node.kernel, journal, clients)
+            result.violations += violations(
+                self.baseline, self.node.kernel, journal, clients, sandbox=pod_ns
+            )
         finally:
             journal.close()
             for c in clients.values():
