@@ -352,6 +352,21 @@ def test_the_config_resolves_paths_against_its_directory(tmp_path: Path) -> None
         ({"logFormat": "xml"}, "$.logFormat: "),
         ({"metrics": {"port": 9464, "textfile": "m.prom"}}, "$.metrics.textfile: "),
         ({"metrics": {}}, "$.metrics.textfile: missing required field 'textfile'"),
+        # the Kubernetes node (issue 27)
+        ({"kubernetes": {}}, "$.kubernetes.nodeName: missing required field 'nodeName'"),
+        ({"kubernetes": {"nodeName": "n", "nriIndex": "7"}}, "$.kubernetes.nriIndex: "),
+        (
+            {"kubernetes": {"nodeName": "n", "answerWithinSeconds": 2.5}},
+            "$.kubernetes.answerWithinSeconds: ",
+        ),
+        (
+            {"kubernetes": {"nodeName": "n", "kubeconfig": "k", "apiServer": "http://a"}},
+            "$.kubernetes.apiServer: ",
+        ),
+        (
+            {"kubernetes": {"nodeName": "n", "kubeletPluginsDir": "${ROOT}/plugins"}},
+            "$.kubernetes.kubeletPluginsDir: '${ROOT}/plugins' holds an unexpanded ${...}",
+        ),
     ],
 )
 def test_a_bad_config_is_refused_naming_the_key(
@@ -363,6 +378,18 @@ def test_a_bad_config_is_refused_naming_the_key(
     assert refused.value.message.startswith(f"coordinator config {path}: ")
     assert problem in refused.value.message
     assert "\n" not in refused.value.message
+
+
+def test_the_kubernetes_section_is_read_with_its_defaults(tmp_path: Path) -> None:
+    config = CoordinatorConfig.load(
+        write_config(tmp_path, kubernetes={"nodeName": "node-1", "nriSocket": None})
+    )
+    k8s = config.kubernetes
+    assert k8s is not None
+    assert (k8s.node_name, k8s.driver, k8s.nri_socket) == ("node-1", "dra.networking", None)
+    assert str(k8s.registry_dir) == "/var/lib/kubelet/plugins_registry"
+    assert k8s.answer_within_seconds == 1.5
+    assert CoordinatorConfig.load(write_config(tmp_path)).kubernetes is None
 
 
 def test_a_topology_naming_an_unlisted_plugin_is_refused(tmp_path: Path) -> None:
