@@ -7,118 +7,34 @@ the gate admits the container, and everything is back as it was at the end."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import allure
 import pytest
 
-from harness.inprocess import in_process_node
-from harness.k8s.apiserver import FakeAPIServer
-from harness.k8s.kubelet import KubeletSim, PodClaim
-from harness.k8s.nri_runtime import NRIRuntimeSim, SimSandbox
-from harness.k8s.pod_lifecycle import TOPOLOGY_FILES, lab_resolver, scheduled_claim
-from harness.scenarios import TOPOLOGY_DIR, compiled, example_inventory
-from labs import Node
-from plugins.coordinator import Allocator, KubernetesConfig, KubernetesNode, load_policies
-from plugins.coordinator.nri import NRIPlugin
+from harness.k8s.kubelet import PodClaim
+from harness.k8s.nri_runtime import SimSandbox
+from harness.k8s.pod_lifecycle import TOPOLOGY_FILES, scheduled_claim
+from harness.k8s.wire_node import DEADLINE_S, DRIVER, claim_object, wired_node
+from harness.k8s.wire_node import WiredNode as Wired
+
+__all__ = ["DEADLINE_S", "DRIVER", "Wired", "claim_object", "wired"]
 
 pytestmark = pytest.mark.fake
-
-DRIVER = "dra.networking"
-DEADLINE_S = 10.0
-
-
-@dataclass
-class Wired:
-    node: Node
-    api: FakeAPIServer
-    kubelet: KubeletSim
-    runtime: NRIRuntimeSim
-    k8s: KubernetesNode
 
 
 @pytest.fixture
 def wired(tmp_path: Path) -> Iterator[Wired]:
-    short = Path(tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))  # sun_path holds 107 bytes
-    node = in_process_node(tmp_path / "node")
-    pool = example_inventory().pool
-    config = KubernetesConfig(
-        node_name=pool,
-        plugins_dir=short / "plugins",
-        registry_dir=short / "registry",
-        nri_socket=short / "nri.sock",
-        answer_within_seconds=1.5,
-    )
-    policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
-    try:
-        with (
-            FakeAPIServer() as api,
-            NRIRuntimeSim(short / "nri.sock") as runtime,
-            KubeletSim(short / "registry", tmp_path / "checkpoint.json") as kubelet,
-        ):
-            k8s = KubernetesNode(
-                KubernetesConfig(**{**config.__dict__, "api_server": api.url}),
-                node.journal,
-                node.coordinator,
-                {t: compiled(f) for t, f in TOPOLOGY_FILES.items()},
-                Allocator(example_inventory(), policies),
-                resolve_namespace=lab_resolver(node),
-                nri_plugin=NRIPlugin,
+    """The coordinator's Kubernetes node on the fake lab, its three peers on their wires."""
+    with wired_node(tmp_path) as node:
+        try:
+            yield node
+        finally:
+            # What the client library asked of the API server, for the report.
+            allure.attach(
+                node.api.request_log_text(), "API server requests", allure.attachment_type.TEXT
             )
-            try:
-                k8s.start()
-                kubelet.wait_registered(DRIVER, DEADLINE_S)
-                runtime.wait_for_plugin(DRIVER, DEADLINE_S)
-                yield Wired(node, api, kubelet, runtime, k8s)
-            finally:
-                k8s.stop()
-                # What the client library asked of the API server, for the report.
-                allure.attach(
-                    api.request_log_text(), "API server requests", allure.attachment_type.TEXT
-                )
-    finally:
-        node.close()
-        shutil.rmtree(short, ignore_errors=True)
-
-
-def claim_object(topology: str, uid: str, pod_uid: str) -> dict[str, Any]:
-    """The ResourceClaim as the scheduler leaves it: allocated, reserved for the pod."""
-    claim = scheduled_claim(topology, uid, pod_uid)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": claim.name, "namespace": claim.namespace, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": d.request} for d in claim.devices]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": d.request, "driver": DRIVER, "pool": d.pool, "device": d.device}
-                        for d in claim.devices
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "opaque": {
-                                "driver": DRIVER,
-                                "parameters": {
-                                    "apiVersion": "dra.networking/v1alpha1",
-                                    "kind": "NetworkAttachment",
-                                    "topology": topology,
-                                },
-                            },
-                        }
-                    ],
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": "web", "uid": pod_uid}],
-        },
-    }
 
 
 @pytest.mark.parametrize("topology", sorted(TOPOLOGY_FILES))
