@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -209,6 +208,8 @@ class _Pod:
     sandbox_id: str = "sandbox-1"
     steps: list[str] = field(default_factory=list)
     found: list[str] = field(default_factory=list)
+    ungated: list[str] = field(default_factory=list)
+    """Containers the runtime created while we were away (no gate answered for them)."""
 
     def __post_init__(self) -> None:
         node = self.wired.node
@@ -255,6 +256,8 @@ class _Pod:
             if outcome.refusal is None:
                 if outcome.dropped or not outcome.answered:
                     self.step("  -> created while we were away (ungated)")
+                    assert outcome.container is not None
+                    self.ungated.append(outcome.container.id)
                 self.check_status_names_a_pod_interface()
                 return
             self.step(f"  -> refused: {outcome.refusal}")
@@ -276,34 +279,21 @@ class _Pod:
                 )
 
     def wait_reregistered(self, connections_before: int) -> None:
+        """The runtime dropped us at the event: the plugin it synchronizes next is our
+        new connection."""
         self.step("the plugin reconnects, registers again and is synchronized")
-        runtime = self.wired.runtime
-        done = threading.Event()
-
-        def again() -> bool:
-            plugins = [p for p in runtime.plugins if p.base == DRIVER]
-            return any(p.connection > connections_before for p in plugins)
-
-        deadline = threading.Event()
-        for _ in range(int(DEADLINE_S / 0.05)):
-            if again():
-                done.set()
-                break
-            deadline.wait(0.05)
-        if not done.is_set():
-            self.found.append("the NRI plugin did not register again")
-            return
-        runtime.wait_for_plugin(DRIVER, DEADLINE_S)
+        plugin = self.wired.runtime.wait_for_plugin(DRIVER, DEADLINE_S)
+        if plugin.connection <= connections_before:
+            self.found.append(f"the NRI plugin did not register again: {plugin}")
 
     def wait_evicted(self) -> bool:
-        """Every container of the pod the gate never admitted is evicted (deadline)."""
-        waited = threading.Event()
-        for _ in range(int(DEADLINE_S / 0.05)):
-            ungated = self.ungated_containers()
-            if not ungated:
-                return True
-            waited.wait(0.05)
-        return False
+        """Every container that started while we were away is evicted (deadline)."""
+        try:
+            for container_id in self.ungated:
+                self.wired.runtime.wait_for_eviction(container_id, DEADLINE_S)
+        except TimeoutError:
+            return False
+        return not self.ungated_containers()
 
     def connection(self) -> int:
         return max(
