@@ -23,8 +23,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -43,18 +41,14 @@ from ..scenarios import TOPOLOGY_DIR, lab_inventory
 from .apiserver import FakeAPIServer
 from .kubelet import KubeletSim, PodClaim
 from .nri_runtime import NRIRuntimeSim, SimSandbox
-from .pod_lifecycle import POD_PHASES, TOPOLOGY_FILES
+from .pod_lifecycle import KUBELET_RETRIES, POD_PHASES, TOPOLOGY_FILES, PodLifecycle
 from .wire_node import DRIVER, claim_object
 
 __all__ = ["K8sProgramRig", "ProgramKillRun", "run_identities"]
 
 DEADLINE_S: Final = 20.0
-KUBELET_RETRIES: Final = ("prepare", "create_container", "unprepare")
-# The in-process reference's identities (harness.k8s.pod_lifecycle.PodLifecycle).
-REFERENCE_IDS: Final = {
-    "5f1c0a2e-7d41-4c55-9a36-0c9d2b6e1f01": "uid",
-    "sandbox-1": "sandbox",
-}
+# The in-process reference's identities, its points' names are made of.
+REFERENCE_IDS: Final = {PodLifecycle.uid: "uid", PodLifecycle.sandbox_id: "sandbox"}
 
 
 def run_identities(n: int) -> dict[str, str]:
@@ -204,9 +198,10 @@ class K8sProgramRig:
         if not ungated:
             return
         result.steps.append(f"  containers that started ungated: {sorted(ungated)}")
-        with self.runtime_changed() as changed:
-            evicted = changed(lambda: not self._ungated(sandbox.id))
-        if not evicted:
+        try:
+            for container_id in sorted(ungated):
+                self.runtime.wait_for_eviction(container_id, DEADLINE_S)
+        except TimeoutError:
             result.violations.append(f"ungated containers never evicted: {sorted(ungated)}")
             return
         result.steps.append("  evicted; the kubelet recreates the container")
@@ -214,32 +209,17 @@ class K8sProgramRig:
             result.violations.append("the recreated container was refused")
 
     def _ungated(self, sandbox_id: str) -> set[str]:
+        # An evicted container is gone from the runtime's list.
         running = {c.id for c in self.runtime.containers if c.sandbox_id == sandbox_id}
-        evicted = {e.container_id for e in getattr(self.runtime, "evictions", ())}
-        admitted = self._admitted_live(sandbox_id)
-        return running - admitted - evicted
+        return running - self._gated()
 
-    def _admitted_live(self, sandbox_id: str) -> set[str]:
+    def _gated(self) -> set[str]:
         """The containers the gate admitted, as the runtime saw them answered."""
         return {
             r.target
             for r in self.runtime.events_for(DRIVER)
             if r.event == "CreateContainer" and r.result == "answered"
         }
-
-    @contextlib.contextmanager
-    def runtime_changed(self) -> Iterator[Callable[[Callable[[], bool]], bool]]:
-        """``changed(predicate)``: wait (up to the deadline) until ``predicate`` holds."""
-        done = threading.Event()
-
-        def wait(predicate: Callable[[], bool]) -> bool:
-            for _ in range(int(DEADLINE_S / 0.05)):
-                if predicate():
-                    return True
-                done.wait(0.05)
-            return predicate()
-
-        yield wait
 
     def _phase(
         self,
