@@ -33,6 +33,7 @@ from plugins.coordinator import (
     ClaimDevice,
     ClaimProblem,
     ClaimSourceUnavailable,
+    CoordinatorJournal,
     GateRefused,
     Inventory,
     KubeClaim,
@@ -62,6 +63,7 @@ __all__ = [
     "pod_reference",
     "pod_scenario_run",
     "scheduled_claim",
+    "unfinished_pod_units",
 ]
 
 POD_PHASES = (
@@ -263,18 +265,24 @@ class PodLifecycle:
 
     def leftovers(self) -> list[str]:
         """Pod units not finished once the pod is gone."""
-        journal = self.node.journal
-        found = [
-            f"{unit} left {state}"
-            for unit, (state, _) in journal.units(CLAIM_KIND).items()
-            if state != "unprepared"
-        ]
-        found += [
-            f"{unit} left {state}"
-            for unit, (state, _) in journal.units(SANDBOX_KIND).items()
-            if state not in ("stopped", "removed")
-        ]
-        return found
+        return unfinished_pod_units(self.node.journal)
+
+
+def unfinished_pod_units(
+    journal: CoordinatorJournal, claim_uid: str | None = None, sandbox_id: str | None = None
+) -> list[str]:
+    """The pod side's units a finished pod leaves unfinished: a claim not unprepared, a
+    sandbox not stopped (only ``claim_uid``'s and ``sandbox_id``'s when given)."""
+    claims = [
+        f"{unit} left {state}"
+        for unit, (state, detail) in journal.units(CLAIM_KIND).items()
+        if state != "unprepared" and claim_uid in (None, detail["claim"]["uid"])
+    ]
+    return claims + [
+        f"{unit} left {state}"
+        for unit, (state, _) in journal.units(SANDBOX_KIND).items()
+        if state not in ("stopped", "removed") and sandbox_id in (None, unit.partition(":")[2])
+    ]
 
 
 @dataclass

@@ -29,11 +29,8 @@ from typing import Final
 
 from labs import CoordinatorProcess, Lab, Node
 from plugins.coordinator import (
-    CLAIM_KIND,
-    SANDBOX_KIND,
     CoordinatorJournal,
     attachment_for,
-    sandbox_unit,
 )
 
 from ..invariants import violations
@@ -41,7 +38,13 @@ from ..scenarios import TOPOLOGY_DIR, lab_inventory
 from .apiserver import FakeAPIServer
 from .kubelet import KubeletSim, PodClaim
 from .nri_runtime import NRIRuntimeSim, SimSandbox
-from .pod_lifecycle import KUBELET_RETRIES, POD_PHASES, TOPOLOGY_FILES, PodLifecycle
+from .pod_lifecycle import (
+    KUBELET_RETRIES,
+    POD_PHASES,
+    TOPOLOGY_FILES,
+    PodLifecycle,
+    unfinished_pod_units,
+)
 from .wire_node import DRIVER, claim_object
 
 __all__ = ["K8sProgramRig", "ProgramKillRun", "run_identities"]
@@ -276,16 +279,8 @@ class K8sProgramRig:
         journal = CoordinatorJournal(self.program.state_dir)  # the program is stopped
         clients = self.node.clients()
         try:
-            result.violations += [
-                f"{u} left {s}"
-                for u, (s, d) in journal.units(CLAIM_KIND).items()
-                if s != "unprepared" and d["claim"]["uid"] == ids["uid"]
-            ]
-            result.violations += [
-                f"{u} left {s}"
-                for u, (s, _) in journal.units(SANDBOX_KIND).items()
-                if s not in ("stopped", "removed") and u == sandbox_unit(ids["sandbox"])
-            ]
+            # This run's units: an earlier run's failure is reported once, by that run.
+            result.violations += unfinished_pod_units(journal, ids["uid"], ids["sandbox"])
             result.violations += violations(
                 self.baseline, self.node.kernel, journal, clients, sandbox=pod_ns
             )

@@ -23,8 +23,6 @@ from typing import Any, Final
 
 from labs import Node
 from plugins.coordinator import (
-    CLAIM_KIND,
-    SANDBOX_KIND,
     Allocator,
     KubernetesConfig,
     KubernetesNode,
@@ -46,6 +44,7 @@ from .pod_lifecycle import (
     lab_resolver,
     node_violations,
     scheduled_claim,
+    unfinished_pod_units,
 )
 
 __all__ = ["DRIVER", "WIRE_SCENARIOS", "WireRun", "WiredNode", "claim_object", "wire_scenario_run"]
@@ -321,14 +320,7 @@ class _Pod:
     def checked(self) -> WireRun:
         wired = self.wired
         journal = wired.node.journal
-        self.found += [
-            f"{u} left {s}" for u, (s, _) in journal.units(CLAIM_KIND).items() if s != "unprepared"
-        ]
-        self.found += [
-            f"{u} left {s}"
-            for u, (s, _) in journal.units(SANDBOX_KIND).items()
-            if s not in ("stopped", "removed")
-        ]
+        self.found += unfinished_pod_units(journal)
         status = (wired.api.claim("default", "net") or {}).get("status", {})
         if status.get("devices"):
             self.found.append(

@@ -176,8 +176,9 @@ def _last_interface(
                         description = json.loads(handle.description_json or "{}")
                     except ValueError:
                         continue
+                    # The KernelInterface/v1 description (plugins.effects: ``describe``).
                     found = {
-                        "name": str(description.get("name") or description.get("ifName") or ""),
-                        "mac": str(description.get("mac") or description.get("address") or ""),
+                        "name": str(description.get("ifName") or ""),
+                        "mac": str(description.get("mac") or ""),
                     }
     return found
