@@ -170,6 +170,40 @@ def _log_failures(rpc: str, errors: Mapping[str, str]) -> None:
             log.warning("%s: claim %s: %s", rpc, uid or "(no uid)", error)
 
 
+def _prepared(
+    response: v1.NodePrepareResourcesResponse | v1beta1.NodePrepareResourcesResponse,
+    outcomes: Mapping[str, PrepareOutcome],
+) -> None:
+    """Fill either version's response (the same fields; v1beta1 has no ``share_id``: a
+    kubelet that speaks only v1beta1 cannot be told which share of a device this is, and
+    does not ask)."""
+    _log_failures("NodePrepareResources", {u: o.error for u, o in outcomes.items()})
+    shares = isinstance(response, v1.NodePrepareResourcesResponse)
+    for uid, outcome in outcomes.items():
+        entry = response.claims[uid]
+        if outcome.error:
+            entry.error = outcome.error
+            continue
+        for device in outcome.devices:
+            out = entry.devices.add(
+                request_names=device.requests,
+                pool_name=device.pool,
+                device_name=device.device,
+                cdi_device_ids=device.cdi_device_ids,
+            )
+            if shares and device.share_id:
+                out.share_id = device.share_id  # type: ignore[union-attr]
+
+
+def _unprepared(
+    response: v1.NodeUnprepareResourcesResponse | v1beta1.NodeUnprepareResourcesResponse,
+    errors: Mapping[str, str],
+) -> None:
+    _log_failures("NodeUnprepareResources", errors)
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+
+
 class DRAPluginV1(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
@@ -179,33 +213,15 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):
     def NodePrepareResources(
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
-        outcomes = prepare_claims(self._preparer, request.claims)
-        _log_failures("NodePrepareResources", {u: o.error for u, o in outcomes.items()})
         response = v1.NodePrepareResourcesResponse()
-        for uid, outcome in outcomes.items():
-            entry = response.claims[uid]
-            if outcome.error:
-                entry.error = outcome.error
-                continue
-            for device in outcome.devices:
-                out = entry.devices.add(
-                    request_names=device.requests,
-                    pool_name=device.pool,
-                    device_name=device.device,
-                    cdi_device_ids=device.cdi_device_ids,
-                )
-                if device.share_id:
-                    out.share_id = device.share_id
+        _prepared(response, prepare_claims(self._preparer, request.claims))
         return response
 
     def NodeUnprepareResources(
         self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
-        errors = unprepare_claims(self._preparer, request.claims)
-        _log_failures("NodeUnprepareResources", errors)
         response = v1.NodeUnprepareResourcesResponse()
-        for uid, error in errors.items():
-            response.claims[uid].error = error
+        _unprepared(response, unprepare_claims(self._preparer, request.claims))
         return response
 
 
@@ -218,31 +234,13 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
     def NodePrepareResources(
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
-        outcomes = prepare_claims(self._preparer, request.claims)
-        _log_failures("NodePrepareResources", {u: o.error for u, o in outcomes.items()})
         response = v1beta1.NodePrepareResourcesResponse()
-        for uid, outcome in outcomes.items():
-            entry = response.claims[uid]
-            if outcome.error:
-                entry.error = outcome.error
-                continue
-            for device in outcome.devices:
-                # v1beta1 has no share_id: a kubelet that speaks only v1beta1 cannot be
-                # told which share of a device this is, and does not ask.
-                entry.devices.add(
-                    request_names=device.requests,
-                    pool_name=device.pool,
-                    device_name=device.device,
-                    cdi_device_ids=device.cdi_device_ids,
-                )
+        _prepared(response, prepare_claims(self._preparer, request.claims))
         return response
 
     def NodeUnprepareResources(
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
-        errors = unprepare_claims(self._preparer, request.claims)
-        _log_failures("NodeUnprepareResources", errors)
         response = v1beta1.NodeUnprepareResourcesResponse()
-        for uid, error in errors.items():
-            response.claims[uid].error = error
+        _unprepared(response, unprepare_claims(self._preparer, request.claims))
         return response
