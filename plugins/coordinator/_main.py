@@ -297,42 +297,29 @@ def _recover(
     allocator: Allocator,
     crash: CrashPoints,
 ) -> KubernetesNode | None:
-    """Finish what a crash interrupted, then start the Kubernetes node if configured
-    (its pod side recovers first, then the kubelet and the runtime are let in)."""
+    """Finish what a crash interrupted, then start the Kubernetes node if the config asks
+    for one (its pod side recovers first, then the kubelet and the runtime are let in;
+    the Kubernetes clients are loaded only then)."""
     notes = service.recover()
-    node = _kubernetes_node(config, journal, service, topologies, allocator, crash)
-    if node is not None:
+    node = None
+    if config.kubernetes is not None and journal is not None and service.coordinator is not None:
+        from ._kube_node import KubernetesNode
+        from .nri import NRIPlugin
+
+        node = KubernetesNode(
+            config.kubernetes,
+            journal,
+            service.coordinator,
+            topologies,
+            allocator,
+            nri_plugin=NRIPlugin,
+            lock=service.lock,
+            crash=None if crash is NO_CRASH else crash,
+        )
         notes += node.start()
     for note in notes:
         log.warning("recovery: %s", note)
     return node
-
-
-def _kubernetes_node(
-    config: CoordinatorConfig,
-    journal: CoordinatorJournal | None,
-    service: CoordinatorService,
-    topologies: Mapping[str, CompiledTopology],
-    allocator: Allocator,
-    crash: CrashPoints,
-) -> KubernetesNode | None:
-    """The kubelet's and the runtime's plugins, when the config asks for them (the
-    Kubernetes clients are loaded only then)."""
-    if config.kubernetes is None or journal is None or service.coordinator is None:
-        return None
-    from ._kube_node import KubernetesNode
-    from .nri import NRIPlugin
-
-    return KubernetesNode(
-        config.kubernetes,
-        journal,
-        service.coordinator,
-        topologies,
-        allocator,
-        nri_plugin=NRIPlugin,
-        lock=service.lock,
-        crash=None if crash is NO_CRASH else crash,
-    )
 
 
 def _publish_metrics(
