@@ -52,6 +52,7 @@ from .kubelet import (
     PreparedDevice,
     PrepareOutcome,
 )
+from .nri import Container, PodSandbox
 
 log = logging.getLogger("plugins.coordinator.kubernetes")
 
@@ -150,7 +151,7 @@ class KubeletClaims:
         return answers
 
 
-def sandbox_info(sandbox: Any) -> PodSandboxInfo:
+def sandbox_info(sandbox: PodSandbox) -> PodSandboxInfo:
     """An NRI ``PodSandbox`` (``plugins.coordinator.nri``) as the pod side sees it."""
     return PodSandboxInfo(
         sandbox.id, sandbox.uid, sandbox.namespace, sandbox.name, sandbox.netns_path
@@ -163,21 +164,23 @@ class RuntimeEvents:
     def __init__(self, pods: PodNetworks) -> None:
         self._pods = pods
 
-    def synchronize(self, sandboxes: Sequence[Any], containers: Sequence[Any]) -> list[str]:
+    def synchronize(
+        self, sandboxes: Sequence[PodSandbox], containers: Sequence[Container]
+    ) -> list[str]:
         return self._pods.synchronize(
             [sandbox_info(s) for s in sandboxes], [(c.id, c.sandbox_id) for c in containers]
         )
 
-    def run_pod_sandbox(self, sandbox: Any) -> None:
+    def run_pod_sandbox(self, sandbox: PodSandbox) -> None:
         self._pods.run_pod_sandbox(sandbox_info(sandbox))
 
-    def stop_pod_sandbox(self, sandbox: Any) -> None:
+    def stop_pod_sandbox(self, sandbox: PodSandbox) -> None:
         self._pods.stop_pod_sandbox(sandbox_info(sandbox))
 
-    def remove_pod_sandbox(self, sandbox: Any) -> None:
+    def remove_pod_sandbox(self, sandbox: PodSandbox) -> None:
         self._pods.remove_pod_sandbox(sandbox_info(sandbox))
 
-    def create_container(self, sandbox: Any, container: Any) -> list[str]:
+    def create_container(self, sandbox: PodSandbox, container: Container) -> list[str]:
         return self._pods.create_container(sandbox_info(sandbox), container.id)
 
 
