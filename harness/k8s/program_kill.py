@@ -154,6 +154,7 @@ class K8sProgramRig:
         self._wait_peers(result)
         killed = False
         index = 0
+        dropped = self._drops()
         while index < len(POD_PHASES):
             phase = POD_PHASES[index]
             result.steps.append(phase)
@@ -162,6 +163,7 @@ class K8sProgramRig:
                 killed = True
                 result.killed_in = phase
                 result.steps.append(f"  the coordinator was killed at {armed}; started again")
+                self._wait_dropped(result, dropped)
                 self.program.start()
                 self._wait_peers(result, again=True)
                 self._evicted_then_recreated(phase, sandbox, result)
@@ -232,11 +234,9 @@ class K8sProgramRig:
         ids: dict[str, str],
         result: ProgramKillRun,
     ) -> bool:
-        runtime, kubelet = self.runtime, self.kubelet
-        if phase == "prepare":
-            error = kubelet.prepare(ids["pod"], claims)[ids["uid"]].error
-        elif phase == "unprepare":
-            error = "; ".join(e for e in kubelet.unprepare(ids["pod"], claims).values() if e)
+        runtime = self.runtime
+        if phase in ("prepare", "unprepare"):
+            error = self._kubelet_call(phase, claims, ids)
         if phase in ("prepare", "unprepare"):
             if error:
                 result.steps.append(f"  the kubelet's {phase}: {error}")
@@ -262,6 +262,33 @@ class K8sProgramRig:
         if outcome.dropped:
             result.steps.append(f"  the runtime dropped us ({outcome.dropped[0].reason}), went on")
         return any(DRIVER in name for name in outcome.answered)
+
+    def _kubelet_call(self, phase: str, claims: list[PodClaim], ids: dict[str, str]) -> str:
+        """The kubelet's prepare or unprepare; its error. A SIGKILLed plugin leaves its
+        registration socket behind, so the kubelet may still be between the old
+        registration and the new one: like the kubelet, it tries again once the driver
+        is registered."""
+        kubelet = self.kubelet
+        for _ in range(2):
+            if phase == "prepare":
+                error = kubelet.prepare(ids["pod"], claims)[ids["uid"]].error
+            else:
+                error = "; ".join(e for e in kubelet.unprepare(ids["pod"], claims).values() if e)
+            if "is not registered" not in error:
+                return error
+            kubelet.wait_for(lambda: kubelet.registered(DRIVER) is not None, DEADLINE_S)
+        return error
+
+    def _drops(self) -> int:
+        return sum(1 for d in self.runtime.drops if DRIVER in d.plugin)
+
+    def _wait_dropped(self, result: ProgramKillRun, dropped: int) -> None:
+        """The runtime saw the dead process's connection close (so the plugin it
+        synchronizes next is the new process)."""
+        try:
+            self.runtime.wait_for_drop(DRIVER, DEADLINE_S, count=dropped + 1)
+        except TimeoutError as exc:
+            result.violations.append(f"the runtime never dropped the dead plugin: {exc}")
 
     def _wait_peers(self, result: ProgramKillRun, *, again: bool = False) -> None:
         """The kubelet found the registration socket and the runtime synchronized us."""
