@@ -31,7 +31,6 @@ class CleanupStatus(enum.StrEnum):
 
 class EffectState(enum.StrEnum):
     PLANNED = "Planned"
-    CAPTURED = "Captured"
     APPLYING = "Applying"
     APPLIED = "Applied"
     UNDOING = "Undoing"

@@ -7,7 +7,6 @@ so group commit cannot merge anything: ``store.commits`` is the number of WAL fs
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -286,37 +285,6 @@ def test_a_refused_first_capture_is_recorded_with_the_intent(toy: ToyNode) -> No
     assert [e.state for e in seen.effects] == [EffectState.PLANNED] * len(CONNECT_EFFECTS)
     assert "not ours" in seen.effects[0].detail
     assert toy.toy.mutations() == {"create:object:data0": 1}  # only the foreign object's
-
-
-def test_a_captured_record_of_an_earlier_version_resumes(tmp_path: Path) -> None:
-    reference = ToyNode(tmp_path / "reference")
-    expected = reference.endpoint.connect_network(n.connect())
-    reference.close()
-    first_call = "ConnectNetwork/op-connect/create-object/kernel#1.create.before"
-    toy = ToyNode(tmp_path / "node", CrashPoints(armed=first_call))
-    with pytest.raises(n.SimulatedCrash):
-        toy.endpoint.connect_network(n.connect())
-    toy.crash()
-    # Make the journal what an earlier version left when it crashed after Captured.
-    assert toy.store is not None
-    (rec,) = [
-        e
-        for e in toy.store.read(lambda r: r.effects("toy/v1alpha1", "op-connect"))
-        if e.effect_id == "create-object"
-    ]
-    assert rec.state is EffectState.APPLYING
-    legacy = dataclasses.replace(rec, state=EffectState.CAPTURED, attempts=0)
-    toy.store.write(lambda t: t.update_effect(legacy))
-    count, names = commits_of(toy, lambda: toy.endpoint.connect_network(n.connect()))
-    assert names == [
-        "ConnectNetwork/op-connect/create-object/applying",
-        *(f"ConnectNetwork/op-connect/{e}/advance" for e in CONNECT_EFFECTS[1:]),
-        "ConnectNetwork/op-connect/-/response",
-    ]
-    assert count == len(names)
-    assert toy.endpoint.connect_network(n.connect()) == expected
-    assert all(v == 1 for v in toy.toy.mutations().values())
-    toy.close()
 
 
 def test_a_removal_between_effects_keeps_the_applied_effect(

@@ -434,7 +434,7 @@ def test_a_create_planned_before_a_removal_arrived_is_refused_in_its_intent(
 ) -> None:
     """A create holds the lock, past its checks, when a removal marks the unit: its intent's
     transaction sees the mark, so nothing of it is written and nothing is left to undo."""
-    # Captured, about to commit its intent, holding the lock:
+    # Past its checks, about to commit its intent, holding the lock:
     held = HeldConnect(tmp_path, "intent.before-commit")
     toy, outcome, removed, initial = held.toy, held.outcome, held.removed, held.initial
     held.start()

@@ -3,7 +3,6 @@ a sample of refused ones, each as a record the runner would journal."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -17,10 +16,8 @@ EV, OV = tr.EffectEvent, tr.OperationEvent
 
 ALLOWED_EFFECT = [
     (E.PLANNED, EV.CAPTURE_AND_START, E.APPLYING),  # the before-image rides with Applying
-    (E.CAPTURED, EV.START_APPLY, E.APPLYING),  # a Captured record of an earlier version
     (E.APPLYING, EV.FINISH_APPLY, E.APPLIED),
     (E.PLANNED, EV.NEVER_APPLIED, E.UNDONE),
-    (E.CAPTURED, EV.NEVER_APPLIED, E.UNDONE),
     (E.APPLYING, EV.START_UNDO, E.UNDOING),
     (E.APPLIED, EV.START_UNDO, E.UNDOING),
     (E.UNDOING, EV.FINISH_UNDO, E.UNDONE),
@@ -31,16 +28,13 @@ ALLOWED_EFFECT = [
 ]
 
 REFUSED_EFFECT = [
-    (E.PLANNED, EV.START_APPLY),  # Applying needs the before-image: it comes with it
     (E.PLANNED, EV.FINISH_APPLY),
-    (E.CAPTURED, EV.FINISH_APPLY),  # Applying must be durable before any mutation
-    (E.CAPTURED, EV.CAPTURE_AND_START),  # its before-image is recorded already
     (E.APPLYING, EV.CAPTURE_AND_START),  # a resumed effect keeps its first before-image
     (E.APPLIED, EV.CAPTURE_AND_START),
     (E.APPLIED, EV.NEVER_APPLIED),  # it was applied: undo it
     (E.APPLYING, EV.NEVER_APPLIED),
     (E.UNDONE, EV.START_UNDO),
-    (E.UNDONE, EV.START_APPLY),
+    (E.UNDONE, EV.CAPTURE_AND_START),
     (E.QUARANTINED, EV.START_UNDO),  # quarantine is never overwritten
     (E.QUARANTINED, EV.FINISH_UNDO),
     (E.PLANNED, EV.QUARANTINE),
@@ -147,13 +141,12 @@ def test_refused_operation_transition(state: OperationState, event: str) -> None
             E.PLANNED,
             {"state": E.APPLYING, "before_json": '{"x":1}', "attempts": 3},
         ),
-        (tr.applying, E.CAPTURED, {"state": E.APPLYING, "attempts": 3}),
         (
             lambda r: tr.applied(r, '{"p":{}}'),
             E.APPLYING,
             {"state": E.APPLIED, "outputs_json": '{"p":{}}'},
         ),
-        (tr.never_applied, E.CAPTURED, {"state": E.UNDONE, "detail": "never applied"}),
+        (tr.never_applied, E.PLANNED, {"state": E.UNDONE, "detail": "never applied"}),
         (tr.undoing, E.APPLIED, {"state": E.UNDOING}),
         (lambda r: tr.undone(r, "gone"), E.UNDOING, {"state": E.UNDONE, "detail": "gone"}),
         (lambda r: tr.quarantined(r, "x"), E.UNDOING, {"state": E.QUARANTINED, "detail": "x"}),
@@ -179,12 +172,3 @@ def test_operation_records() -> None:
     assert (own.state, own.response_json) == (Op.CLEANED, '{"s":1}')
     with pytest.raises(tr.IllegalTransition):
         tr.succeeded(operation(Op.CLEANED), "{}")
-
-
-def test_no_record_makes_an_effect_applying_without_its_before_image() -> None:
-    # Recovery probes, and cleanup undoes, an Applying effect from its before-image.
-    legacy = dataclasses.replace(effect(E.CAPTURED), before_json=None)
-    with pytest.raises(tr.IllegalTransition, match="without a before-image"):
-        tr.applying(legacy)
-    resumed = dataclasses.replace(effect(E.APPLYING), before_json=None)
-    assert tr.noted(resumed, "seen").state is E.APPLYING  # a note is not a way in

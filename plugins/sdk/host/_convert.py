@@ -114,7 +114,6 @@ _CLEANUP: dict[CleanupStatus, pb.CleanupStatus.ValueType] = {
 }
 _EFFECT_STATES: dict[EffectState, pb.EffectState.ValueType] = {
     EffectState.PLANNED: pb.PLANNED,
-    EffectState.CAPTURED: pb.CAPTURED,
     EffectState.APPLYING: pb.APPLYING,
     EffectState.APPLIED: pb.APPLIED,
     EffectState.UNDOING: pb.UNDOING,

@@ -29,7 +29,6 @@ from ._observe import effect_transition
 T = TypeVar("T")
 
 _SEVERITY = (CleanupStatus.CLEANED, CleanupStatus.PENDING, CleanupStatus.QUARANTINED)
-_NOT_APPLIED = (EffectState.PLANNED, EffectState.CAPTURED)
 
 
 def _outcome(before: EffectRecord, after: EffectRecord) -> str:
@@ -37,7 +36,7 @@ def _outcome(before: EffectRecord, after: EffectRecord) -> str:
     if after.state is EffectState.QUARANTINED:
         return "quarantined"
     if after.state is EffectState.UNDONE:
-        return "never_applied" if before.state in _NOT_APPLIED else "undone"
+        return "never_applied" if before.state is EffectState.PLANNED else "undone"
     return "undo_failed"
 
 
@@ -229,7 +228,7 @@ class Undo:
             return rec, CleanupStatus.CLEANED
         if rec.state is EffectState.QUARANTINED:
             return rec, CleanupStatus.QUARANTINED
-        if rec.state in (EffectState.PLANNED, EffectState.CAPTURED):
+        if rec.state is EffectState.PLANNED:
             # Applying is made durable before any mutation, so nothing was applied.
             return carried.add(tr.never_applied(rec)), CleanupStatus.CLEANED
         executor = self._effects.get(rec.kind)

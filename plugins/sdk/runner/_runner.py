@@ -95,12 +95,7 @@ Respond = Callable[[Plan, Mapping[str, Mapping[str, Any]]], PrepareResponse | Co
 
 
 _CLEANUP_HOOKS = (Hook.REMOVE_NETWORK, Hook.NODE_UNPREPARE)
-_RESUMABLE = (
-    EffectState.PLANNED,
-    EffectState.CAPTURED,
-    EffectState.APPLYING,
-    EffectState.APPLIED,
-)
+_RESUMABLE = (EffectState.PLANNED, EffectState.APPLYING, EffectState.APPLIED)
 
 
 def _write(t: Txn, effects: Sequence[EffectRecord], op: OperationRecord | None = None) -> None:
@@ -594,8 +589,6 @@ class Runner:
         """
         if rec.state is EffectState.PLANNED:
             started = tr.start_applying(rec, canonical_json(executor.capture(ctx)))
-        elif rec.state is EffectState.CAPTURED:  # recorded by a version that committed it alone
-            started = tr.applying(rec)
         else:
             started = rec
         writes = [*carried, started] if started is not rec else list(carried)

@@ -28,9 +28,6 @@ class EffectEvent(enum.StrEnum):
     # The before-image and Applying in one record, durable before the first mutation
     # (counts an attempt). Capture is read-only, so nothing was mutated before it.
     CAPTURE_AND_START = "capture-and-start-apply"
-    # Applying of an effect whose before-image a journal of an earlier version recorded on
-    # its own (Captured); this version never writes Captured.
-    START_APPLY = "start-apply"
     FINISH_APPLY = "finish-apply"  # apply returned the outputs
     NEVER_APPLIED = "never-applied"  # cleanup: Applying was never durable, so nothing ran
     START_UNDO = "start-undo"  # durable before the first compensation
@@ -45,10 +42,8 @@ _ANY_EFFECT = tuple(EffectState)
 EFFECT_TRANSITIONS: Final[Mapping[tuple[EffectState, EffectEvent], EffectState]] = MappingProxyType(
     {
         (_E.PLANNED, EffectEvent.CAPTURE_AND_START): _E.APPLYING,
-        (_E.CAPTURED, EffectEvent.START_APPLY): _E.APPLYING,
         (_E.APPLYING, EffectEvent.FINISH_APPLY): _E.APPLIED,
         (_E.PLANNED, EffectEvent.NEVER_APPLIED): _E.UNDONE,
-        (_E.CAPTURED, EffectEvent.NEVER_APPLIED): _E.UNDONE,
         (_E.APPLYING, EffectEvent.START_UNDO): _E.UNDOING,
         (_E.APPLIED, EffectEvent.START_UNDO): _E.UNDOING,
         (_E.UNDOING, EffectEvent.FINISH_UNDO): _E.UNDONE,
@@ -157,12 +152,7 @@ def _replace(record: _Record, **changes: object) -> _Record:
 
 
 def _effect(rec: EffectRecord, event: EffectEvent, **changes: object) -> EffectRecord:
-    after = _replace(rec, state=effect_next(rec.state, event), **changes)
-    entering_applying = after.state is _E.APPLYING and rec.state is not _E.APPLYING
-    if entering_applying and after.before_json is None:
-        # Recovery probes and cleanup undoes an Applying effect from its before-image.
-        raise IllegalTransition(f"effect {rec.effect_id} would be Applying without a before-image")
-    return after
+    return _replace(rec, state=effect_next(rec.state, event), **changes)
 
 
 def start_applying(rec: EffectRecord, before_json: str) -> EffectRecord:
@@ -170,11 +160,6 @@ def start_applying(rec: EffectRecord, before_json: str) -> EffectRecord:
     return _effect(
         rec, EffectEvent.CAPTURE_AND_START, before_json=before_json, attempts=rec.attempts + 1
     )
-
-
-def applying(rec: EffectRecord) -> EffectRecord:
-    """Captured (recorded by an earlier version) -> Applying."""
-    return _effect(rec, EffectEvent.START_APPLY, attempts=rec.attempts + 1)
 
 
 def applied(rec: EffectRecord, outputs_json: str) -> EffectRecord:
