@@ -4,8 +4,8 @@
 from a YAML host description; ``python -m fakekernel`` serves it on a Unix socket and
 ``FakeKernelClient`` / ``FakeKernelProcess`` talk to that process.
 
-Each name is imported from its module on first use: a service on ``fake://`` needs the
-client only, the server needs the model only; neither pays for the other at start-up.
+Each name is imported from its module on first use: a service on ``kernel+unix://`` needs
+the client only, the server needs the model only; neither pays for the other at start-up.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from plugins.sdk import first_use_exports
 
 if TYPE_CHECKING:
+    from plugins.kernel import Kernel
+
     from ._errors import LabError
     from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
     from .lab import DEFAULT_LAB, build_model, load_lab
@@ -30,6 +32,7 @@ __all__ = [
     "build_model",
     "diff",
     "load_lab",
+    "unix_socket_kernel",
 ]
 
 _MODULE_OF = {
@@ -48,3 +51,13 @@ _MODULE_OF = {
 # TYPE_CHECKING imports above type them.
 if not TYPE_CHECKING:
     __getattr__, __dir__ = first_use_exports(__name__, _MODULE_OF, globals(), __all__)
+
+
+def unix_socket_kernel(path: str) -> Kernel:
+    """The ``kernel+unix:///PATH`` backend of ``plugins.kernel.open_kernel``: a kernel
+    served on the Unix socket PATH (``python -m fakekernel``, or the relay to a guest's
+    agent). Registered by the test kit's ``dra_networkplugins.kernels`` entry point, so
+    the product names no test-kit module."""
+    from .client import FakeKernelClient
+
+    return FakeKernelClient(path)

@@ -4,7 +4,7 @@ The VM lab's guest (a virtio-serial port) and an SR-IOV host (an SSH session's s
 and stdout) serve their real kernel the same way: one long-lived agent process on the
 machine, so only kernel calls cross over. ``AgentLab`` is what the two share once the
 stream is connected: a relay (``labs._relay.KernelRelay``) that many clients share
-(the lab's own ``kernel``, each service process's ``fake://`` client), fresh lab
+(the lab's own ``kernel``, each service process's ``kernel+unix://`` client), fresh lab
 sessions on the machine without a restart (``AgentSession``: a ``NetnsLab`` the agent
 builds there, each with a relay socket of its own), lending the machine's SR-IOV PFs
 and VFs to a session, and the checks that the machine ends as it began (its snapshot
@@ -74,7 +74,7 @@ class AgentLab(Lab):
     @property
     def kernel_url(self) -> str:
         """Service processes reach the guest's root namespace here (through the relay)."""
-        return f"fake://{self.relay_socket}"
+        return f"kernel+unix://{self.relay_socket}"
 
     def session(
         self, start_seed: int | None = None, lend: dict[str, str] | None = None
@@ -267,7 +267,7 @@ class AgentSession(Lab):
 
     @property
     def kernel_url(self) -> str:
-        return f"fake://{self.socket}"
+        return f"kernel+unix://{self.socket}"
 
     def furnish_sandbox(self, ns: NsRef) -> None:
         """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""

@@ -2,7 +2,7 @@
 
 QEMU's end of the agent's virtio-serial port is a Unix socket that takes exactly one
 connection, but the vm tier has many clients of the guest's kernel at once: the lab's
-own ``kernel``, and each service process of a node (``fake://`` URLs open a
+own ``kernel``, and each service process of a node (``kernel+unix://`` URLs open a
 ``FakeKernelClient`` each). ``KernelRelay`` owns the one upstream connection and
 listens on Unix sockets of its own; every client gets a thread that reads one request
 line, forwards it under a lock, reads the one answer line and sends it back (the

@@ -2,7 +2,7 @@
 
 ``FakeModelLab`` keeps the model in the test process, so services hosted in-process can
 be crashed at any boundary thousands of times a run. ``FakeServerLab`` runs the model in
-its own process behind a Unix socket (``fake://PATH``): real service processes reach it
+its own process behind a Unix socket (``kernel+unix://PATH``): real service processes reach it
 like a node's services reach the kernel, and it outlives any of them.
 
 Both start from a random state, the same for the same seed (``RIG_SEED``, see
@@ -92,7 +92,7 @@ def _start_state(path: str, text: str, seed: int | None) -> bytes:
 
 
 class FakeServerLab(Lab):
-    """The fake kernel in a server process, reached over ``fake://SOCKET``."""
+    """The fake kernel in a server process, reached over ``kernel+unix://SOCKET``."""
 
     tier = "fake"
 
@@ -113,7 +113,7 @@ class FakeServerLab(Lab):
 
     @property
     def kernel_url(self) -> str:
-        return f"fake://{self.socket}"
+        return f"kernel+unix://{self.socket}"
 
     def furnish_sandbox(self, ns: NsRef) -> None:
         plant_pod_interface(self.client, ns, self.start_seed)

@@ -10,7 +10,7 @@ Boot once, call many times: the guest runs one long-lived process, the kernel ag
 (``labs.kernel_agent``), serving the guest's real kernel over a virtio-serial port whose
 host end is a Unix socket of QEMU's, which takes one connection. A relay in this process
 (``labs._relay.KernelRelay``) owns that connection and serves any number of clients on
-a socket of its own: ``kernel_url`` is ``fake://<relay socket>`` (service processes open
+a socket of its own: ``kernel_url`` is ``kernel+unix://<relay socket>`` (service processes open
 a ``FakeKernelClient`` on it), and ``lab.kernel`` is a ``FakeKernelClient`` on it too
 (the agent speaks the fake kernel server's protocol) plus the guest-only calls
 (``release``, ``sriov``, ``set_sriov_numvfs``).

@@ -35,8 +35,8 @@ CANDIDATE_STRINGS = (
     "example.com/net_a", "dra.networking/macvlans", "0000:3b:00.1", "0000:3b:00.8",
     "02:00:00:00:00:01", "03:00:00:00:00:01", "v1", "v1alpha1", "v2beta3", "v0", "vlan/v1alpha1",
     "bond/v1alpha1", "Ethernet/v1", "3.11", "3.12", "3.9", "/usr/bin/python3", "/run/x.sock",
-    "relative/path", "fake:///k.sock", "linux://", "abc_def", "aB1", "Ab", "A", "1", "0", "01",
-    "123", "18446744073709551615", "-", "a-", "-a", "é", "eth 0", "eth/0", "eth:0", "\t",
+    "relative/path", "kernel+unix:///k.sock", "linux://", "abc_def", "aB1", "Ab", "A", "1", "0",
+    "01", "123", "18446744073709551615", "-", "a-", "-a", "é", "eth 0", "eth/0", "eth:0", "\t",
     "bridge", "vepa", "private", "passthru", "802.3ad", "active-backup", "json", "text",
 )  # fmt: skip
 _TEXT_ALPHABET = "abcxyzABC019-_./: \té€\u2028"

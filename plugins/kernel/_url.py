@@ -1,24 +1,27 @@
 """Kernel backends chosen by URL, built lazily (only the chosen backend is imported).
 
-- ``fake:///abs/path/kernel.sock``: the fake kernel server (``python -m fakekernel``).
 - ``linux:///run/netns/host``: real Linux over netlink; the path is the approved host
   namespace mount (never guessed), e.g. ``linux:///proc/1/ns/net`` on a plain host.
+  The only scheme built in: it is what a node runs.
+- Any other scheme is an entry point of the ``dra_networkplugins.kernels`` group, named
+  by the scheme, whose target takes the URL's path and returns a ``Kernel``. The test kit
+  (``dra-networkplugins-testkit``) registers ``kernel+unix:///abs/path/kernel.sock``: a
+  kernel served over a Unix socket (the fake kernel server, or a relay to a guest's
+  agent). The product never imports the test kit; the kit plugs into it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from urllib.parse import urlsplit
 
 from plugins.sdk import RegistrationError
 
 from ._protocol import Kernel
 
-
-def _fake(path: str) -> Kernel:
-    from fakekernel.client import FakeKernelClient
-
-    return FakeKernelClient(path)
+ENTRY_POINT_GROUP = "dra_networkplugins.kernels"
+BUILT_IN = "linux"
 
 
 def _linux(path: str) -> Kernel:
@@ -27,15 +30,28 @@ def _linux(path: str) -> Kernel:
     return LinuxKernel(path)
 
 
-BACKENDS: dict[str, Callable[[str], Kernel]] = {"fake": _fake, "linux": _linux}
+def _registered(scheme: str) -> Callable[[str], Kernel] | None:
+    # Read only for a scheme that is not built in: a node on linux:// never scans the
+    # installed distributions' metadata.
+    found = entry_points(group=ENTRY_POINT_GROUP, name=scheme)
+    if not found:
+        return None
+    backend: Callable[[str], Kernel] = next(iter(found)).load()
+    return backend
+
+
+def known_schemes() -> list[str]:
+    """Every kernel URL scheme this installation can open."""
+    return sorted({BUILT_IN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
 
 
 def open_kernel(url: str) -> Kernel:
     parts = urlsplit(url)
-    backend = BACKENDS.get(parts.scheme)
+    backend = _linux if parts.scheme == BUILT_IN else _registered(parts.scheme)
     if backend is None:
         raise RegistrationError(
-            f"kernel URL {url!r}: unknown scheme; expected one of {sorted(BACKENDS)}"
+            f"kernel URL {url!r}: unknown scheme; expected one of {known_schemes()} "
+            f"(other schemes are entry points of the {ENTRY_POINT_GROUP!r} group)"
         )
     if parts.netloc or not parts.path.startswith("/"):
         raise RegistrationError(f"kernel URL {url!r}: expected {parts.scheme}:///absolute/path")

@@ -295,7 +295,7 @@ def test_bad_arguments(
                 "socketDir": "/tmp/np-absent-bad-arguments",
                 "stateDir": str(tmp_path / "state"),
                 "tokenFile": str(tmp_path / "token"),
-                "kernel": "fake:///unused",
+                "kernel": "kernel+unix:///unused",
             }
         )
     )

@@ -46,7 +46,7 @@ def _services(node: Node, root: Path) -> list[Service]:
                 socket_dir=root / "sockets" / name,
                 state_dir=node.services.state_dir(name),
                 token_file=root / "token",
-                kernel="fake:///unused",
+                kernel="kernel+unix:///unused",
             ),
             Registry.of(SERVICES[name]).seal(),
         )

@@ -1,7 +1,7 @@
 """The example topologies end to end on a NIC lab's real kernel (the VM lab's guest, an
 SR-IOV host): the coordinator drives the three real service processes (on the rig's
 machine, their kernel a lab session of the NIC lab's machine, reached through the
-relay's ``fake://`` socket); the session's kernel ends as it began, and so does the
+relay's ``kernel+unix://`` socket); the session's kernel ends as it began, and so does the
 machine's own namespace.
 
 vf-bond-vlan and vf-bond run on a session that lends the machine's PFs and one VF of
@@ -71,7 +71,7 @@ def test_topology_end_to_end(nic_lab: AgentLab, name: str, tmp_path: Path) -> No
     node = Node(tmp_path, nic_lab.session(lend=lend))
     try:
         assert node.lab.kernel_url is not None
-        assert node.lab.kernel_url.startswith("fake://")
+        assert node.lab.kernel_url.startswith("kernel+unix://")
         if lend:
             # A scheduler of its own: the node's allocator keeps what it handed out.
             scheduler = Allocator(lab_inventory(node.lab), node.policies)

@@ -23,7 +23,7 @@ def test_a_service_that_exits_while_starting_fails_the_start_at_once(tmp_path: P
             links.command,
             tmp_path / "links",
             Path(short) / "sock",
-            f"fake://{missing}",  # refused at startup: exit status 2
+            f"kernel+unix://{missing}",  # refused at startup: exit status 2
             links.sockets,
         )
         with pytest.raises(RuntimeError, match="exited with status 2 before it was ready"):

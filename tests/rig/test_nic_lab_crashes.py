@@ -171,7 +171,7 @@ def test_sigkill_sample(
     topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     """Real service processes on the rig's machine, their kernel the session's
-    (``fake://`` on the relay), SIGKILLed at a seeded sample of the points."""
+    (``kernel+unix://`` on the relay), SIGKILLed at a seeded sample of the points."""
     points = chosen("SIGKILL", topology, ref.points, SIGKILL_SAMPLE[topology])
     started = time.monotonic()
     rig = ProcessRig(tmp_path / "rig", make_lab())

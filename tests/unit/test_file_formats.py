@@ -26,7 +26,7 @@ PACKAGED = [
     ("conformance", "wire-target.schema.json"),
 ]
 
-GOOD = "socketDir: sock\nstateDir: state\ntokenFile: token\nkernel: fake:///k.sock\n"
+GOOD = "socketDir: sock\nstateDir: state\ntokenFile: token\nkernel: kernel+unix:///k.sock\n"
 
 
 @pytest.mark.parametrize(("package", "filename"), PACKAGED)
@@ -44,7 +44,7 @@ def test_a_service_config_loads_without_its_null_keys(tmp_path: Path) -> None:
         "socketDir": "sock",
         "stateDir": "state",
         "tokenFile": "token",
-        "kernel": "fake:///k.sock",
+        "kernel": "kernel+unix:///k.sock",
         "shutdownGraceSeconds": 2.5,
     }
 

@@ -60,7 +60,7 @@ def links() -> Iterator[ServiceProcess]:
                 spec.command,
                 short / "links",
                 short / "sock",
-                f"fake://{short / 'kernel.sock'}",
+                f"kernel+unix://{short / 'kernel.sock'}",
                 spec.sockets,
             )
             service.start()

@@ -7,7 +7,12 @@ fails naming each crossing; a planted violation proves it can fail.
 
 The layers: each unit below may import only the units its row allows (the table in
 docs/architecture.md, "Rules that hold the layers apart"). A new edge fails here,
-naming the file and line, until the table (and the doc) say why it belongs.
+naming the file and line, until the table (and the doc) say why it belongs. No file is
+excepted from either rule.
+
+The product (``plugins``, the wheel a node installs) imports nothing of the test kit
+(``testkit/pyproject.toml``: ``fakekernel``, ``labs``, ``harness``, ``conformance``); the
+kit plugs into it through entry points (``dra_networkplugins.kernels``, ``pytest11``).
 """
 
 from __future__ import annotations
@@ -18,11 +23,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("plugins", "harness", "conformance", "fakekernel", "labs", "examples", "scripts")
+# The test kit's distribution (testkit/pyproject.toml): what the product never imports.
+TEST_KIT = ("fakekernel", "labs", "harness", "conformance")
 # protoc output: the project's wire modules, and the independent example plugin's own stubs
 GENERATED = ("plugins/api/", "examples/independent-plugin/stubs/")
-# Private imports allowed anyway, by file: none. A third party's private module may change
-# in any release (plugins/sdk/_config.py asks jsonschema's own keywords instead).
-KNOWN: dict[str, set[str]] = {}
 
 
 # unit -> the units it may import (besides itself and the standard library/third parties)
@@ -31,8 +35,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "plugins.contracts": frozenset(),
     # the SDK: wire types, runner, store, host, and Linux's naming facts (IFNAMSIZ, ...)
     "plugins.sdk": frozenset({"plugins.api"}),
-    # the kernel protocol: namespace handles and crash points from the SDK; fake:// backend
-    "plugins.kernel": frozenset({"plugins.sdk", "fakekernel"}),
+    # the kernel protocol: namespace handles and crash points from the SDK (other backends
+    # than linux:// are entry points: the test kit's kernel+unix://)
+    "plugins.kernel": frozenset({"plugins.sdk"}),
     "fakekernel": frozenset({"plugins.kernel", "plugins.sdk"}),
     "plugins.effects": frozenset({"plugins.kernel", "plugins.sdk"}),
     # handlers never touch the kernel: they return plans
@@ -137,7 +142,7 @@ def crossings(root: Path, files: list[Path]) -> list[str]:
                     continue
                 owner = parts[:i]
                 rel = path.relative_to(root).as_posix()
-                if module[: len(owner)] != owner and name not in KNOWN.get(rel, set()):
+                if module[: len(owner)] != owner:
                     found.append(f"{rel}:{line} imports {name}")
                 break
     return found
@@ -179,6 +184,47 @@ def test_a_planted_violation_is_named(tmp_path: Path) -> None:
 
 def test_every_import_follows_the_layer_order() -> None:
     assert layer_violations(REPO, _product_files(REPO)) == []
+
+
+def kit_imports(root: Path, files: list[Path]) -> list[str]:
+    """``file:line imports u`` for every import of a test-kit unit from ``plugins``."""
+    found = []
+    for path in files:
+        module = _module_of(path, root)
+        if module[0] != "plugins":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for line, name in _imported(tree, module, path.name == "__init__.py"):
+            top = name.split(".")[0]
+            if top in TEST_KIT:
+                found.append(f"{path.relative_to(root).as_posix()}:{line} imports {top}")
+    return found
+
+
+def test_the_product_imports_nothing_of_the_test_kit() -> None:
+    product = [path for path in _product_files(REPO) if _module_of(path, REPO)[0] == "plugins"]
+    assert len(product) > 50
+    assert kit_imports(REPO, product) == []
+
+
+def test_a_planted_test_kit_import_is_named(tmp_path: Path) -> None:
+    (tmp_path / "plugins" / "kernel").mkdir(parents=True)
+    (tmp_path / "labs").mkdir()
+    planted = tmp_path / "plugins" / "kernel" / "planted.py"
+    planted.write_text(
+        "from fakekernel.client import FakeKernelClient\n"
+        "import labs\n"
+        "from plugins.sdk import RegistrationError\n"
+        "def later():\n"
+        "    import harness.rig\n"
+    )
+    kit = tmp_path / "labs" / "fine.py"
+    kit.write_text("from plugins.kernel import open_kernel\nimport fakekernel\n")
+    assert kit_imports(tmp_path, [planted, kit]) == [
+        "plugins/kernel/planted.py:1 imports fakekernel",
+        "plugins/kernel/planted.py:2 imports labs",
+        "plugins/kernel/planted.py:5 imports harness",
+    ]
 
 
 def test_a_planted_layer_violation_is_named(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def kernel_url() -> Iterator[str]:
     short = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
     try:
         with FakeKernelProcess(short / "kernel.sock"):
-            yield f"fake://{short / 'kernel.sock'}"
+            yield f"kernel+unix://{short / 'kernel.sock'}"
     finally:
         shutil.rmtree(short, ignore_errors=True)
 
@@ -227,7 +227,7 @@ def test_a_namespace_mount_that_does_not_exist_is_refused(node: Deployment) -> N
 
 def test_a_fake_kernel_socket_that_does_not_exist_is_refused(node: Deployment) -> None:
     socket = node.root / "kernel.sock"
-    node.write_config(kernel=f"fake://{socket}")
+    node.write_config(kernel=f"kernel+unix://{socket}")
     node.refuse(f"{socket}: No such file or directory (ENOENT)")
 
 
@@ -398,7 +398,12 @@ def test_runtime_dir_defaults_to_the_socket_dir_and_resolves_like_the_others(
     tmp_path: Path,
 ) -> None:
     config = tmp_path / "service.yaml"
-    base = {"socketDir": "sock", "stateDir": "state", "tokenFile": "token", "kernel": "fake:///k"}
+    base = {
+        "socketDir": "sock",
+        "stateDir": "state",
+        "tokenFile": "token",
+        "kernel": "kernel+unix:///k",
+    }
     config.write_text(yaml.safe_dump(base))
     assert ServiceConfig.load(config).runtime_dir == tmp_path / "sock"
     config.write_text(yaml.safe_dump({**base, "runtimeDir": "run/links"}))

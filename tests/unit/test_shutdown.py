@@ -98,7 +98,7 @@ def links_service(root: Path, sockets: Path, kernel_socket: Path) -> ServiceProc
         ["plugins.services", "networkplugin-links"],
         root,
         sockets,
-        f"fake://{kernel_socket}",
+        f"kernel+unix://{kernel_socket}",
         ["macvlan.sock"],
     )
     config = yaml.safe_load(service.config.read_text())
