@@ -1,7 +1,7 @@
 """The conformance suite against the bridge plugin, on the lab ``--lab`` names:
 ``pytest`` runs it on the fake kernel (``fake://``) anywhere, ``pytest --lab netns://``
 on this machine's kernel in namespaces of its own (root). No conftest: the kit's pytest
-plugin (installed with ``pip install 'dra-networkplugins[rig]'``) brings ``lab_factory``.
+plugin (installed with ``pip install dra-networkplugins-testkit``) brings ``lab_factory``.
 """
 
 from __future__ import annotations

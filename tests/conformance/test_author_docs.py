@@ -19,11 +19,13 @@ def test_the_third_party_test_file_is_shown_verbatim() -> None:
 
 
 def test_the_doc_names_the_install_the_entry_point_and_the_pin_tool() -> None:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert "pip install 'dra-networkplugins[rig]'" in DOC
-    assert 'dra-networkplugins = "harness.pytest_plugin"' in pyproject
+    product = (ROOT / "pyproject.toml").read_text()
+    kit = (ROOT / "testkit" / "pyproject.toml").read_text()
+    assert "pip install dra-networkplugins-testkit\n" in DOC
+    assert 'dra-networkplugins = "harness.pytest_plugin"' in kit
+    assert "pytest11" not in product
     assert 'dra-networkplugins = "harness.pytest_plugin"' in DOC
-    assert 'networkplugin-pin = "plugins.sdk.pin:main"' in pyproject
+    assert 'networkplugin-pin = "plugins.sdk.pin:main"' in product
     assert "networkplugin-pin examples/dummy_plugin/contracts" in DOC
 
 

@@ -1,6 +1,7 @@
-"""A plugin author's view: the wheel in a fresh venv, a third-party plugin outside this
+"""A plugin author's view: the test kit's wheel (and the product's) in a fresh venv, a third-party plugin outside this
 repository (no conftest), its conformance suite under ``--lab fake://`` and
-``--lab netns://``, and the pin tool from the installed package.
+``--lab netns://``, and the pin tool from the installed package. The product's wheel
+holds ``plugins`` alone: a node installs nothing of the test kit.
 
 The third-party repository is ``examples/bridge-plugin`` copied out of the tree (the
 test file docs/writing-a-plugin.md shows). The module pays a wheel build, a venv and an
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,26 +80,35 @@ def checked(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> st
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """The wheel of this tree, installed with ``[rig]`` in a fresh venv at the locked
-    versions, and the example's repository beside it, pinned by the installed
-    ``networkplugin-pin`` (its committed pins.json removed first), as an author would."""
+    """The test kit's wheel of this tree and the product's it depends on, installed in a
+    fresh venv at the locked versions, and the example's repository beside it, pinned by
+    the installed ``networkplugin-pin`` (its committed pins.json removed first), as an
+    author would."""
     root = tmp_path_factory.mktemp("installed")
     assert not root.is_relative_to(REPO)
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    checked([uv(), "build", "--wheel", "--out-dir", str(root / "dist"), "-q", str(REPO)], env)
-    (wheel,) = (root / "dist").glob("dra_networkplugins-*.whl")
+    checked(
+        [uv(), "build", "--all-packages", "--wheel", "--out-dir", str(root / "dist"), "-q"],
+        env, cwd=REPO,
+    )  # fmt: skip
+    (product,) = (root / "dist").glob("dra_networkplugins-*.whl")
+    (kit,) = (root / "dist").glob("dra_networkplugins_testkit-*.whl")
+    assert {name.split("/")[0] for name in zipfile.ZipFile(product).namelist()} == {
+        "plugins",
+        product.name.split("-py3")[0] + ".dist-info",
+    }
     locked = root / "locked.txt"
     checked(
-        [uv(), "export", "--frozen", "--no-dev", "--extra", "rig", "--no-emit-project",
-         "--no-hashes", "-q", "-o", str(locked)],
+        [uv(), "export", "--frozen", "--no-dev", "--package", "dra-networkplugins-testkit",
+         "--no-emit-workspace", "--no-hashes", "-q", "-o", str(locked)],
         env, cwd=REPO,
     )  # fmt: skip
     venv = root / "venv"
     checked([uv(), "venv", "-q", "--python", sys.executable, str(venv)], env)
     checked(
         [uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-         "-c", str(locked), f"{wheel}[rig]"],
+         "-c", str(locked), str(kit), str(product)],
         env,
     )  # fmt: skip
     project = root / "bridge-plugin"
