@@ -26,7 +26,6 @@ from plugins.sdk import NetworkPluginError
 from plugins.sdk.store import (
     NO_FAULTS,
     JournalFormat,
-    JournalUnavailable,
     Migration,
     Reader,
     StorageFaults,
@@ -108,9 +107,6 @@ COORDINATOR_JOURNAL: Final = JournalFormat(
     },
 )
 """The coordinator journal's format (the plugin journal's is ``PLUGIN_JOURNAL``)."""
-
-LEGACY_DB: Final = "coordinator.db"
-"""The database of coordinators before the durable core (no journal id, no checksums)."""
 
 OPEN_CALL_STATES = ("requested", "failed", "pending", "quarantined")
 """``requested``: journaled before the RPC, outcome unknown. ``failed``: the plugin refused a
@@ -225,12 +221,6 @@ class CoordinatorJournal:
         faults: StorageFaults = NO_FAULTS,
     ) -> None:
         self.state_dir = state_dir
-        if (state_dir / LEGACY_DB).exists():
-            raise JournalUnavailable(
-                state_dir,
-                f"{LEGACY_DB} is a coordinator journal without identity or checksums; it "
-                "cannot be trusted or migrated in place (drain the node, then remove it)",
-            )
         self._store = Store.open(
             state_dir, runtime_dir=runtime_dir, faults=faults, journal_format=COORDINATOR_JOURNAL
         )

@@ -130,10 +130,3 @@ def test_an_altered_call_is_never_returned(tmp_path: Path) -> None:
             journal.calls()
     finally:
         journal.close()
-
-
-def test_a_legacy_coordinator_database_is_refused_not_ignored(tmp_path: Path) -> None:
-    (tmp_path / "coordinator.db").write_bytes(b"")
-    with pytest.raises(JournalUnavailable, match=r"coordinator\.db is a coordinator journal"):
-        CoordinatorJournal(tmp_path)
-    assert not (tmp_path / "journal.db").exists()

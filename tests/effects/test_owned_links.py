@@ -279,10 +279,8 @@ def test_writing_a_plugin_shows_the_examples_kit_spec_verbatim() -> None:
 
 
 @each_kind
-def test_a_link_marked_but_not_renamed_by_an_older_service_is_renamed_on_resume(
-    kind: Kind,
-) -> None:
-    # Services before the one-message mark-and-rename crashed between the two calls.
+def test_our_marked_link_under_another_name_gets_its_name_on_resume(kind: Kind) -> None:
+    # Renamed by someone between the mark-and-rename and Applied: apply converges.
     model = fresh(kind)
     ctx = context(kind, model)
     executor = kind.link(model)

@@ -107,17 +107,6 @@ def test_a_vf_in_the_sandbox_without_the_marker_is_marked_on_resume() -> None:
     assert (found(model).alias, outputs["link"]["ifName"]) == (ctx.marker, temp_name(ctx))
 
 
-def test_a_record_without_the_alias_moves_without_a_marker() -> None:
-    """Before-images from before the marker ("alias" not captured): no evidence, as then."""
-    model = model_with("its own")
-    ctx = context(model)
-    before = {k: v for k, v in MoveLink(model).capture(ctx).items() if k != "alias"}
-    MoveLink(model).apply(ctx, before)
-    assert found(model).alias == "its own"
-    assert MoveLink(model).undo(ctx, before, None).outcome is UndoOutcome.UNDONE
-    assert (found(model).name, found(model).alias) == (HOME, "its own")
-
-
 def test_a_vf_home_with_the_marker_gets_its_alias_and_name_back_by_set_link() -> None:
     """The sandbox died: the kernel sent the VF home (closed, under a free name) still
     carrying our marker."""

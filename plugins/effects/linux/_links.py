@@ -150,7 +150,7 @@ class OwnedLinkExecutor:
         if link is None:
             link = self.kernel.create_link(ns, self._spec(ns, ctx))
         name = ctx.payload["name"]
-        if link.alias != ctx.marker:
+        if link.alias != ctx.marker or link.name != name:
             # Marked and renamed in one RTM_SETLINK: do_setlink renames before it sets the
             # alias, so a refused rename (the name taken meanwhile) leaves the link unmarked
             # under its temporary name, still ours by that name; one message cannot be
@@ -161,10 +161,6 @@ class OwnedLinkExecutor:
             except KernelError:
                 self._unname_if_unmarked(ns, link.ifindex, name, temp_name(ctx))
                 raise
-        elif link.name != name:
-            # Marked by an apply that crashed before renaming (an older service made the
-            # two changes one message each).
-            link = self.kernel.set_link(ns, link.ifindex, LinkChanges(name=name))
         return {"interface": describe(link, f"link:{ctx.marker}", marker=ctx.marker)}
 
     def _unname_if_unmarked(self, ns: NsRef, ifindex: int, name: str, temp: str) -> None:

@@ -274,16 +274,15 @@ class MoveLink:
         pci = self._pci(ctx)
         target = open_ns(self.kernel, ctx.payload["to"])
         link = _vf_link(self.kernel, pci)
-        marker = ctx.marker if "alias" in before else None  # older records: no evidence
+        marker = ctx.marker
         if link.ns.key != target.key:
             if link.ns.key != self.kernel.host_namespace().key:
                 raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
             link = self.kernel.move_link(
                 link.ns, link.ifindex, target, new_name=temp_name(ctx), alias=marker
             )
-        if marker is not None and link.alias != marker:
-            # Already in the sandbox without it: moved by a version that marked in a
-            # second call and crashed in between, or by a move whose rename failed
+        if link.alias != marker:
+            # Already in the sandbox without it: moved by a move whose rename failed
             # (which stops the message before its alias).
             link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=marker))
         return {"link": describe(link, _physical(pci))}
@@ -296,7 +295,7 @@ class MoveLink:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
         host = self.kernel.host_namespace()
         moved = renamed = unmarked = False
-        marked = "alias" in before and link.alias == ctx.marker
+        marked = link.alias == ctx.marker
         if link.ns.key != host.key:
             # No need to take it down first: the move closes a running device itself,
             # and its admin state in the sandbox ends there. Our evidence goes with the
