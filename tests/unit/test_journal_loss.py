@@ -279,22 +279,8 @@ def test_a_remembered_checksum_is_the_one_computing_it_gives() -> None:
             assert _integrity.checksum("t", row) == computed(row)
 
 
-def test_old_journals_are_migrated_and_sealed(dirs: tuple[Path, Path]) -> None:
-    """A version-1 journal (no checksums, no commit count) gains both, every row sealed."""
+def test_a_journal_without_a_meta_table_is_refused(dirs: tuple[Path, Path]) -> None:
     state_dir, _ = dirs
     with Store.open(state_dir) as store:
         insert(store, op("op-1"))
-    conn = sqlite3.connect(state_dir / "journal.db")
-    try:
-        for table in ("scopes", "operations", "effects"):
-            conn.execute(f"ALTER TABLE {table} DROP COLUMN checksum")
-        conn.execute("DELETE FROM meta WHERE key = 'commits'")
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-        conn.commit()
-    finally:
-        conn.close()
-    with Store.open(state_dir) as store:
-        assert store.damaged == ()
-        assert store.read(lambda r: r.operation(P, "op-1")) is not None
-        assert store.durable_commits == 0
     assert os.path.exists(state_dir / "journal.db")

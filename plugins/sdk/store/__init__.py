@@ -29,10 +29,13 @@ true:
   would report every earlier attachment absent, and absence from a journal is
   not proof of a clean host.
 * **Versioned format.** A ``meta`` table holds the format marker, journal id
-  and schema version; ordered migrations upgrade old journals in one
-  transaction each, and a journal from a newer format is refused, not guessed
-  at. A fresh journal is a copy of an image those migrations built once per
-  process (``_image``), stamped with its own id.
+  and schema version. The plugin journal's first released version is 2; each
+  later change appends a migration (one transaction each) and a journal of every
+  earlier version under ``tests/unit/journals`` that must still open. A journal
+  at any version no migration names (newer, or never released) is refused with
+  both versions in the error, not guessed at. A fresh journal is a copy of an
+  image those migrations built once per process (``_image``), stamped with its
+  own id.
 """
 
 from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked

@@ -179,14 +179,3 @@ def _damaged(
     return DamagedRecord(
         table, partition, "?" if scope is None else str(scope[0]), f"{partition}/{row[1]}/{row[2]}"
     )
-
-
-def seal_all(conn: sqlite3.Connection, tables: Tables = TABLES) -> None:
-    """Write the checksum of every row (the migration that introduced checksums)."""
-    for table, columns in tables.items():
-        rows = conn.execute(f"SELECT rowid, {', '.join(columns)} FROM {table}").fetchall()
-        for row in rows:
-            conn.execute(
-                f"UPDATE {table} SET checksum = ? WHERE rowid = ?",
-                (checksum(table, row[1:]), row[0]),
-            )

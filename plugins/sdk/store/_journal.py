@@ -238,14 +238,14 @@ def _validate_contents(
     if not raw_version.isdigit():
         raise JournalUnavailable(state_dir, f"{name} has a corrupt schema version {raw_version!r}")
     version = int(raw_version)
-    if version > fmt.version:
+    if version not in fmt.readable:
+        kind = "a newer" if version > fmt.version else "an unreleased or unknown"
         raise JournalUnavailable(
             state_dir,
-            f"{name} was written by a newer store format (version {version}; this code "
-            f"knows up to {fmt.version})",
+            f"{name} was written by {kind} store format (version {version}; this code "
+            f"reads version {', '.join(map(str, fmt.readable))})",
         )
-    # Journals older than the commit count (version < 2) hold none: they predate leases.
-    raw_commits = meta.get("commits", "0")
+    raw_commits = meta.get("commits", "")
     if not raw_commits.isdigit():
         raise JournalUnavailable(state_dir, f"{name} has a corrupt commit count {raw_commits!r}")
     if known is not None and int(raw_commits) < known.commits:

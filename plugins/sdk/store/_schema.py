@@ -9,20 +9,21 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ._errors import StoreError
-from ._integrity import TABLES, Tables, seal_all
+from ._integrity import TABLES, Tables
 
 FORMAT: Final = "dra-networkplugins/journal"
 """Value of the ``format`` meta key: marks a database as one of our journals."""
 
 BUSY_TIMEOUT_MS: Final = 5000
 
-_V1: Final = """
+_V2: Final = """
 CREATE TABLE scopes (
     partition TEXT NOT NULL,
     scope TEXT NOT NULL,
     generation INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
     fence_operation_id TEXT NOT NULL DEFAULT '',
+    checksum TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (partition, scope)
 );
 
@@ -45,6 +46,7 @@ CREATE TABLE operations (
     error_json TEXT,
     target_operation_id TEXT NOT NULL DEFAULT '',
     cleanup_status TEXT,
+    checksum TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (partition, operation_id)
 );
 CREATE INDEX operations_by_scope ON operations (partition, scope, seq);
@@ -61,20 +63,17 @@ CREATE TABLE effects (
     outputs_json TEXT,
     detail TEXT NOT NULL DEFAULT '',
     attempts INTEGER NOT NULL DEFAULT 0,
+    checksum TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (partition, operation_id, effect_id),
     UNIQUE (partition, operation_id, position),
     FOREIGN KEY (partition, operation_id) REFERENCES operations (partition, operation_id)
 );
 
 INSERT INTO meta (key, value) VALUES ('last_seq', '0');
-"""
-
-_V2: Final = """
-ALTER TABLE scopes ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
-ALTER TABLE operations ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
-ALTER TABLE effects ADD COLUMN checksum TEXT NOT NULL DEFAULT '';
 INSERT INTO meta (key, value) VALUES ('commits', '0')
 """
+"""The first released plugin journal (version 2: version 1, without checksums, was never
+released, and a journal at it is refused)."""
 
 
 @dataclass(frozen=True)
@@ -106,10 +105,22 @@ class JournalFormat:
         """The newest schema version this code reads and writes."""
         return self.migrations[-1].version
 
+    @property
+    def readable(self) -> tuple[int, ...]:
+        """The versions a journal may be at to be opened: each migration's (the first
+        builds the oldest released format from nothing; every later one upgrades the
+        version before it). Any other version is refused, never guessed at.
+
+        A format change appends a ``Migration`` with the next version and leaves the
+        earlier ones as released; its test opens a journal of every earlier version
+        (``tests/unit/journals``, ``tests/unit/test_journal_versions.py``).
+        """
+        return tuple(step.version for step in self.migrations)
+
 
 PLUGIN_JOURNAL: Final = JournalFormat(
     FORMAT,
-    (Migration(1, _V1), Migration(2, _V2, seal_all)),
+    (Migration(2, _V2),),
     TABLES,
 )
 """A plugin service's journal (operations, effects, scopes)."""
