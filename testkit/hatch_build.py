@@ -16,7 +16,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 PACKAGES = ("harness", "labs", "conformance", "fakekernel")
 
 
-class KitPackages(BuildHookInterface):  # type: ignore[misc]
+class KitPackages(BuildHookInterface):
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if version == "editable":
             return
