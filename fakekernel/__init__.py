@@ -18,17 +18,20 @@ if TYPE_CHECKING:
     from plugins.kernel import Kernel
 
     from ._errors import LabError
+    from ._protocol import LAB_CALLS, LabKernel
     from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
     from .lab import DEFAULT_LAB, build_model, load_lab
     from .model import FakeKernelModel, diff
 
 __all__ = [
     "DEFAULT_LAB",
+    "LAB_CALLS",
     "FakeKernelClient",
     "FakeKernelModel",
     "FakeKernelProcess",
     "FakeKernelProtocolError",
     "LabError",
+    "LabKernel",
     "build_model",
     "diff",
     "load_lab",
@@ -41,7 +44,9 @@ _MODULE_OF = {
     "FakeKernelModel": "model",
     "FakeKernelProcess": "client",
     "FakeKernelProtocolError": "client",
+    "LAB_CALLS": "_protocol",
     "LabError": "_errors",
+    "LabKernel": "_protocol",
     "build_model": "lab",
     "diff": "model",
     "load_lab": "lab",

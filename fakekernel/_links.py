@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 
-from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkSpec
+from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkOptions, LinkSpec
 
 from ._bonding import (
     BOND_MODES,
@@ -386,30 +386,50 @@ def destroy_namespace(state: State, ns: Namespace) -> None:
 
 # -- RTM_NEWLINK on an existing link: kind options (changelink) ------------------------
 
-LINK_OPTIONS = ("bond.mode", "bond.miimon", "bond.active_slave", "ipvlan.mode", "vlan.id")
+OPTIONS_OF_KIND = {
+    "bond": ("bond_mode", "active_slave", "miimon_ms"),  # bond_changelink's order
+    "macvlan": ("mode",),
+    "ipvlan": ("mode",),
+}
 
 
-def changelink(state: State, link: LinkState, option: str, value: str) -> None:
-    """rtnl_changelink's ops->changelink for the options ``LINK_OPTIONS`` names."""
-    if option not in LINK_OPTIONS:
-        raise fail(errno.EINVAL, f"unknown link option {option!r}")
-    kind = option.partition(".")[0]
-    if link.kind != kind:
-        # rtnl_newlink: IFLA_INFO_KIND must match the existing link's ops
-        raise fail(errno.EOPNOTSUPP, f"{link.name} is a {link.kind}, not a {kind}")
-    if option == "vlan.id":
-        vid = int(value)
-        if not 0 <= vid < 4095:
-            raise fail(errno.ERANGE, f"invalid vlan id {vid}")  # vlan_validate
-        return  # vlan_changelink has no IFLA_VLAN_ID: the id of a vlan never changes
-    if option == "ipvlan.mode":
-        if value not in IPVLAN_MODES:
-            raise fail(errno.EINVAL, f"ipvlan mode {value!r}")
-        state.links[link.parent or 0].ipvlan_port_mode = value  # ipvlan_set_port_mode
-        return
+def changelink(state: State, link: LinkState, options: LinkOptions) -> None:
+    """rtnl_changelink: ``options`` handed to the kind's changelink. Like Linux, each
+    option applies in the kind's order and the first that fails stops the rest, with
+    those before it kept."""
+    given = options.fields()
+    known = OPTIONS_OF_KIND.get(options.kind, ())
+    foreign = sorted(set(given) - set(known))
+    if foreign:  # the sender's check (LinuxKernel): it would be read as another attribute
+        raise fail(errno.EINVAL, f"a {options.kind} has no option {', '.join(foreign)}")
+    if given and link.kind != options.kind:
+        # rtnl_changelink: IFLA_INFO_DATA for another kind's ops (an empty one is no change)
+        raise fail(errno.EOPNOTSUPP, f"{link.name} is a {link.kind}, not a {options.kind}")
+    if options.kind == "ipvlan" and options.mode is not None:
+        if options.mode not in IPVLAN_MODES:
+            raise fail(errno.EINVAL, f"ipvlan mode {options.mode!r}")  # ipvlan_nl_validate
+        _ipvlan_set_port_mode(state, link, options.mode)
+    elif options.kind == "macvlan" and options.mode is not None:
+        _macvlan_set_mode(link, options.mode)
+    elif options.kind == "bond":
+        for option in known:
+            if option in given:
+                _bond_option(state, link, option, given[option])
+
+
+def _macvlan_set_mode(link: LinkState, mode: str) -> None:
+    """macvlan_changelink: passthru is chosen at creation only."""
+    if mode not in MACVLAN_MODES:
+        raise fail(errno.EINVAL, f"macvlan mode {mode!r}")  # macvlan_validate
+    if (link.mode == "passthru") != (mode == "passthru"):
+        raise fail(errno.EINVAL, f"{link.name}: passthru mode cannot be changed to or from")
+    link.mode = mode
+
+
+def _bond_option(state: State, link: LinkState, option: str, value: object) -> None:
     bond = link.bond
     assert bond is not None
-    if option == "bond.mode":
+    if option == "bond_mode":
         # bond_opt_check_deps before the value is looked at
         if bond.slaves:
             raise fail(errno.ENOTEMPTY, f"{link.name} has slaves")  # BOND_OPTFLAG_NOSLAVES
@@ -417,14 +437,20 @@ def changelink(state: State, link: LinkState, option: str, value: str) -> None:
             raise fail(errno.EBUSY, f"{link.name} is up")  # BOND_OPTFLAG_IFDOWN
         if value not in BOND_MODES:
             raise fail(errno.EINVAL, f"bond mode {value!r}")
-        bond.mode = value
-    elif option == "bond.miimon":
-        miimon = int(value)
-        if miimon < 0:
+        bond.mode = str(value)
+    elif option == "miimon_ms":
+        assert isinstance(value, int)
+        if value < 0:
             raise fail(errno.EINVAL, "miimon must not be negative")
-        bond.miimon_ms = miimon
+        bond.miimon_ms = value
     else:
-        _bond_set_active(state, link, value)
+        assert isinstance(value, int)
+        if value < 0:
+            raise fail(errno.EINVAL, f"active slave {value} is out of range")
+        slave = None if value == 0 else state.in_ns(link.ns, value)
+        if value != 0 and slave is None:
+            raise fail(errno.ENODEV, f"no link with ifindex {value}")  # __dev_get_by_index
+        _bond_set_active(state, link, "" if slave is None else slave.name)
 
 
 def _bond_set_active(state: State, bond_link: LinkState, name: str) -> None:

@@ -16,19 +16,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from plugins.kernel import (
-    Kernel,
-    KernelError,
-    Link,
-    LinkChanges,
-    LinkSpec,
-    NsRef,
-    VFChanges,
-    VFConfig,
-)
-from plugins.sdk import NamespaceHandle, from_json_value, to_json_value
+from plugins.kernel import PROTOCOL_VERSION, KernelCall, KernelError, KernelMethods, NsRef
+from plugins.sdk import from_json_value, to_json_value
 
 from ._errors import LabError
+from ._protocol import LabKernel
 
 __all__ = ["FakeKernelClient", "FakeKernelProcess", "FakeKernelProtocolError"]
 
@@ -39,9 +31,12 @@ class FakeKernelProtocolError(RuntimeError):
     """The request was malformed or the server hit a bug; never a kernel answer."""
 
 
-class FakeKernelClient:
-    """A ``Kernel`` whose state lives in a fake kernel process. Thread-safe: one
-    connection, one request at a time (the server serializes calls anyway)."""
+class FakeKernelClient(KernelMethods):
+    """A ``Kernel`` whose state lives in a fake kernel process (or behind any server of
+    the kernel wire: the VM lab's guest agent). Every call of the seam is one request
+    whose parameters are the call's, by name, and whose answer decodes to the call's
+    result type. Thread-safe: one connection, one request at a time (the server
+    serializes calls anyway)."""
 
     def __init__(self, socket_path: str | Path, *, timeout: float = 30.0) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -67,13 +62,22 @@ class FakeKernelClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _kernel_call(self, call: KernelCall, arguments: dict[str, Any]) -> Any:
+        result = self._call(call.name, **arguments)
+        return None if call.result is type(None) else from_json_value(call.result, result)
+
     def _call(self, method: str, **params: Any) -> Any:
         with self._lock:
             if self._broken:
                 raise FakeKernelProtocolError("the connection failed earlier; open a new client")
             self._next_id += 1
             req_id = self._next_id
-            req = {"id": req_id, "method": method, "params": to_json_value(params)}
+            req = {
+                "v": PROTOCOL_VERSION,
+                "id": req_id,
+                "method": method,
+                "params": to_json_value(params),
+            }
             try:
                 self._sock.sendall(json.dumps(req).encode() + b"\n")
                 line = self._rfile.readline()
@@ -97,67 +101,7 @@ class FakeKernelClient:
             raise FakeKernelProtocolError(f"{method}: {message}")
         raise KernelError(int(err["errno"]), message)
 
-    # -- Kernel ----------------------------------------------------------------------------
-
-    def boot_id(self) -> str:
-        return from_json_value(str, self._call("boot_id"))
-
-    def host_namespace(self) -> NsRef:
-        return from_json_value(NsRef, self._call("host_namespace"))
-
-    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
-        return from_json_value(NsRef, self._call("open_namespace", handle=handle))
-
-    def list_namespaces(self) -> list[NsRef]:
-        return from_json_value(list[NsRef], self._call("list_namespaces"))
-
-    def list_links(self, ns: NsRef) -> list[Link]:
-        return from_json_value(list[Link], self._call("list_links", ns=ns))
-
-    def get_link(
-        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
-    ) -> Link | None:
-        result = self._call("get_link", ns=ns, name=name, ifindex=ifindex)
-        return None if result is None else from_json_value(Link, result)
-
-    def find_device(self, pci_address: str) -> Link | None:
-        result = self._call("find_device", pci_address=pci_address)
-        return None if result is None else from_json_value(Link, result)
-
-    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        return from_json_value(Link, self._call("create_link", ns=ns, spec=spec))
-
-    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
-        return from_json_value(
-            Link, self._call("set_link", ns=ns, ifindex=ifindex, changes=changes)
-        )
-
-    def move_link(
-        self,
-        ns: NsRef,
-        ifindex: int,
-        target: NsRef,
-        *,
-        new_name: str | None = None,
-        alias: str | None = None,
-    ) -> Link:
-        # Sent only when given: a server from before the alias refuses the parameter.
-        extra = {} if alias is None else {"alias": alias}
-        result = self._call(
-            "move_link", ns=ns, ifindex=ifindex, target=target, new_name=new_name, **extra
-        )
-        return from_json_value(Link, result)
-
-    def delete_link(self, ns: NsRef, ifindex: int) -> None:
-        self._call("delete_link", ns=ns, ifindex=ifindex)
-
-    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
-        return from_json_value(list[VFConfig], self._call("get_vfs", ns=ns, pf_ifindex=pf_ifindex))
-
-    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
-        self._call("set_vf", ns=ns, pf_ifindex=pf_ifindex, vf_index=vf_index, changes=changes)
-
-    # -- admin -----------------------------------------------------------------------------
+    # -- the lab's calls (fakekernel.LabKernel) ----------------------------------------------
 
     def add_namespace(self, name: str) -> NsRef:
         return from_json_value(NsRef, self._call("add_namespace", name=name))
@@ -313,5 +257,5 @@ class FakeKernelProcess:
                 self.socket_path.unlink()
 
 
-def _is_a_kernel(client: FakeKernelClient) -> Kernel:
-    return client  # mypy proves FakeKernelClient satisfies the Kernel protocol
+def _is_a_lab_kernel(client: FakeKernelClient) -> LabKernel:
+    return client  # mypy proves FakeKernelClient satisfies the lab's kernel protocol

@@ -13,13 +13,15 @@ import contextlib
 import dataclasses
 import errno
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from plugins.kernel import (
     BondInfo,
     Kernel,
     Link,
     LinkChanges,
+    LinkKind,
+    LinkOptions,
     LinkSpec,
     NsRef,
     VFChanges,
@@ -122,6 +124,12 @@ class FakeKernelModel:
         link = self._s.require(self._ns(ns).ref.inode, ifindex)
         with self._settling():
             _links.setlink(self._s, link, changes)
+        return self._view(link)
+
+    def set_link_options(self, ns: NsRef, ifindex: int, options: LinkOptions) -> Link:
+        link = self._s.require(self._ns(ns).ref.inode, ifindex)
+        with self._settling():
+            _links.changelink(self._s, link, options)
         return self._view(link)
 
     def move_link(
@@ -343,15 +351,36 @@ class FakeKernelModel:
     # -- admin: options of existing links (ip link set NAME type KIND ...) -----------------
 
     def change_link(self, ns: NsRef, name: str, option: str, value: str) -> None:
-        """RTM_NEWLINK on an existing link with IFLA_LINKINFO: ``option`` is one of
-        bond.mode, bond.miimon, bond.active_slave (a slave's name, "" for none),
-        ipvlan.mode, vlan.id; ``value`` as ``ip link`` takes it."""
+        """``ip link set NAME type KIND OPTION VALUE``: ``option`` is one of bond.mode,
+        bond.miimon, bond.active_slave (a slave's name, "" for none), ipvlan.mode,
+        macvlan.mode, vlan.id; ``value`` as ``ip link`` takes it. The differential
+        corpus's spelling of ``set_link_options``."""
         space = self._ns(ns)
         link = self._s.by_name(space.ref.inode, name)
         if link is None:
             raise fail(errno.ENODEV, f"no link {name!r}")
+        kind = option.partition(".")[0]
+        if option == "vlan.id":
+            # vlan_changelink has no IFLA_VLAN_ID: the id of a vlan never changes, but
+            # ip sends it and vlan_validate checks it.
+            if link.kind != "vlan":
+                raise fail(errno.EOPNOTSUPP, f"{link.name} is a {link.kind}, not a vlan")
+            if not 0 <= int(value) < 4095:
+                raise fail(errno.ERANGE, f"invalid vlan id {value}")
+            return
+        if option == "bond.active_slave":
+            slave = self._s.by_name(space.ref.inode, value) if value else None
+            if value and slave is None:
+                raise fail(errno.ENODEV, f"no link {value!r}")
+            changes: dict[str, Any] = {"active_slave": 0 if slave is None else slave.ifindex}
+        elif option == "bond.miimon":
+            changes = {"miimon_ms": int(value)}
+        elif option in ("bond.mode", "ipvlan.mode", "macvlan.mode"):
+            changes = {"bond_mode" if kind == "bond" else "mode": value}
+        else:
+            raise fail(errno.EINVAL, f"unknown link option {option!r}")
         with self._settling():
-            _links.changelink(self._s, link, option, value)
+            _links.changelink(self._s, link, LinkOptions(kind=cast(LinkKind, kind), **changes))
 
     def bond_active_slave(self, ns: NsRef, bond: str) -> str:
         """The name of ``bond``'s active slave, "" for none (the model fails over at once)."""

@@ -1,10 +1,12 @@
 """Serve a FakeKernelModel on a Unix socket, outside the service under test.
 
-A real kernel survives a service crash; so does this process. Protocol: one JSON
-object per line each way. Request ``{"id": n, "method": str, "params": {...}}``;
-answer ``{"id": n, "result": ...}`` or ``{"id": n, "error": {"errno": int,
-"message": str, "kind": "kernel" | "lab" | "protocol"}}``. Parameters carry the
-Python keyword names of the model's methods; dataclasses travel as objects.
+A real kernel survives a service crash; so does this process. Protocol (the kernel
+wire, version ``plugins.kernel.PROTOCOL_VERSION``): one JSON object per line each way.
+Request ``{"v": version, "id": n, "method": str, "params": {...}}``; answer ``{"id": n,
+"result": ...}`` or ``{"id": n, "error": {"errno": int, "message": str, "kind":
+"kernel" | "lab" | "protocol" | "internal"}}``. The methods are the calls of
+``fakekernel.LAB_CALLS`` (the Kernel protocol's and the lab's), their parameters the
+calls' own by name, their types the calls' declared ones; dataclasses travel as objects.
 One lock around the model plays the role of rtnl: calls never interleave.
 
 Test only: ``stall`` (a control request no production code sends) makes the next call
@@ -15,8 +17,6 @@ seconds, as a kernel call that hangs; ``wait_stalled`` answers once that is happ
 from __future__ import annotations
 
 import errno
-import functools
-import inspect
 import json
 import math
 import os
@@ -26,41 +26,24 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
-from plugins.kernel import KernelError
+from plugins.kernel import PROTOCOL_VERSION, KernelError
 from plugins.sdk import JSONCodecError, from_json_value, to_json_value
 
+from ._protocol import LAB_CALLS
 from .lab import LabError, build_model, load_lab
 from .model import FakeKernelModel
 
 __all__ = [
-    "METHODS",
     "FakeKernelServer",
     "ProtocolError",
     "answer",
-    "decode_params",
+    "dispatch",
     "error_message",
 ]
 
-KERNEL_METHODS = (
-    "boot_id",
-    "host_namespace",
-    "open_namespace",
-    "list_namespaces",
-    "list_links",
-    "get_link",
-    "find_device",
-    "create_link",
-    "set_link",
-    "move_link",
-    "delete_link",
-    "get_vfs",
-    "set_vf",
-)
-ADMIN_METHODS = ("add_namespace", "delete_namespace", "namespace", "namespaces", "snapshot")
 TEST_METHODS = ("stall", "wait_stalled")
-METHODS = (*KERNEL_METHODS, *ADMIN_METHODS, "load_lab")
 
 
 class ProtocolError(Exception):
@@ -85,6 +68,11 @@ def answer(line: bytes, call: Callable[[str, dict[str, Any]], Any], who: str) ->
         if not isinstance(req, dict) or not isinstance(req.get("method"), str):
             raise ProtocolError("a request is an object with a string 'method'")
         req_id = req.get("id")
+        if req.get("v") != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"the request speaks kernel wire version {req.get('v')!r}; "
+                f"this server speaks {PROTOCOL_VERSION}"
+            )
         params = req.get("params") or {}
         if not isinstance(params, dict):
             raise ProtocolError("'params' must be an object")
@@ -104,20 +92,23 @@ def _error(req_id: Any, code: int, message: str, kind: str) -> dict[str, Any]:
     return {"id": req_id, "error": {"errno": code, "message": message, "kind": kind}}
 
 
-def decode_params(
-    method: str, params: dict[str, Any], types: dict[str, Any], target: Callable[..., Any]
-) -> dict[str, Any]:
-    """A request's parameters as the keyword arguments of ``target`` (by ``types``); a
-    parameter ``target`` does not take, or a missing required one, is a ProtocolError."""
+def dispatch(target: object, method: str, params: dict[str, Any]) -> Any:
+    """Carry out the lab call ``method`` on ``target`` with the request's ``params``,
+    decoded by the call's declared types. An unknown method, an unknown parameter or a
+    missing required one is a ProtocolError."""
+    call = LAB_CALLS.get(method)
+    if call is None:
+        raise ProtocolError(f"unknown method {method!r}")
+    types = call.params
     unknown = set(params) - set(types)
     if unknown:
         raise ProtocolError(f"{method}: unknown parameters {sorted(unknown)}")
     args = {name: from_json_value(types[name], value) for name, value in params.items()}
     try:
-        inspect.signature(target).bind(**args)
+        call.signature.bind(**args)
     except TypeError as e:  # a required parameter is missing
         raise ProtocolError(f"{method}: {e}") from None
-    return args
+    return getattr(target, method)(**args)
 
 
 def error_message(e: KernelError) -> str:
@@ -125,13 +116,6 @@ def error_message(e: KernelError) -> str:
     text = str(e.strerror or "")
     prefix = f"{errno.errorcode.get(e.code, str(e.code))}: "
     return text[len(prefix) :] if text.startswith(prefix) else text
-
-
-@functools.cache
-def _param_types(method: str) -> dict[str, Any]:
-    hints = get_type_hints(getattr(FakeKernelModel, method))
-    params = inspect.signature(getattr(FakeKernelModel, method)).parameters
-    return {name: hints[name] for name in params if name != "self"}
 
 
 class FakeKernelServer:
@@ -156,11 +140,8 @@ class FakeKernelServer:
             return self._load_lab(params)
         if method in TEST_METHODS:
             return self._test_control(method, params)
-        if method not in METHODS:
-            raise ProtocolError(f"unknown method {method!r}")
-        args = decode_params(method, params, _param_types(method), getattr(self.model, method))
         with self.lock:
-            result = getattr(self.model, method)(**args)
+            result = dispatch(self.model, method, params)
         self._hold_if_stalled(method)  # outside rtnl: other callers go on
         return result
 
@@ -181,7 +162,7 @@ class FakeKernelServer:
         target, number = params.get("name"), params.get("seconds", params.get("timeout"))
         if (
             set(params) != {"name", "seconds" if method == "stall" else "timeout"}
-            or target not in (*KERNEL_METHODS, *ADMIN_METHODS)
+            or target not in LAB_CALLS
             or isinstance(number, bool)
             or not isinstance(number, int | float)
             or not math.isfinite(number)

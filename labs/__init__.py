@@ -11,9 +11,11 @@ tests, benchmarks, a plugin author's own tests) builds a ``Node`` from a ``Lab``
         node.processes.crash(service="networkplugin-links")          # SIGKILL, restart
 """
 
+from fakekernel import LabKernel
+
 from ._agent_lab import AgentLab, AgentRootKernel, AgentSession
 from ._console import AgentUnavailable
-from ._lab import SANDBOX, Lab, LabKernel
+from ._lab import SANDBOX, Lab
 from ._node import Node
 from ._process import METRICS_DIR_ENV, ServiceProcess
 from ._readiness import ReadyListener

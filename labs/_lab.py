@@ -8,28 +8,14 @@ it (the rig, the conformance suite, the end-to-end tests, the benchmarks) see on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Protocol
+from typing import Any
 
+from fakekernel import LabKernel
 from plugins.coordinator import Inventory
-from plugins.kernel import Kernel, NsRef
+from plugins.kernel import NsRef
 from plugins.sdk import NamespaceHandle, SandboxHandle
 
 SANDBOX = "pod-a"
-
-
-class LabKernel(Kernel, Protocol):
-    """The kernel as a lab sees it: the ``Kernel`` protocol plus what a test needs to set
-    up a scene and to check the node afterwards (named namespaces, a full snapshot)."""
-
-    def add_namespace(self, name: str) -> NsRef: ...
-
-    def delete_namespace(self, name: str) -> None: ...
-
-    def namespace(self, name: str) -> NsRef: ...
-
-    def namespaces(self) -> list[NsRef]: ...
-
-    def snapshot(self) -> dict[str, Any]: ...
 
 
 class Lab(ABC):

@@ -16,11 +16,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fakekernel import LabKernel
 from plugins.coordinator import Coordinator, CoordinatorJournal
 from plugins.sdk import SandboxHandle
 from plugins.sdk.runner import CrashPoints, EndpointRunner
 
-from ._lab import SANDBOX, Lab, LabKernel
+from ._lab import SANDBOX, Lab
 from ._services import PROJECT_SERVICES, InProcessServices, ProcessServices, ServiceSpec
 
 

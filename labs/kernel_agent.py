@@ -2,13 +2,12 @@
 
 Under TCG one ``ip`` exec costs about a second in the guest and Python starts slowly,
 so the guest runs one long-lived process, this agent, and only kernel calls cross into
-it. It speaks the fake kernel server's wire protocol (``fakekernel/server.py``: one JSON
-object per line each way, the same method names, parameters and error kinds), so the
-host talks to it with ``FakeKernelClient`` unchanged. The server itself is tied to the
-model (its parameter types come from ``FakeKernelModel``'s signatures, it listens on a
-Unix socket, it can replace its model), so this module serves any ``LabKernel``, taking
-the parameter types from the ``LabKernel`` protocol, over a stream it is handed: in the
-guest, a virtio-serial port whose host end is a Unix socket of QEMU's.
+it. It speaks the kernel wire of the fake kernel server (``fakekernel/server.py``: one
+JSON object per line each way, the calls of ``fakekernel.LAB_CALLS``, answered through
+the same ``answer`` and ``dispatch``), so the host talks to it with ``FakeKernelClient``
+unchanged. The server itself is tied to the model (it listens on a Unix socket, it can
+replace its model), so this module serves any ``LabKernel`` over a stream it is handed:
+in the guest, a virtio-serial port whose host end is a Unix socket of QEMU's.
 
 Besides the kernel and lab methods, the agent answers what only the guest can see:
 ``release`` (the guest kernel's ``uname -r``), ``sriov`` (a PF's ``sriov_totalvfs`` and
@@ -38,7 +37,6 @@ import argparse
 import errno
 import faulthandler
 import functools
-import inspect
 import json
 import os
 import sys
@@ -46,14 +44,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, get_type_hints
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from fakekernel.server import ADMIN_METHODS, KERNEL_METHODS, ProtocolError, answer, decode_params
+from fakekernel import LabKernel
+from fakekernel.server import ProtocolError, answer, dispatch
 from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec, NsRef, kernel_error
 from plugins.sdk import NamespaceHandle
 
 from ._guest import GUEST_METHODS, GUEST_PARAMS, GuestSide
-from ._lab import LabKernel
 from ._traffic import TRAFFIC_METHODS, TRAFFIC_PARAMS, TrafficSide
 
 if TYPE_CHECKING:
@@ -63,7 +61,6 @@ __all__ = ["PORT_NAME", "READY", "GuestSide", "KernelAgent", "SessionLab", "main
 
 PORT_NAME = "dranp.kernel"  # the virtserialport's name: /dev/virtio-ports/<name> in the guest
 READY = "dranp-kernel-agent ready"
-SERVED_METHODS = (*KERNEL_METHODS, *ADMIN_METHODS)
 # Lab sessions: the methods and their parameters' types (plain JSON scalars).
 SESSION_PARAMS: dict[str, dict[str, type]] = {
     "open_session": {"seed": int, "lend": dict},
@@ -84,14 +81,6 @@ class SessionLab(Protocol):
     def kernel(self) -> LabKernel: ...
 
     def close(self) -> None: ...
-
-
-@functools.cache
-def _param_types(method: str) -> dict[str, Any]:
-    function = getattr(LabKernel, method)
-    hints = get_type_hints(function)
-    params = inspect.signature(function).parameters
-    return {name: hints[name] for name in params if name != "self"}
 
 
 class KernelAgent:
@@ -183,10 +172,7 @@ def _session_of(line: bytes) -> Any:
 
 
 def _kernel_call(kernel: LabKernel, method: str, params: dict[str, Any]) -> Any:
-    if method not in SERVED_METHODS:
-        raise ProtocolError(f"unknown method {method!r}")
-    function = getattr(kernel, method)
-    return function(**decode_params(method, params, _param_types(method), function))
+    return dispatch(kernel, method, params)
 
 
 def _shaped_call(

@@ -43,21 +43,21 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fakekernel import LabKernel
 from fakekernel.lab import plant_pod_interface
 from plugins.kernel import (
+    ForwardingKernel,
     Kernel,
     KernelError,
     Link,
     LinkChanges,
     LinkSpec,
     NsRef,
-    VFChanges,
-    VFConfig,
     kernel_error,
 )
 from plugins.sdk import NamespaceHandle
 
-from ._lab import Lab, LabKernel
+from ._lab import Lab
 from ._seed import start_state_seed
 
 if TYPE_CHECKING:
@@ -106,9 +106,9 @@ def missing() -> str | None:
     return None
 
 
-class NetnsKernel:
+class NetnsKernel(ForwardingKernel):
     """The ``Kernel`` protocol through a ``LinuxKernel`` on the lab's node namespace
-    (``linux``), plus the lab's named namespaces and its snapshot.
+    (``linux``, every call forwarded), plus the lab's named namespaces and its snapshot.
 
     ``list_namespaces`` (what a service's node-wide scan sees in this process) looks in
     the lab's pin directory only, never at the machine's mounts or processes.
@@ -118,6 +118,7 @@ class NetnsKernel:
         from plugins.kernel.linux import LinuxKernel
 
         self.linux: LinuxKernel = LinuxKernel(node, namespace_dirs=(directory,), proc_dir=None)
+        super().__init__(self.linux)
         self.directory = directory
         try:
             self.wire = self.open_namespace(wire)
@@ -131,57 +132,6 @@ class NetnsKernel:
         # The lab this kernel belongs to: a caller holding only ``lab.kernel`` keeps the
         # lab, and so its pins, alive (they go when the lab is collected).
         self.owner: object = None
-
-    # -- the Kernel protocol: the node's LinuxKernel ------------------------------------------
-
-    def boot_id(self) -> str:
-        return self.linux.boot_id()
-
-    def host_namespace(self) -> NsRef:
-        return self.linux.host_namespace()
-
-    def open_namespace(self, handle: NamespaceHandle) -> NsRef:
-        return self.linux.open_namespace(handle)
-
-    def list_namespaces(self) -> list[NsRef]:
-        return self.linux.list_namespaces()
-
-    def list_links(self, ns: NsRef) -> list[Link]:
-        return self.linux.list_links(ns)
-
-    def get_link(
-        self, ns: NsRef, *, name: str | None = None, ifindex: int | None = None
-    ) -> Link | None:
-        return self.linux.get_link(ns, name=name, ifindex=ifindex)
-
-    def find_device(self, pci_address: str) -> Link | None:
-        return self.linux.find_device(pci_address)
-
-    def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        return self.linux.create_link(ns, spec)
-
-    def set_link(self, ns: NsRef, ifindex: int, changes: LinkChanges) -> Link:
-        return self.linux.set_link(ns, ifindex, changes)
-
-    def move_link(
-        self,
-        ns: NsRef,
-        ifindex: int,
-        target: NsRef,
-        *,
-        new_name: str | None = None,
-        alias: str | None = None,
-    ) -> Link:
-        return self.linux.move_link(ns, ifindex, target, new_name=new_name, alias=alias)
-
-    def delete_link(self, ns: NsRef, ifindex: int) -> None:
-        self.linux.delete_link(ns, ifindex)
-
-    def get_vfs(self, ns: NsRef, pf_ifindex: int) -> list[VFConfig]:
-        return self.linux.get_vfs(ns, pf_ifindex)
-
-    def set_vf(self, ns: NsRef, pf_ifindex: int, vf_index: int, changes: VFChanges) -> None:
-        self.linux.set_vf(ns, pf_ifindex, vf_index, changes)
 
     def close(self) -> None:
         """Close the descriptors and sockets held (the pins are the lab's to delete)."""

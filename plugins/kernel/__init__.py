@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 from plugins.sdk import IFNAMSIZ, PCI_ADDRESS, first_use_exports
 from plugins.sdk import kernel_name_problem as check_interface_name
 
-from ._protocol import Kernel
+from ._forwarding import ForwardingKernel
+from ._methods import KernelMethods
+from ._protocol import KERNEL_CALLS, Kernel
+from ._seam import PROTOCOL_VERSION, KernelCall, calls_of, mutates, reads
 from ._snapshot import ReadSharingKernel
 from ._types import (
     BondInfo,
@@ -15,6 +18,7 @@ from ._types import (
     Link,
     LinkChanges,
     LinkKind,
+    LinkOptions,
     LinkSpec,
     NsRef,
     VFChanges,
@@ -28,22 +32,31 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IFNAMSIZ",
+    "KERNEL_CALLS",
     "PCI_ADDRESS",
+    "PROTOCOL_VERSION",
     "BondInfo",
     "CrashingKernel",
+    "ForwardingKernel",
     "Kernel",
+    "KernelCall",
     "KernelError",
+    "KernelMethods",
     "Link",
     "LinkChanges",
     "LinkKind",
+    "LinkOptions",
     "LinkSpec",
     "NsRef",
     "ReadSharingKernel",
     "VFChanges",
     "VFConfig",
+    "calls_of",
     "check_interface_name",
     "kernel_error",
+    "mutates",
     "open_kernel",
+    "reads",
 ]
 
 # Hidden from mypy, which would otherwise accept any name imported from here: the

@@ -141,3 +141,23 @@ class LinkChanges:
     up: bool | None = None
     master: int | None = field(default=None)  # ifindex to enslave to; 0 releases
     alias: str | None = None  # "" clears the alias
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """Options of an existing link to change (see Kernel.set_link_options); None leaves
+    an option alone. ``kind`` names the link's kind: options of another kind are EINVAL.
+
+    bond: ``bond_mode``, ``miimon_ms``, ``active_slave`` (a slave's ifindex in the
+    bond's namespace; 0 clears it, and the bond picks its best slave again).
+    macvlan, ipvlan: ``mode``.
+    """
+
+    kind: LinkKind
+    bond_mode: str | None = None
+    miimon_ms: int | None = None
+    active_slave: int | None = None
+    mode: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and k != "kind"}

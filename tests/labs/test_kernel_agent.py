@@ -9,11 +9,12 @@ from typing import Any
 from fakekernel.lab import load_lab
 from labs import DEFAULT_LAB
 from labs.kernel_agent import KernelAgent
+from plugins.kernel import PROTOCOL_VERSION
 from plugins.sdk import to_json_value
 
 
 def ask(agent: KernelAgent, method: str, **params: Any) -> dict[str, Any]:
-    line = json.dumps({"id": 7, "method": method, "params": params}).encode()
+    line = json.dumps({"v": PROTOCOL_VERSION, "id": 7, "method": method, "params": params}).encode()
     return agent.handle(line)
 
 

@@ -18,7 +18,7 @@ from harness.pytest_plugin import require_lab
 from labs import NetnsLab, TrafficSide, traffic_missing
 from labs.kernel_agent import KernelAgent
 from labs.netns import missing
-from plugins.kernel import LinkChanges, LinkSpec
+from plugins.kernel import PROTOCOL_VERSION, LinkChanges, LinkSpec
 
 pytestmark = pytest.mark.netns
 
@@ -54,7 +54,9 @@ def wired(request: pytest.FixtureRequest) -> Iterator[tuple[NetnsLab, KernelAgen
 
 
 def ask(agent: KernelAgent, method: str, **params: Any) -> dict[str, Any]:
-    return agent.handle(json.dumps({"id": 1, "method": method, "params": params}).encode())
+    return agent.handle(
+        json.dumps({"v": PROTOCOL_VERSION, "id": 1, "method": method, "params": params}).encode()
+    )
 
 
 def ok(agent: KernelAgent, method: str, **params: Any) -> Any:

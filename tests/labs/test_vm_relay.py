@@ -20,7 +20,7 @@ from fakekernel.model import FakeKernelModel
 from labs import DEFAULT_LAB, AgentRootKernel, FakeModelLab
 from labs._relay import KernelRelay, RelayClosed
 from labs.kernel_agent import KernelAgent, SessionLab
-from plugins.kernel import KernelError, LinkSpec
+from plugins.kernel import PROTOCOL_VERSION, KernelError, LinkSpec
 
 DEADLINE_S = 30.0
 
@@ -127,7 +127,10 @@ def test_a_client_dying_mid_call_does_not_wedge_the_relay(
     gated.gate.clear()
     dying = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dying.connect(str(tmp_path / "relay.sock"))
-    dying.sendall(json.dumps({"id": 41, "method": "boot_id", "params": {}}).encode() + b"\n")
+    dying.sendall(
+        json.dumps({"v": PROTOCOL_VERSION, "id": 41, "method": "boot_id", "params": {}}).encode()
+        + b"\n"
+    )
     assert gated.entered.wait(DEADLINE_S), "the request never reached the agent"
     dying.close()  # hangs up while its call is in the agent
     # Another client asks meanwhile: it waits its turn, then gets its own answer.
@@ -162,7 +165,12 @@ def test_a_session_socket_reaches_only_its_session(
             raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             raw.connect(str(tmp_path / "s.sock"))
             with raw, raw.makefile("rb") as answers:
-                request = {"id": 3, "method": "namespace", "params": {"name": "pod-x"}}
+                request = {
+                    "v": PROTOCOL_VERSION,
+                    "id": 3,
+                    "method": "namespace",
+                    "params": {"name": "pod-x"},
+                }
                 raw.sendall(json.dumps({**request, "session": None}).encode() + b"\n")
                 assert json.loads(answers.readline())["result"]["path"].endswith("/pod-x")
             relay.unlisten(tmp_path / "s.sock")

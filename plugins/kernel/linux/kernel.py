@@ -85,7 +85,16 @@ from plugins.sdk import NamespaceHandle, kernel_name_problem
 from plugins.sdk.telemetry import log_event
 
 from .._protocol import Kernel
-from .._types import KernelError, Link, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from .._types import (
+    KernelError,
+    Link,
+    LinkChanges,
+    LinkOptions,
+    LinkSpec,
+    NsRef,
+    VFChanges,
+    VFConfig,
+)
 from . import _wire as w
 from ._decode import (
     BOND_MODES,
@@ -645,6 +654,22 @@ class LinuxKernel:
         return self._link(space, ns, msg)
 
     @_call
+    def set_link_options(self, ns: NsRef, ifindex: int, options: LinkOptions) -> Link:
+        space = self._resolve(ns)
+        info = [w.nla_str(w.IFLA_INFO_KIND, options.kind)]
+        data = _option_data(options)
+        if data:
+            info.append(w.nest(w.IFLA_INFO_DATA, data))
+        # RTM_NEWLINK without NLM_F_CREATE on an existing ifindex: rtnl_changelink, which
+        # hands IFLA_INFO_DATA to the kind's changelink (EOPNOTSUPP for another kind).
+        body = w.ifinfomsg(_s32(ifindex)) + w.nest(w.IFLA_LINKINFO, info)
+        self._request(space, w.RTM_NEWLINK, 0, body)
+        msg = self._get_msg(space, ifindex=ifindex)
+        if msg is None:
+            raise netlink_error(errno.ENODEV, f"link {ifindex} vanished after the change")
+        return self._link(space, ns, msg)
+
+    @_call
     def move_link(
         self,
         ns: NsRef,
@@ -1084,6 +1109,40 @@ def _bond_data(spec: LinkSpec) -> list[bytes]:
         data.append(w.nla_u32(w.IFLA_BOND_UPDELAY, _u32(bond.updelay_ms, "updelay")))
     if bond.downdelay_ms:
         data.append(w.nla_u32(w.IFLA_BOND_DOWNDELAY, _u32(bond.downdelay_ms, "downdelay")))
+    return data
+
+
+def _option_data(options: LinkOptions) -> list[bytes]:
+    """IFLA_INFO_DATA for ``options``; an option the kind does not have is EINVAL here,
+    before it could be read as another attribute of the same number."""
+    given = options.fields()
+    allowed = {
+        "bond": {"bond_mode", "miimon_ms", "active_slave"},
+        "macvlan": {"mode"},
+        "ipvlan": {"mode"},
+    }.get(options.kind, set())
+    foreign = sorted(set(given) - allowed)
+    if foreign:
+        raise netlink_error(errno.EINVAL, f"a {options.kind} has no option {', '.join(foreign)}")
+    data: list[bytes] = []
+    if options.bond_mode is not None:
+        if options.bond_mode not in BOND_MODES:
+            raise netlink_error(errno.EINVAL, f"bond mode {options.bond_mode!r}")
+        data.append(w.nla_u8(w.IFLA_BOND_MODE, BOND_MODES.index(options.bond_mode)))
+    if options.active_slave is not None:
+        slave = _u32(options.active_slave, "active slave")
+        data.append(w.nla_u32(w.IFLA_BOND_ACTIVE_SLAVE, slave))
+    if options.miimon_ms is not None:
+        data.append(w.nla_u32(w.IFLA_BOND_MIIMON, _u32(options.miimon_ms, "miimon")))
+    if options.mode is not None:
+        table = MACVLAN_MODES if options.kind == "macvlan" else IPVLAN_MODES
+        mode = table.get(options.mode)
+        if mode is None:
+            raise netlink_error(errno.EINVAL, f"{options.kind} mode {options.mode!r}")
+        if options.kind == "macvlan":
+            data.append(w.nla_u32(w.IFLA_MACVLAN_MODE, mode))
+        else:
+            data.append(w.nla_u16(w.IFLA_IPVLAN_MODE, mode))
     return data
 
 
