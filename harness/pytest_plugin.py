@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import allure
 import pytest
 
+from harness.guest_watch import GuestWatch
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.report_labels import ReportLabels
 from harness.stats import STATS_DIR_ENV
@@ -42,6 +43,7 @@ MARKERS = {
 }
 STATS_KEY = pytest.StashKey["RigStats"]()
 LAB_KEY = pytest.StashKey["LabSpec | None"]()
+WATCH_KEY = pytest.StashKey[GuestWatch]()
 
 
 @dataclass
@@ -88,6 +90,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[KERNEL_ENV] = spec.kernel  # the guest every vm test boots (asked_kernel)
     # The report's tree (lab, family, file) and each test's true host label.
     config.pluginmanager.register(ReportLabels(), "dra-networkplugins-report-labels")
+    # A lab whose agent stops answering fails its case and is replaced (harness.guest_watch).
+    config.stash[WATCH_KEY] = GuestWatch()
+    config.pluginmanager.register(config.stash[WATCH_KEY], "dra-networkplugins-guest-watch")
 
 
 def asked_lab(config: pytest.Config) -> LabSpec | None:
@@ -149,10 +154,12 @@ def require_lab(config: pytest.Config, tier: str, missing: str | None) -> None:
 def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
     """The session's one guest (``DRANP_VM_KERNEL``, default 6.1): every vm test shares
     it, since a boot under TCG takes minutes. Tests leave it as they found it (their own
-    namespaces, deleted at the end); the first test to ask boots it, in its setup."""
+    namespaces, deleted at the end); the first test to ask boots it, in its setup. A guest
+    whose agent stops answering fails the case it hung in, and the next test to ask
+    boots a new one (``harness.guest_watch``)."""
     kernel = asked_kernel()
     require_lab(request.config, "vm", parse_lab_url(f"vm://?kernel={kernel}").missing())
-    lab = VmLab(kernel)
+    lab = request.config.stash[WATCH_KEY].build(request, lambda: VmLab(kernel))
     stats = request.config.stash[STATS_KEY]
     stats.fact("vm_kernel", kernel)
     stats.fact("kernel_release", lab.kernel.release())
@@ -244,6 +251,7 @@ def nic_lab(request: pytest.FixtureRequest) -> AgentLab:
     tier, _, host = str(request.param).partition("/")
     if tier == "vm":
         lab: AgentLab = request.getfixturevalue("vm_lab")
+        request.config.stash[WATCH_KEY].hold(request, lab)  # replaced with the guest
         return lab
     host_lab: AgentLab = request.getfixturevalue("sriov_lab").host_lab(host)
     return host_lab

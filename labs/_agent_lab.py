@@ -10,6 +10,12 @@ builds there, each with a relay socket of its own), lending the machine's SR-IOV
 and VFs to a session, and the checks that the machine ends as it began (its snapshot
 and its PFs' VF tables). How the stream comes to be (booting a guest, logging in over
 SSH) is the subclass's.
+
+An agent that leaves a call unanswered for ``call_timeout_s`` (or whose stream ends)
+fails the lab for good: the relay hangs up every client, ``failure`` says why, and
+``evidence()`` is what the machine's side shows of it (a guest's console, the agent's
+log), which ``harness.guest_watch`` attaches to the case it happened in before it has
+the lab replaced.
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ from plugins.kernel import NsRef, VFConfig
 
 from ._guest import VmKernel
 from ._lab import Lab
-from ._relay import KernelRelay
+from ._relay import CLOSED, KernelRelay
 from ._traffic import TrafficCalls
 from .netns import PARENTS
 
 __all__ = ["CALL_TIMEOUT_S", "AgentLab", "AgentRootKernel", "AgentSession", "sriov_lend"]
 
 CALL_TIMEOUT_S = 120.0  # one kernel call under TCG (a snapshot of many links: seconds)
+# A client of the relay waits this much longer than the relay does, so that an agent
+# that stops answering is judged once, by the relay (which hangs up on every client and
+# says why), not by whichever client timed out first: a client that times out on its
+# own is broken for good while the relay and the agent go on.
+CLIENT_MARGIN_S = 30.0
 
 
 class AgentLab(Lab):
@@ -53,18 +64,40 @@ class AgentLab(Lab):
     directory: Path
     relay: KernelRelay | None = None
     _client: AgentRootKernel | None = None
+    call_timeout_s = CALL_TIMEOUT_S  # how long the agent may take to answer one call
 
     def _serve(self, upstream: socket.socket) -> None:
         """Relay ``upstream`` on ``directory/relay.sock``; ``kernel`` is a client of it."""
         self.sessions: list[AgentSession] = []
         self.relay_socket = self.directory / "relay.sock"
-        self.relay = KernelRelay(upstream, timeout=CALL_TIMEOUT_S, on_failure=self._agent_failed)
+        self.relay = KernelRelay(
+            upstream, timeout=self.call_timeout_s, on_failure=self._agent_failed
+        )
         self.relay.listen(self.relay_socket)
-        self._client = AgentRootKernel(self.relay_socket, timeout=CALL_TIMEOUT_S)
+        self._client = AgentRootKernel(self.relay_socket, timeout=self.client_timeout_s)
+
+    @property
+    def client_timeout_s(self) -> float:
+        """How long a client of the relay waits for an answer (see ``CLIENT_MARGIN_S``)."""
+        return self.call_timeout_s + CLIENT_MARGIN_S
+
+    @property
+    def failure(self) -> str | None:
+        """Why the agent's stream failed (it stopped answering, or its stream ended), for
+        good; None while it serves, and once the lab is closed."""
+        relay = self.relay
+        if relay is None or relay.failure == CLOSED:
+            return None
+        return relay.failure
+
+    def evidence(self) -> dict[str, str]:
+        """What this machine's side shows of its agent, by title (a guest's console, the
+        agent's own log): read when the agent failed, before the lab is closed."""
+        return {}
 
     def _agent_failed(self, why: str) -> None:
-        """The stream to the agent failed (``why``): a subclass logs what its side of the
-        stream shows (the guest's console: the agent's stack dump, the kernel's messages)."""
+        """The stream to the agent failed (``why``), called once from the relay's thread:
+        a subclass logs where its evidence is."""
 
     @property
     def kernel(self) -> AgentRootKernel:
@@ -202,7 +235,7 @@ class AgentSession(Lab):
         self.socket = lab.directory / f"{self.id}.sock"
         try:
             lab.relay.listen(self.socket, session=self.id)
-            self._client = FakeKernelClient(self.socket, timeout=CALL_TIMEOUT_S)
+            self._client = FakeKernelClient(self.socket, timeout=lab.client_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -286,8 +319,10 @@ class AgentSession(Lab):
             client.close()
         if self in self.lab.sessions:
             self.lab.sessions.remove(self)
-        if self.lab.relay is None:
-            return  # the guest is gone, and its sessions with it
+        if self.lab.relay is None or self.lab.failure is not None:
+            # The guest is gone, or its agent stopped answering: the session goes with
+            # the agent (it closes what it holds when its stream ends) or the guest.
+            return
         self.lab.relay.unlisten(self.socket)
         self.lab.kernel.close_session(self.id)
         self.close_seconds = time.monotonic() - started

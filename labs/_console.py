@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["AgentUnavailable", "Console", "reap"]
+__all__ = ["AgentUnavailable", "Console", "reap", "tail_of"]
 
 TAIL_LINES = 40
 JOIN_DEADLINE_S = 60.0  # the program has exited or been killed: its output ends soon
@@ -75,6 +75,16 @@ class Console:
     def join(self) -> None:
         if self._thread is not None:
             self._thread.join(timeout=JOIN_DEADLINE_S)
+
+
+def tail_of(log: Path, lines: int) -> str:
+    """The last ``lines`` lines of the file ``log`` (a console or an agent's log, read
+    whole: a guest's console is a few hundred kilobytes), or why it cannot be read."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as exc:
+        return f"({log} unreadable: {exc})"
+    return "\n".join(text.splitlines()[-lines:]) or f"({log} is empty)"
 
 
 def reap(process: subprocess.Popen[bytes] | None, console: Console, deadline_s: float) -> None:

@@ -34,6 +34,7 @@ GUEST_PARAMS: dict[str, dict[str, type]] = {
     "renumber_link": {"name": str, "ifindex": int},
     "change_link": {"ns": str, "name": str, "option": str, "value": str},
     "await_bond_active": {"ns": str, "bond": str, "avoid": str, "timeout_s": float},
+    "hang": {"seconds": float},  # test only: see GuestSide.hang
 }
 # The options ``change_link`` changes on an existing link (RTM_NEWLINK without
 # NLM_F_CREATE, IFLA_LINKINFO's kind data), and how their value is given.
@@ -209,6 +210,14 @@ class GuestSide:
                     break
             return active
 
+    def hang(self, seconds: float) -> None:
+        """Test only (no lab code sends it): stop answering for ``seconds``. The agent
+        serves one request at a time, so every request after this one waits too: the
+        host sees a guest that stopped answering (tests/labs/test_guest_watch.py). A
+        bounded sleep, not a wait for anything: the fault itself, kept finite so a hung
+        agent whose host never notices still ends."""
+        time.sleep(seconds)
+
     @staticmethod
     def _active_slave(ns: str, bond: str) -> str:
         from pyroute2 import IPRoute
@@ -362,3 +371,8 @@ class VmKernel(FakeKernelClient):
         return str(
             self._call("await_bond_active", ns=ns.path, bond=bond, avoid=avoid, timeout_s=timeout_s)
         )
+
+    def hang(self, seconds: float) -> None:
+        """Test only: the agent stops answering for ``seconds`` (``GuestSide.hang``); this
+        call returns when the host gives up on it (the relay's call timeout), raising."""
+        self._call("hang", seconds=seconds)

@@ -15,6 +15,10 @@ a ``FakeKernelClient`` on it), and ``lab.kernel`` is a ``FakeKernelClient`` on i
 (the agent speaks the fake kernel server's protocol) plus the guest-only calls
 (``release``, ``sriov``, ``set_sriov_numvfs``).
 
+The agent's stderr (its errors, the stack dump of a stalled call) goes out on a second
+virtio-serial port into ``agent.log`` on the host, apart from the kernel's console
+(``console.log``); both are the lab's ``evidence()`` when the agent stops answering.
+
 ``lab.session(seed)`` is a fresh lab in the same guest without a reboot (a
 ``labs.AgentSession``: a ``NetnsLab`` the agent builds in the guest, with its own relay socket
 and ``kernel_url``), what the rig's crash enumeration builds once per run.
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 from ._agent_lab import AgentLab
-from ._console import AgentUnavailable, Console, reap
+from ._console import AgentUnavailable, Console, reap, tail_of
 from ._guest import GuestSide, VmKernel
 from ._seed import start_state_seed
 from .kernel_agent import PORT_NAME, READY
@@ -76,7 +80,9 @@ IGB_LACKS = {
 }
 BOOT_DEADLINE_S = 300.0  # TCG boots in ~30 s on 2 cores; a loaded CI machine is slower
 POWER_OFF_DEADLINE_S = 60.0
-FAILURE_CONSOLE_LINES = 150  # a stalled agent's stack dump and the kernel's messages around it
+FAILURE_CONSOLE_LINES = 150  # the kernel's messages before the agent failed
+AGENT_LOG_LINES = 200  # a stalled agent's stack dump (every thread's) and its errors
+AGENT_LOG_PORT = "dranp.agentlog"  # the virtserialport the agent's stderr goes out on
 # Bytecode for the guest's Python: the machine sets PYTHONDONTWRITEBYTECODE and the
 # guest's root is read-only, so without this every boot compiles pyroute2 and the
 # project from source under TCG (measured: ~115 s of a 147 s boot).
@@ -193,6 +199,7 @@ class VmLab(AgentLab):
         self.directory = Path(tempfile.mkdtemp(prefix="vmlab-", dir="/tmp"))
         self.socket = self.directory / "kernel.sock"  # QEMU's: one connection, the relay's
         self.console_log = self.directory / "console.log"
+        self.agent_log = self.directory / "agent.log"  # QEMU writes it: the agent's stderr
         self._console = Console(self.console_log, READY, "virtme-ng")
         started = time.monotonic()
         _warm_bytecode()
@@ -215,23 +222,32 @@ class VmLab(AgentLab):
             if isinstance(exc, AgentUnavailable | TimeoutError | OSError):
                 raise VmLabUnavailable(
                     f"the {kernel} guest did not boot: {exc}\n"
-                    f"console ({self.console_log}), last lines:\n{self._console.tail()}"
+                    f"console ({self.console_log}), last lines:\n{self._console.tail()}\n"
+                    f"agent log ({self.agent_log}):\n{tail_of(self.agent_log, AGENT_LOG_LINES)}"
                 ) from exc
             raise
 
+    def evidence(self) -> dict[str, str]:
+        """The console's last lines (what the guest's kernel printed) and the agent's log
+        (a stalled agent's stack dump: ``kernel_agent.STALL_REPORT_S``), by title."""
+        return {
+            f"{self.kernel_name} guest console, last {FAILURE_CONSOLE_LINES} lines": tail_of(
+                self.console_log, FAILURE_CONSOLE_LINES
+            ),
+            f"{self.kernel_name} guest agent log, last {AGENT_LOG_LINES} lines": tail_of(
+                self.agent_log, AGENT_LOG_LINES
+            ),
+        }
+
     def _agent_failed(self, why: str) -> None:
-        """Log the console's last lines: a stalled agent dumped its threads' stacks there
-        (``kernel_agent.STALL_REPORT_S``), beside what the guest's kernel printed."""
-        try:
-            lines = self.console_log.read_text(errors="replace").splitlines()
-        except OSError as exc:
-            lines = [f"(console log unreadable: {exc})"]
+        """One line saying where the evidence is (``evidence()``; the kit's guest watch
+        attaches it to the failing case)."""
         log.warning(
-            "the %s guest's agent failed (%s); console %s, last lines:\n%s",
+            "the %s guest's agent failed (%s); console %s, agent log %s",
             self.kernel_name,
             why,
             self.console_log,
-            "\n".join(lines[-FAILURE_CONSOLE_LINES:]),
+            self.agent_log,
         )
 
     def _command(self, vng: str, memory: str, cpus: int) -> list[str]:
@@ -243,14 +259,23 @@ class VmLab(AgentLab):
             ]
         # wait=on: QEMU starts the guest only once we are connected, so the agent's port
         # is connected from the start (a virtio-serial port with no host end reads EOF).
+        # The agent's stderr: a port whose host end is a file QEMU writes, so the log is
+        # on the host whatever the guest does (no shared directory, nothing to flush).
         devices += [
             f"-chardev socket,id=dranpk,path={self.socket},server=on,wait=on",
+            f"-chardev file,id=dranplog,path={self.agent_log}",
             "-device virtio-serial-pci",
             f"-device virtserialport,chardev=dranpk,name={PORT_NAME}",
+            f"-device virtserialport,chardev=dranplog,name={AGENT_LOG_PORT}",
         ]
+        # udev makes the port's name; should it not have yet, the agent's stderr stays on
+        # the console rather than the agent not starting.
+        log_port = f"/dev/virtio-ports/{AGENT_LOG_PORT}"
         agent = (
-            f"cd {shlex.quote(str(REPO))} && PYTHONDONTWRITEBYTECODE=1 "
-            f"PYTHONPYCACHEPREFIX={shlex.quote(str(PYCACHE))} "
+            f"cd {shlex.quote(str(REPO))} || exit 1; "
+            f"[ -e {log_port} ] || udevadm settle --timeout=30; "
+            f"[ -e {log_port} ] && exec 2>{log_port}; "
+            f"PYTHONDONTWRITEBYTECODE=1 PYTHONPYCACHEPREFIX={shlex.quote(str(PYCACHE))} "
             f"exec {shlex.quote(sys.executable)} -m labs.kernel_agent --port {PORT_NAME}"
         )
         return [
@@ -297,13 +322,15 @@ class VmLab(AgentLab):
         then powers off), killing it at a deadline; leaves nothing running."""
         # The agent sees the end of its stream, and virtme-ng's init then powers off.
         served = True  # if closing raises, the relay is closed all the same: wait for it
+        # An agent that stopped answering does not see the hang-up: kill the guest at once.
+        answering = self.failure is None
         try:
             served = self._close_agent()
         finally:
             reap(
                 getattr(self, "process", None),
                 self._console,
-                POWER_OFF_DEADLINE_S if served else 0,
+                POWER_OFF_DEADLINE_S if served and answering else 0,
             )
             shutil.rmtree(self.directory, ignore_errors=True)
 

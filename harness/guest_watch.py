@@ -1,0 +1,176 @@
+"""A lab whose agent stops answering fails one case, not every case after it.
+
+The vm tier's cases share one guest per pytest session (the ``vm_lab`` fixture: a boot
+under TCG takes minutes). When the guest's agent leaves a call unanswered for the
+relay's call timeout, or its stream ends, the relay hangs up on every client for good
+(``labs.AgentLab.failure``). Before this watch, every later case then failed on the dead
+lab ("the connection failed earlier; open a new client"), and nothing in the report said
+why. ``GuestWatch`` (registered by the kit's plugin; the fixtures that build or hand out
+such a lab call ``hold``):
+
+- the report of the phase during which the lab failed (the case it hung in) fails, with
+  the failure and the lab's ``evidence()`` (the guest's console tail, the agent's log,
+  where a stalled agent dumps its stacks) as sections of the failure text and as Allure
+  attachments;
+- after that case's teardown, the fixtures holding the lab are finished, and with them
+  everything built on them (a module's lent VFs, a session's baseline of the guest), so
+  the next case that asks boots a fresh guest and builds them again there;
+- the ``MAX_LAB_FAILURES``-th failure of a session, or a lab that cannot be built again,
+  ends the session with one line (pytest's ``Interrupted: ...``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import allure
+import pytest
+
+from labs import AgentLab
+
+__all__ = ["MAX_LAB_FAILURES", "GuestWatch"]
+
+log = logging.getLogger(__name__)
+
+MAX_LAB_FAILURES = 2  # the first is replaced; a new guest failing again ends the session
+Built = TypeVar("Built", bound=AgentLab)
+
+
+@dataclass
+class _Held:
+    """A lab and the fixtures (definition, request) that hold it, in the order they took it."""
+
+    lab: AgentLab
+    fixtures: list[tuple[pytest.FixtureDef[Any], pytest.FixtureRequest]] = field(
+        default_factory=list
+    )
+    evidence: dict[str, str] | None = None  # read once, when the failure is first seen
+    reported: bool = False  # a case's report carries the failure
+    replaced: bool = False  # its fixtures are finished (the lab is closed)
+    why: str | None = None  # the failure, kept once the lab is closed
+
+
+class GuestWatch:
+    """Watches the labs that fixtures ``hold``; see the module's docstring."""
+
+    def __init__(self, max_failures: int = MAX_LAB_FAILURES) -> None:
+        self.max_failures = max_failures
+        self.failures: list[str] = []  # "<nodeid>: <why>", one per failed lab
+        self._held: dict[int, _Held] = {}
+
+    def build(self, request: pytest.FixtureRequest, make: Callable[[], Built]) -> Built:
+        """``make()`` a lab for the fixture of ``request`` and hold it. When a lab that
+        failed is being replaced and the new one cannot be built, the session ends with
+        one line (every later case would fail on the same error)."""
+        try:
+            lab = make()
+        except Exception as exc:
+            if self.failures:
+                first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                request.session.shouldstop = (
+                    f"the lab could not be built again after its agent stopped answering "
+                    f"({self.failures[-1]}): {first_line}"
+                )
+            raise
+        self.hold(request, lab)
+        return lab
+
+    def hold(self, request: pytest.FixtureRequest, lab: AgentLab) -> None:
+        """The fixture of ``request`` (a session- or module-scoped one) hands out ``lab``:
+        it is finished, with what was built on it, should the lab fail."""
+        held = self._held.setdefault(id(lab), _Held(lab))
+        # pytest offers no public way to end one fixture early; FixtureDef.finish is what
+        # its own teardown calls, and it tears down the fixtures depending on this one
+        # first (tests/labs/test_guest_watch.py checks this on the pytest we lock).
+        fixturedef: pytest.FixtureDef[Any] = request._fixturedef  # type: ignore[attr-defined]
+        held.fixtures.append((fixturedef, request))
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        for key, held in list(self._held.items()):
+            why = held.why if held.replaced else held.lab.failure
+            if why is not None and not held.reported:
+                held.reported = True
+                self._fail_report(report, held, why)
+            if held.reported and held.replaced:
+                del self._held[key]
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            for held in list(self._held.values()):
+                why = held.lab.failure
+                if why is not None and not held.replaced:
+                    # A failure in this teardown is reported after this hook, from ``why``.
+                    held.why = why
+                    self._replace(item, held, why)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.failures:
+            terminalreporter.write_sep("=", "labs whose agent stopped answering (closed there)")
+        for failure in self.failures:
+            terminalreporter.write_line(failure)
+
+    # -- what a failure does -----------------------------------------------------------------
+
+    def _evidence(self, held: _Held) -> dict[str, str]:
+        if held.evidence is None:
+            try:
+                held.evidence = held.lab.evidence()
+            except Exception as exc:  # the evidence must not hide the failure
+                held.evidence = {"evidence": f"could not be read: {exc!r}"}
+        return held.evidence
+
+    def _fail_report(self, report: pytest.TestReport, held: _Held, why: str) -> None:
+        """The case the lab failed in fails, saying why, with the lab's evidence."""
+        lab = held.lab
+        failures = len(self.failures) + (0 if held.replaced else 1)
+        headline = f"the {lab.tier} lab's agent stopped answering during {report.when}: {why}; " + (
+            f"the session ends here (the lab failed {failures} times)"
+            if failures >= self.max_failures
+            else "the cases that follow run on a new lab (a rebooted guest)"
+        )
+        report.sections.append((f"{lab.tier} lab failed", headline))
+        text_type = allure.attachment_type.TEXT
+        allure.attach(headline, name=f"{lab.tier} lab failed", attachment_type=text_type)
+        for title, text in self._evidence(held).items():
+            report.sections.append((title, text))
+            allure.attach(text, name=title, attachment_type=text_type)
+        if not report.failed:
+            # The case went on past the lab's failure (it caught the error, or the lab
+            # failed between its calls): it still is the case the lab failed in.
+            report.outcome = "failed"
+            report.longrepr = headline
+
+    def _replace(self, item: pytest.Item, held: _Held, why: str) -> None:
+        """Finish the fixtures holding the failed lab, last taken first: each tears down
+        what was built on it, and the last closes the lab. Their errors are the dead
+        lab's (a baseline read back, a session closed): logged, not raised."""
+        self._evidence(held)  # before the lab is closed, should no report have read it
+        held.replaced = True
+        self.failures.append(f"{item.nodeid}: {why}")
+        for fixturedef, request in reversed(held.fixtures):
+            try:
+                fixturedef.finish(request)  # the SubRequest pytest's own teardown passes
+            except BaseException as exc:  # an ExceptionGroup of teardowns too
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                log.warning("tearing down %s after its lab failed: %r", fixturedef.argname, exc)
+        if len(self.failures) >= self.max_failures:
+            item.session.shouldstop = (
+                f"the {held.lab.tier} lab's agent stopped answering "
+                f"{len(self.failures)} times; last in {self.failures[-1]}"
+            )

@@ -1,0 +1,152 @@
+"""A lab whose agent stops answering fails the case it hung in, with its evidence, and
+the cases after it run on a new lab (``harness.guest_watch``); the second failure ends
+the session with one line.
+
+Checked in a pytest session of its own over an ``AgentLab`` whose agent (a
+``KernelAgent`` over the kernel model, on a socket pair) is told to hang by the
+guest's own test-only control (``GuestSide.hang``), with a call timeout of a second,
+so it runs on every machine. The vm tier plants the same hang in a real guest
+(tests/labs/test_vm_lab_hang.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CONFTEST = """
+import contextlib
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from fakekernel.lab import load_lab
+from harness.pytest_plugin import WATCH_KEY
+from labs import DEFAULT_LAB, AgentLab
+from labs._guest import GuestSide
+from labs.kernel_agent import KernelAgent
+
+
+class PairLab(AgentLab):
+    tier = "pair"
+    pfs = ()
+    lacking = {}
+    call_timeout_s = 1.0
+    built = 0
+
+    def __init__(self):
+        PairLab.built += 1
+        self.number = PairLab.built
+        self.start_seed = 1
+        self.directory = Path(tempfile.mkdtemp(prefix="watch-", dir="/tmp"))
+        host, self.guest = socket.socketpair()
+        agent = KernelAgent(load_lab(DEFAULT_LAB), GuestSide(str(self.directory)))
+        threading.Thread(target=self.run, args=(agent,), daemon=True).start()
+        self._serve(host)
+
+    def run(self, agent):
+        # A hung agent wakes into a closed stream: that is its end, as in a guest.
+        with contextlib.suppress(OSError), self.guest.makefile("rb") as incoming:
+            agent.serve(incoming, self.guest.fileno())
+
+    def evidence(self):
+        return {f"pair lab {self.number} agent log": f"planted hang, lab {self.number}"}
+
+    def close(self):
+        try:
+            self._close_agent()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pair_lab(request):
+    lab = request.config.stash[WATCH_KEY].build(request, PairLab)
+    yield lab
+    lab.close()
+"""
+
+CASES = """
+import pytest
+
+from fakekernel.client import FakeKernelProtocolError
+
+HANG_S = 30.0  # far past the lab's call timeout (1 s)
+
+
+@pytest.fixture(scope="module")
+def built_on(pair_lab):
+    return pair_lab.number, pair_lab.kernel.boot_id()
+
+
+def test_a_hang(pair_lab, built_on):
+    pair_lab.kernel.hang(HANG_S)
+
+
+def test_after_the_hang(pair_lab, built_on):
+    assert pair_lab.number == 2
+    assert built_on[0] == 2, "a fixture built on the failed lab was kept"
+    assert pair_lab.kernel.boot_id() == built_on[1]
+
+
+def test_a_hang_the_case_swallows(pair_lab):
+    with pytest.raises(FakeKernelProtocolError):
+        pair_lab.kernel.hang(HANG_S)
+
+
+def test_never_runs(pair_lab):
+    pass
+"""
+
+
+def test_a_hung_agent_fails_its_case_and_the_next_cases_get_a_new_lab(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_cases.py").write_text(CASES)
+    results = tmp_path / "allure"
+    allure = ("--alluredir", str(results))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *allure, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=90,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out  # interrupted: the session ended
+    assert "2 failed, 1 passed" in out, out
+    assert "test_never_runs" not in out.split("short test summary")[-1], out
+    assert "Interrupted: the pair lab's agent stopped answering 2 times" in out, out
+    assert "Error: the connection failed earlier" not in out, out
+    # The failure text: why, what follows, and the evidence, under the case it hung in.
+    first = out.split("_ test_a_hang _")[1].split("_ test_a_hang_the_case_swallows _")[0]
+    assert "pair lab failed" in first, out
+    assert "the cases that follow run on a new lab" in first, out
+    assert "planted hang, lab 1" in first, out
+    # The case that caught the lab's error fails all the same, the session ending there.
+    swallowed = out.split("_ test_a_hang_the_case_swallows _")[1]
+    assert "the session ends here (the lab failed 2 times)" in swallowed, out
+    assert "planted hang, lab 2" in swallowed, out
+
+    # Allure: the same, attached to the case it hung in (beside its captured log).
+    attached = allure_attachments(results)
+    assert attached["test_a_hang"]["pair lab 1 agent log"] == "planted hang, lab 1"
+    assert "timed out" in attached["test_a_hang"]["pair lab failed"]
+    assert "pair lab failed" not in attached["test_after_the_hang"]
+
+
+def allure_attachments(results: Path) -> dict[str, dict[str, str]]:
+    """Each test's Allure attachments: name -> content."""
+    found: dict[str, dict[str, str]] = {}
+    for path in results.glob("*-result.json"):
+        result = json.loads(path.read_text())
+        found[result["name"]] = {
+            a["name"]: (results / a["source"]).read_text() for a in result.get("attachments", [])
+        }
+    return found
