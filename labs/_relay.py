@@ -13,9 +13,10 @@ A listener may be bound to a lab *session* (``session="s1"``): every request of 
 clients is forwarded with ``"session": "s1"`` set, so the agent runs it in that
 session's namespaces (``labs.kernel_agent``); a client cannot reach another session.
 
-``host_namespace`` is a constant of a kernel (``LinuxKernel`` answers it from memory,
-without a syscall), so a listener forwards it once and answers it again itself while
-the upstream is healthy: under TCG every exchange with the guest costs milliseconds, and
+``host_namespace`` is a constant of a kernel (the seam declares it
+``@reads(constant=True)``; ``LinuxKernel`` answers it from memory, without a syscall),
+so a listener forwards it once and answers it again itself while the upstream is
+healthy: under TCG every exchange with the guest costs milliseconds, and
 the lab should not charge a service for what a node's kernel answers for free (the sriov
 executors ask it in each capture, apply and undo). A session's listener lives as long
 as its session, whose node namespace it names; an error is never kept.
@@ -38,13 +39,17 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from fakekernel import LAB_CALLS
+
 __all__ = ["KernelRelay", "RelayClosed"]
 
 log = logging.getLogger(__name__)
 CLOSED = "the relay is closed"
 MAX_LINE = 64 * 1024 * 1024  # a snapshot of many links is large; a runaway line is not
 MAX_METHODS_KEPT = 4096
-CONSTANT_METHODS = frozenset({"host_namespace"})  # answered once per listener
+# Answered once per listener: the calls the seam declares constant for the life of a
+# kernel (read-only, no parameters): no change of the kernel can be hidden behind them.
+CONSTANT_METHODS = frozenset(name for name, call in LAB_CALLS.items() if call.constant)
 
 
 class RelayClosed(RuntimeError):

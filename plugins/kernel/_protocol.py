@@ -43,7 +43,9 @@ _LINK_CHECKS = {
 
 
 class Kernel(Protocol):
-    @reads(constant=True)
+    # Not declared constant, though it is for one boot: it is how a caller learns that
+    # the kernel behind a connection booted again, which no cache between may answer.
+    @reads()
     def boot_id(self) -> str:
         """The node's boot id (/proc/sys/kernel/random/boot_id)."""
         ...

@@ -90,6 +90,16 @@ def test_the_table_says_which_calls_mutate() -> None:
             assert why, call.name
 
 
+def test_a_constant_is_a_read_without_parameters() -> None:
+    # What the VM lab's relay answers again from its first answer (labs/_relay.py):
+    # it cannot hide a change of the kernel only if it can never change.
+    constants = {name for name, call in LAB_CALLS.items() if call.constant}
+    assert constants == {"host_namespace"}  # boot_id: how a reboot is seen
+    for name in constants:
+        assert not LAB_CALLS[name].mutating
+        assert not LAB_CALLS[name].params
+
+
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.__name__)
 @pytest.mark.parametrize("call", KERNEL_CALLS.values(), ids=lambda c: c.name)
 def test_every_backend_takes_each_call_under_the_protocols_parameter_names(
