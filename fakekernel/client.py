@@ -16,10 +16,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from plugins.kernel import PROTOCOL_VERSION, KernelCall, KernelError, KernelMethods, NsRef
+from plugins.kernel import PROTOCOL_VERSION, KernelCall, KernelError
 from plugins.sdk import from_json_value, to_json_value
 
 from ._errors import LabError
+from ._lab_methods import LabMethods
 from ._protocol import LabKernel
 
 __all__ = ["FakeKernelClient", "FakeKernelProcess", "FakeKernelProtocolError"]
@@ -31,8 +32,8 @@ class FakeKernelProtocolError(RuntimeError):
     """The request was malformed or the server hit a bug; never a kernel answer."""
 
 
-class FakeKernelClient(KernelMethods):
-    """A ``Kernel`` whose state lives in a fake kernel process (or behind any server of
+class FakeKernelClient(LabMethods):
+    """A ``LabKernel`` whose state lives in a fake kernel process (or behind any server of
     the kernel wire: the VM lab's guest agent). Every call of the seam is one request
     whose parameters are the call's, by name, and whose answer decodes to the call's
     result type. Thread-safe: one connection, one request at a time (the server
@@ -100,23 +101,6 @@ class FakeKernelClient(KernelMethods):
         if kind in ("protocol", "internal"):
             raise FakeKernelProtocolError(f"{method}: {message}")
         raise KernelError(int(err["errno"]), message)
-
-    # -- the lab's calls (fakekernel.LabKernel) ----------------------------------------------
-
-    def add_namespace(self, name: str) -> NsRef:
-        return from_json_value(NsRef, self._call("add_namespace", name=name))
-
-    def delete_namespace(self, name: str) -> None:
-        self._call("delete_namespace", name=name)
-
-    def namespace(self, name: str) -> NsRef:
-        return from_json_value(NsRef, self._call("namespace", name=name))
-
-    def namespaces(self) -> list[NsRef]:
-        return from_json_value(list[NsRef], self._call("namespaces"))
-
-    def snapshot(self) -> dict[str, Any]:
-        return from_json_value(dict[str, Any], self._call("snapshot"))
 
     # -- test only -------------------------------------------------------------------------
 

@@ -50,6 +50,15 @@ def test_the_generated_methods_are_current() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("call", LAB_CALLS.values(), ids=lambda c: c.name)
+def test_the_kernel_wires_client_takes_every_lab_call_by_the_protocols_names(
+    call: KernelCall,
+) -> None:
+    own = inspect.signature(getattr(FakeKernelClient, call.name)).parameters
+    declared = inspect.signature(call.function).parameters
+    assert [(p.name, p.kind) for p in own.values()] == [(p.name, p.kind) for p in declared.values()]
+
+
 def test_every_public_method_of_the_protocol_is_a_declared_call() -> None:
     public = {n for n, m in vars(Kernel).items() if callable(m) and not n.startswith("_")}
     assert public == set(KERNEL_CALLS)
