@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 from plugins.sdk import first_use_exports
 
 if TYPE_CHECKING:
-    from plugins.kernel import Kernel
-
     from ._errors import LabError
     from ._protocol import LAB_CALLS, LabKernel
+    from ._url import unix_socket_kernel
     from .client import FakeKernelClient, FakeKernelProcess, FakeKernelProtocolError
     from .lab import DEFAULT_LAB, build_model, load_lab
     from .model import FakeKernelModel, diff
@@ -50,19 +49,10 @@ _MODULE_OF = {
     "build_model": "lab",
     "diff": "model",
     "load_lab": "lab",
+    "unix_socket_kernel": "_url",
 }
 
 # Hidden from mypy, which would otherwise accept any name imported from here; the
 # TYPE_CHECKING imports above type them.
 if not TYPE_CHECKING:
     __getattr__, __dir__ = first_use_exports(__name__, _MODULE_OF, globals(), __all__)
-
-
-def unix_socket_kernel(path: str) -> Kernel:
-    """The ``kernel+unix:///PATH`` backend of ``plugins.kernel.open_kernel``: a kernel
-    served on the Unix socket PATH (``python -m fakekernel``, or the relay to a guest's
-    agent). Registered by the test kit's ``dra_networkplugins.kernels`` entry point, so
-    the product names no test-kit module."""
-    from .client import FakeKernelClient
-
-    return FakeKernelClient(path)
