@@ -15,23 +15,34 @@ to describe a ``Target`` or a wire target file.
 """
 
 from .checks import CHECKS, ConformanceError, NotApplicable, run_all
+from .driver import Boundary, Driver, PluginUnderTest, Refused
+from .inprocess import InProcessDriver
 from .node import TargetNode
+from .suite import SUITE
 from .target import Host, LabFactory, Target, fake_lab, plant_foreign, project_targets
 from .wire_checks import MODES, WIRE_CHECKS, Verdict, run_check, run_wire
 from .wire_driver import WireDriverError, WireLabs, WireSession
+from .wire_plugin import WireDriver
 from .wire_target import WireTarget, WireTargetError, load_wire_target
 
 __all__ = [
     "CHECKS",
     "MODES",
+    "SUITE",
     "WIRE_CHECKS",
+    "Boundary",
     "ConformanceError",
+    "Driver",
     "Host",
+    "InProcessDriver",
     "LabFactory",
     "NotApplicable",
+    "PluginUnderTest",
+    "Refused",
     "Target",
     "TargetNode",
     "Verdict",
+    "WireDriver",
     "WireDriverError",
     "WireLabs",
     "WireSession",

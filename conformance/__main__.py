@@ -16,7 +16,7 @@ import sys
 from labs import SEED_ENV, start_state_seed
 from plugins.sdk import DocumentError, YAMLLoadError
 
-from .wire_checks import MODES, WIRE_CHECKS, run_check
+from .wire_checks import WIRE_CHECKS, run_check
 from .wire_driver import WireLabs
 from .wire_target import WireTargetError, load_wire_target
 
@@ -56,8 +56,6 @@ def main(argv: list[str] | None = None) -> int:
             print(verdict.line(), flush=True)
             if verdict.failed:
                 failed.append(name)
-    skipped = [n for n, (mode, _) in MODES.items() if n not in WIRE_CHECKS]
-    print(f"in-process only (not run over the wire): {', '.join(skipped)}")
     summary = f"{len(names)} checks, {len(names) - len(failed)} passed or not applicable"
     print(summary + (f", FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fakekernel.client import FakeKernelClient
 from fakekernel.lab import randomize_start_state
 from fakekernel.model import diff
 from labs import DEFAULT_LAB, FakeServerLab, Lab, NetnsLab
@@ -65,6 +66,18 @@ class WireLabs:
             self.server.client.load_lab(path=lab)
             randomize_start_state(self.server.client, self.server.start_seed)
         return self.server
+
+    def without_held_answers(self, methods: tuple[str, ...]) -> None:
+        """Before a crash run: if the fake kernel server still holds back an answer to one
+        of ``methods`` (a previous run's crashed-at call: held a few seconds after the
+        kill), the next ``fresh`` starts a new server, whose holds are all its own."""
+        if self.server is None:
+            return
+        with FakeKernelClient(self.server.socket) as control:
+            held = any(control.wait_stalled(method, 0) for method in methods)
+        if held:
+            self.server.close()
+            self.server = None
 
     def __enter__(self) -> WireLabs:
         return self
@@ -223,8 +236,9 @@ class WireSession:
 
     # -- the plugin's process --------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the plugin and wait, with a deadline, until GetInfo says it is ready."""
+    def start(self, *, ready: bool = True) -> None:
+        """Start the plugin and wait, with a deadline, until GetInfo says it is ready
+        (``ready=False``: until it answers GetInfo at all, e.g. over a damaged journal)."""
         assert self.process is not None
         self.process.start()
         deadline = time.monotonic() + self.target.start_timeout_s
@@ -241,7 +255,10 @@ class WireSession:
                         f"{self.process.tail()}"
                     )
                 try:
-                    client.wait_ready(min(1.0, remaining))
+                    if ready:
+                        client.wait_ready(min(1.0, remaining))
+                    else:
+                        client.wait_answering(min(1.0, remaining))
                     return
                 except PluginCallError as exc:
                     if exc.code != "DEADLINE_EXCEEDED":

@@ -74,6 +74,9 @@ class WireTarget:
     sandbox: str = "pod-a"
     contract_digest: str | None = None
     start_timeout_s: float = 30.0
+    state_files: tuple[str, ...] = ()
+    """The plugin's journal, its first file the journal proper (``{run}`` expanded; empty:
+    the journal checks do not apply)."""
     source: str = field(default="", compare=False)
 
     @property
@@ -161,6 +164,8 @@ def load_wire_target(path: str | Path) -> WireTarget:
         problems.append(f"$.kernel.lab: {lab} is not a file")
     for key in ("socket", "tokenFile"):
         problems += _placeholder_problems(f"$.{key}", data[key], frozenset({"run"}))
+    for i, state_file in enumerate(data.get("stateFiles", ())):
+        problems += _placeholder_problems(f"$.stateFiles[{i}]", state_file, frozenset({"run"}))
     commands = data["commands"]
     for name, argv in commands.items():
         allowed = PLACEHOLDERS | ({"pid"} if name != "start" else frozenset())
@@ -199,6 +204,7 @@ def load_wire_target(path: str | Path) -> WireTarget:
         sandbox=data.get("sandbox", "pod-a"),
         contract_digest=data.get("contractDigest"),
         start_timeout_s=float(data.get("startTimeoutSeconds", 30.0)),
+        state_files=tuple(data.get("stateFiles", ())),
         source=str(path),
     )
 

@@ -79,6 +79,10 @@ class KernelRefused(Exception):
 # is gone or is not the one the handle names (path, device/inode and boot id).
 
 
+KERNEL_WIRE_VERSION = 2
+"""The fake kernel's wire version this client speaks (its server refuses any other)."""
+
+
 class FakeKernel:
     """One connection to ``python -m fakekernel``: a JSON object per line each way."""
 
@@ -93,7 +97,8 @@ class FakeKernel:
     def _call(self, method: str, **params: Any) -> Any:
         with self._lock:
             self._next += 1
-            request = {"id": self._next, "method": method, "params": params}
+            request = {"v": KERNEL_WIRE_VERSION, "id": self._next, "method": method}
+            request["params"] = params
             self._sock.sendall(json.dumps(request).encode() + b"\n")
             reply = json.loads(self._reader.readline())
         error = reply.get("error")
@@ -130,6 +135,14 @@ class FakeKernel:
 
     def delete(self, ns: Any, ifindex: int) -> None:
         self._call("delete_link", ns=ns, ifindex=ifindex)
+
+    def aliases(self) -> list[str]:
+        """The alias of every link in every namespace."""
+        return [
+            str(link.get("alias") or "")
+            for ns in self._call("list_namespaces")
+            for link in self._call("list_links", ns=ns)
+        ]
 
     def close(self) -> None:
         self._reader.close()
@@ -259,6 +272,32 @@ class LinuxKernel:
     def delete(self, ns: Any, ifindex: int) -> None:
         self._in(str(ns), lambda ip: ip.link("del", index=ifindex))
 
+    def aliases(self) -> list[str]:
+        """The alias of every link in the namespaces mounted beside the node's and under
+        /run/netns, and those of the processes (each namespace once)."""
+        candidates = [self.node, *map(str, Path(self.node).parent.iterdir())]
+        for directory in ("/run/netns", "/var/run/netns"):
+            if Path(directory).is_dir():
+                candidates += map(str, Path(directory).iterdir())
+        candidates += [f"/proc/{pid}/ns/net" for pid in os.listdir("/proc") if pid.isdigit()]
+        seen: set[tuple[int, int]] = set()
+        found: list[str] = []
+        for path in candidates:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            try:
+                found += self._in(
+                    path, lambda ip: [m.get_attr("IFLA_IFALIAS") or "" for m in ip.get_links()]
+                )
+            except OSError:  # not a network namespace (setns refuses it), or gone
+                continue
+        return found
+
     def close(self) -> None:
         pass
 
@@ -266,12 +305,14 @@ class LinuxKernel:
 def open_kernel(url: str) -> FakeKernel | LinuxKernel:
     parts = urlsplit(url)
     if parts.netloc or not parts.path.startswith("/"):
-        raise SystemExit(f"--kernel {url!r}: expected fake:///socket or linux:///netns/path")
-    if parts.scheme == "fake":
+        raise SystemExit(f"--kernel {url!r}: expected kernel+unix:///socket or linux:///netns/path")
+    if parts.scheme in ("fake", "kernel+unix"):  # the fake kernel server's socket
         return FakeKernel(parts.path)
     if parts.scheme == "linux":
         return LinuxKernel(parts.path)
-    raise SystemExit(f"--kernel {url!r}: this plugin speaks fake:// and linux:// only")
+    raise SystemExit(
+        f"--kernel {url!r}: this plugin speaks kernel+unix:// (fake://) and linux:// only"
+    )
 
 
 # -- the journal ------------------------------------------------------------------------------
@@ -413,11 +454,17 @@ def parse_config(raw: str) -> tuple[str, int]:
     return "bridge", mtu
 
 
+def scope_evidence(scope: str) -> str:
+    """The start of the alias of every link created for ``scope``: a lost journal's scope
+    can still be found on the node."""
+    return f"indie:{hashlib.sha256(scope.encode()).hexdigest()[:12]}:"
+
+
 def marker(env: Any) -> str:
     """Ownership evidence on the link, deterministic from the operation's identity: a link
     with the right name but another alias is never ours."""
     digest = hashlib.sha256(f"{env.scope}/{env.operation_id}".encode()).hexdigest()
-    return f"indie:{digest[:24]}"
+    return scope_evidence(env.scope) + digest[:12]
 
 
 # -- the service ------------------------------------------------------------------------------
@@ -425,26 +472,43 @@ def marker(env: Any) -> str:
 
 class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
     def __init__(
-        self, token: str, kernel: FakeKernel | LinuxKernel, journal: Journal, broken: str
+        self,
+        token: str,
+        kernel: FakeKernel | LinuxKernel,
+        journal: Journal | None,
+        broken: str,
+        damaged: str = "",
     ) -> None:
         self.token = token
         self.kernel = kernel
-        self.journal = journal
+        self._journal = journal
         self.broken = broken
+        self.damaged = damaged
+        """Why the journal could not be opened ("": it is sound): no hook is served."""
         self.lock = threading.Lock()  # one call at a time: duplicates see the first's record
 
-    def _serve(self, context: Any, body: Callable[[], Msg]) -> Msg:
+    def _serve(self, context: Any, body: Callable[[], Msg], *, needs_journal: bool = True) -> Msg:
         if self.broken != "ignore-token":
             metadata = dict(context.invocation_metadata())
             offered = str(metadata.get("authorization", ""))
             if not hmac.compare_digest(offered.encode(), f"Bearer {self.token}".encode()):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid token")
         try:
+            if needs_journal and self.damaged:
+                raise Refused(
+                    grpc.StatusCode.DATA_LOSS,
+                    f"the journal is damaged ({self.damaged}); an operator must act",
+                )
             with self.lock:
                 return body()
         except Refused as exc:
             context.abort(exc.code, exc.message)
             raise  # abort raises; this keeps the type checker sure of it
+
+    @property
+    def journal(self) -> Journal:
+        assert self._journal is not None, "no hook is served over a damaged journal"
+        return self._journal
 
     def _replayed(self, env: Any, digest: str, response_type: type[Msg]) -> Msg | None:
         row = self.journal.get(env.operation_id)
@@ -488,9 +552,10 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
                 contract_digest=CONTRACT_DIGEST,
                 artifact_digest=ARTIFACT_DIGEST,
                 state_namespace=f"{NAME}/v1",
-                ready=True,
+                ready=not self.damaged,
                 descriptor_json=DESCRIPTOR.decode(),
             ),
+            needs_journal=False,
         )
 
     def InspectOperation(self, request: Any, context: Any) -> Any:
@@ -661,9 +726,26 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
         digest = digest_of(request)
         if (done := self._replayed(env, digest, pb.CleanupResponse)) is not None:
             return done
+        creates = self.journal.in_scope(env.scope, undoes)
+        if not creates and hook == pb.REMOVE_NETWORK:
+            # The journal never saw this attachment: only the node can say it is clean (a
+            # journal lost with everything in it is silent too).
+            try:
+                evidence = scope_evidence(env.scope)
+                left = [a for a in self.kernel.aliases() if a.startswith(evidence)]
+            except Exception as exc:  # unknown is not absent
+                return pb.CleanupResponse(
+                    status=pb.PENDING, detail=f"the node could not be scanned ({exc}); retry"
+                )
+            if left:
+                return pb.CleanupResponse(
+                    status=pb.QUARANTINED,
+                    detail=f"no record of {env.scope}, but the node holds links carrying its "
+                    f"evidence ({', '.join(left)}); left for an operator",
+                )
         self.journal.begin(env, digest, {}, fence=True)
         effects = []
-        for row in self.journal.in_scope(env.scope, undoes):
+        for row in creates:
             record = json.loads(row["record"])
             if "name" in record:
                 effects.append(self._release(row["id"], record))
@@ -706,9 +788,16 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         raise SystemExit(f"--token-file {args.token_file}: empty")
     kernel = open_kernel(args.kernel)
-    journal = Journal(args.state)
+    journal: Journal | None = None
+    damaged = ""
+    try:
+        journal = Journal(args.state)
+    except sqlite3.DatabaseError as exc:  # kept as found, for an operator: never recreated
+        damaged = str(exc)
+        print(f"journal in {args.state} is damaged: {exc}", file=sys.stderr, flush=True)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    pb_grpc.add_NetworkPluginServicer_to_server(Plugin(token, kernel, journal, args.broken), server)
+    plugin = Plugin(token, kernel, journal, args.broken, damaged)
+    pb_grpc.add_NetworkPluginServicer_to_server(plugin, server)
     args.socket.parent.mkdir(parents=True, exist_ok=True)
     args.socket.unlink(missing_ok=True)  # a killed run leaves its socket file behind
     server.add_insecure_port(f"unix://{args.socket}")
@@ -716,7 +805,8 @@ def main(argv: list[str] | None = None) -> int:
     print("serving", args.socket, flush=True)
     signal.sigwait(STOP_SIGNALS)
     server.stop(5).wait()
-    journal.db.close()
+    if journal is not None:
+        journal.db.close()
     kernel.close()
     return 0
 

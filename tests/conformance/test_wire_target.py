@@ -137,17 +137,14 @@ def test_a_bad_target_file_exits_2_with_one_line(tmp_path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1  # the file and its one problem
 
 
-def test_every_check_has_one_mode_and_the_wire_ones_are_the_wire_checks() -> None:
-    from conformance import CHECKS, MODES, WIRE_CHECKS
-    from conformance.wire_checks import IN_PROCESS_ONLY, WIRE_ONLY
+def test_every_check_is_written_once_and_runs_over_both_drivers() -> None:
+    from conformance import CHECKS, MODES, SUITE, WIRE_CHECKS
 
-    assert set(MODES) == set(CHECKS) | set(WIRE_CHECKS)
-    on_the_wire = {name for name, (mode, _) in MODES.items() if mode != IN_PROCESS_ONLY}
-    assert on_the_wire == set(WIRE_CHECKS)
-    in_process = {name for name, (mode, _) in MODES.items() if mode != WIRE_ONLY}
-    assert in_process == set(CHECKS)
-    for name, (mode, why) in MODES.items():
-        assert why or mode not in (IN_PROCESS_ONLY, WIRE_ONLY), f"{name}: say why"
+    assert set(MODES) == set(SUITE) == set(CHECKS) == set(WIRE_CHECKS)
+    for name in SUITE:
+        written = SUITE[name].__name__
+        assert getattr(CHECKS[name], "__name__", None) == written
+        assert getattr(WIRE_CHECKS[name], "__name__", None) == written
 
 
 def test_a_plugin_that_does_not_start_fails_the_check_with_its_output(tmp_path: Path) -> None:
