@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -36,6 +37,7 @@ from plugins.sdk.store import (
     Txn,
     _journal,
 )
+from plugins.sdk.store import _sqlite as sqlite_store
 
 TIMEOUT = 30.0
 REPO = Path(__file__).resolve().parents[2]
@@ -459,12 +461,63 @@ def test_the_writer_checkpoints_once_idle_after_enough_commits(state_dir: Path) 
             # were copied and the WAL started over with the writer's no-op write (its
             # header fsynced then, not by the next commit).
             busy, frames, copied = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            # The no-op write rewrote the commit count with the value it had.
+            counted = observer.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()
         finally:
             observer.close()
         assert (busy, copied) == (0, frames)
         assert 1 <= frames <= 2
+        assert counted == ("3",)
         assert store.commits == 3
         assert store.read(lambda r: r.scope(P, "s2")) is not None
+
+
+def test_records_read_back_are_what_their_init_builds(store: Store) -> None:
+    """``_sqlite._record`` fills a record's ``__dict__`` without its frozen ``__init__``:
+    sound only while the records are plain frozen dataclasses, no ``__post_init__`` nor
+    slots, whose ``__init__`` stores exactly their fields."""
+    for cls in (ScopeRecord, OperationRecord, EffectRecord):
+        assert not hasattr(cls, "__post_init__"), cls
+        assert not hasattr(cls, "__slots__"), cls
+    insert(store, op("op-1"), (eff("op-1", "e0", 0),))
+    store.write(
+        lambda t: t.put_scope(ScopeRecord(partition=P, scope="att-1", generation=1, epoch=1))
+    )
+    read: list[ScopeRecord | OperationRecord | EffectRecord | None] = store.read(
+        lambda r: [r.scope(P, "att-1"), r.operation(P, "op-1"), *r.effects(P, "op-1")]
+    )
+    assert len(read) == 3
+    for record in read:
+        assert record is not None
+        built = type(record)(
+            **{f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        )
+        assert vars(record) == vars(built)
+        assert record == built
+        assert hash(record) == hash(built)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            record.partition = "x"  # type: ignore[misc]
+
+
+def test_a_queued_write_hands_its_result_over_once() -> None:
+    """``_sqlite._Request`` is a Future without cancel or a second waiter: the first
+    resolve wins, its caller wakes once, and an error is raised once and then dropped."""
+    done = sqlite_store._Request(lambda t: None)
+    done.wait_here()
+    woken: list[object] = []
+    waiter = threading.Thread(target=lambda: woken.append(done.result()))
+    waiter.start()
+    done.resolve("first", None)
+    done.resolve("second", RuntimeError("ignored"))
+    waiter.join(TIMEOUT)
+    assert not waiter.is_alive()
+    assert woken == ["first"]
+    failed = sqlite_store._Request(lambda t: None)
+    failed.wait_here()
+    failed.resolve(None, ValueError("the write failed"))
+    with pytest.raises(ValueError, match="the write failed"):
+        failed.result()
+    assert failed.error is None  # no cycle through the traceback
 
 
 def test_concurrent_writes_are_group_committed(store: Store, pool: ThreadPoolExecutor) -> None:

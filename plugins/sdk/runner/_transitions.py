@@ -13,7 +13,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final, TypeVar
+from typing import Any, Final
 
 from .._plan import canonical_json
 from .._requests import CleanupStatus, EffectState, OperationState
@@ -124,35 +124,9 @@ def cleanup_event(status: CleanupStatus) -> OperationEvent:
 
 # -- the records each event produces -------------------------------------------------------
 
-_Record = TypeVar("_Record", EffectRecord, OperationRecord)
-for _cls in (EffectRecord, OperationRecord):  # what ``_replace`` relies on
-    if hasattr(_cls, "__post_init__") or hasattr(_cls, "__slots__"):
-        raise TypeError(f"{_cls.__name__} has a __post_init__ or slots: _replace must change")
-_FIELDS = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls))
-    for cls in (EffectRecord, OperationRecord)
-}
 
-
-def _replace(record: _Record, **changes: object) -> _Record:
-    """``dataclasses.replace`` for the journal's records, without their ``__init__``.
-
-    The records are plain frozen dataclasses (no ``__post_init__``, no slots), so a copy
-    of the instance's fields with ``changes`` is the value ``replace`` builds; every
-    transition makes one, and ``replace``'s field walk and frozen ``__init__`` (one
-    ``object.__setattr__`` per field) were ~5 % of an operation's CPU.
-    """
-    cls = type(record)
-    unknown = changes.keys() - _FIELDS[cls]
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
-    after = object.__new__(cls)
-    after.__dict__.update(record.__dict__, **changes)
-    return after
-
-
-def _effect(rec: EffectRecord, event: EffectEvent, **changes: object) -> EffectRecord:
-    return _replace(rec, state=effect_next(rec.state, event), **changes)
+def _effect(rec: EffectRecord, event: EffectEvent, **changes: Any) -> EffectRecord:
+    return dataclasses.replace(rec, state=effect_next(rec.state, event), **changes)
 
 
 def start_applying(rec: EffectRecord, before_json: str) -> EffectRecord:
@@ -186,8 +160,8 @@ def noted(rec: EffectRecord, detail: str) -> EffectRecord:
     return _effect(rec, EffectEvent.NOTE, detail=detail)
 
 
-def _operation(op: OperationRecord, event: OperationEvent, **changes: object) -> OperationRecord:
-    return _replace(op, state=operation_next(op.state, event), **changes)
+def _operation(op: OperationRecord, event: OperationEvent, **changes: Any) -> OperationRecord:
+    return dataclasses.replace(op, state=operation_next(op.state, event), **changes)
 
 
 def succeeded(op: OperationRecord, response_json: str) -> OperationRecord:

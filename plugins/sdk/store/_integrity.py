@@ -67,15 +67,6 @@ _CANONICAL: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 every call; it keeps no state between calls, so one serves every thread."""
 
 _EXACT_TYPES: Final = frozenset({str, int, type(None)})
-_KNOWN_LIMIT: Final = 512
-_known: dict[tuple[object, ...], str] = {}
-"""Checksums of recent rows, by table and values: a row is sealed when written and
-verified each time it is read back, the same values every time. Only rows of exact
-``str``, ``int`` and ``None`` values are kept: for those, equal values are equal JSON
-(``1 == 1.0 == True`` and ``0.0 == -0.0`` are not), so a row found here has exactly
-the checksum computing it would give. Bounded (cleared when full); a dict's get, set
-and clear are atomic, so threads share it without a lock. Recomputing was 3 % of a
-crash run's CPU, whose 16,000 checksums cover 256 distinct rows."""
 
 
 def _flat_encoder() -> Callable[[tuple[object, ...], int], Iterable[str]] | None:
@@ -87,7 +78,9 @@ def _flat_encoder() -> Callable[[tuple[object, ...], int], Iterable[str]] | None
 
     ``c_make_encoder`` is the json module's private constructor: an interpreter whose
     constructor takes other arguments, or encodes a probe row differently, gets None and
-    the plain path, since a checksum that differs would call every journal damaged."""
+    the plain path, since a checksum that differs would call every journal damaged.
+    What it buys (a journal's open, ~14 %): docs/benchmarks.md, "Tricks kept and removed";
+    ``tests/unit/test_journal_loss.py`` pins its bytes to the plain encoder's."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
@@ -109,28 +102,11 @@ _FLAT: Final = _flat_encoder()
 
 def checksum(table: str, values: Sequence[object]) -> str:
     """The checksum of one row: SHA-256 of its canonical JSON, 128 bits in hex."""
-    key = (table, *values)
-    if not _EXACT_TYPES.issuperset(map(type, values)):
-        return _digest(key)
-    found = _known.get(key)
-    if found is None:
-        found = _flat_digest(key)
-        if len(_known) >= _KNOWN_LIMIT:
-            _known.clear()
-        _known[key] = found
-    return found
-
-
-def _digest(key: tuple[object, ...]) -> str:
-    body = _CANONICAL.encode(key)  # a tuple is a JSON array, as the list it was
-    return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
-
-
-def _flat_digest(key: tuple[object, ...]) -> str:
-    """``_digest`` of a row of exact ``str``, ``int`` and ``None`` values."""
-    if _FLAT is None:  # pragma: no cover
-        return _digest(key)
-    body = "".join(_FLAT(key, 0))
+    key = (table, *values)  # a tuple is a JSON array, as the list it was
+    if _FLAT is not None and _EXACT_TYPES.issuperset(map(type, values)):
+        body = "".join(_FLAT(key, 0))
+    else:
+        body = _CANONICAL.encode(key)
     return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
 
 

@@ -321,9 +321,10 @@ def _record(cls: type[_R], columns: tuple[str, ...], values: Sequence[object]) -
     """The record ``cls(**dict(zip(columns, values)))`` builds, without its ``__init__``.
 
     The records are plain frozen dataclasses (no ``__post_init__``, no slots) whose
-    fields are the columns in order (as ``runner._transitions._replace`` relies on), so
-    the instance's ``__dict__`` is all there is; the frozen ``__init__`` spent one
-    ``object.__setattr__`` per field, for every row read.
+    fields are the columns in order, so the instance's ``__dict__`` is all there is; the
+    frozen ``__init__`` spent one ``object.__setattr__`` per field, for every row read
+    (~5 % of a lifecycle's CPU: docs/benchmarks.md, "Tricks kept and removed").
+    ``tests/unit/test_store.py`` pins that a record built here equals its ``__init__``'s.
     """
     record = object.__new__(cls)
     record.__dict__.update(zip(columns, values, strict=True))
@@ -468,13 +469,7 @@ class Txn(Reader):
                 self._conn.execute("RELEASE insert_operation")
             raise
         self._exec("RELEASE insert_operation", ())
-        # ``replace(record, seq=seq)`` without its field walk and frozen __init__ (see
-        # ``_record``: the instance's __dict__ is all there is).
-        if type(record) is not OperationRecord:
-            return replace(record, seq=seq)
-        inserted = object.__new__(OperationRecord)
-        inserted.__dict__.update(record.__dict__, seq=seq)
-        return inserted
+        return replace(record, seq=seq)
 
     def update_operation(self, record: OperationRecord) -> None:
         """Store every mutable field of ``record``; its identity must match the journal."""
