@@ -329,7 +329,8 @@ class WirePlugin:
         if not journal.is_file():
             raise WireDriverError(f"the declared journal {journal} is not a file")
         for path in companions:
-            path.unlink(missing_ok=True)
+            if path.name.startswith(journal.name):  # SQLite's -wal and -shm, not a lease
+                path.unlink(missing_ok=True)
         with journal.open("r+b") as f:
             f.write(GARBAGE)
 

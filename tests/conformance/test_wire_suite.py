@@ -19,7 +19,16 @@ from pathlib import Path
 import allure
 import pytest
 
-from conformance import WIRE_CHECKS, WireLabs, WireTarget, load_wire_target, run_check
+from conformance import (
+    WIRE_CHECKS,
+    WireDriver,
+    WireLabs,
+    WireTarget,
+    load_wire_target,
+    run_check,
+)
+from conformance.suite import check_crash_at_every_boundary
+from conformance.wire_plugin import KernelCallCrashes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "independent-plugin"
 VARIANTS: dict[str, tuple[str, frozenset[str]]] = {
@@ -71,6 +80,29 @@ def test_wire_check(variant: str, check: str, runs: dict[str, tuple[WireTarget, 
         pytest.skip(f"{check} does not apply to {target.name}: {verdict.detail}")
     else:
         assert verdict.outcome == "passed", verdict.line()
+
+
+@pytest.mark.timeout(300)
+def test_the_independent_plugin_is_crashed_at_each_kernel_call_it_makes(
+    runs: dict[str, tuple[WireTarget, WireLabs]],
+) -> None:
+    """Every hook's kernel calls, each a SIGKILL while its answer is held, then recovery
+    and cleanup: NodePrepare reads the parent (3 calls), ConnectNetwork opens the pod,
+    reads, creates and sets up the macvlan, RemoveNetwork finds and deletes it."""
+    target, labs = runs["independent"]
+    plan = KernelCallCrashes()
+    driver = WireDriver(target, labs)
+    driver.crash_plan = lambda pick=None: plan  # type: ignore[method-assign]
+    crash_runs = check_crash_at_every_boundary(driver)
+    killed = {str(b) for b in plan.boundaries()}
+    print(f"{crash_runs} crash runs: {sorted(killed)}")
+    assert crash_runs == len(killed)
+    for boundary in (
+        "ConnectNetwork: kernel call create_link",
+        "ConnectNetwork: kernel call set_link",
+        "RemoveNetwork: kernel call delete_link",
+    ):
+        assert boundary in killed, sorted(killed)
 
 
 def _conformance(*args: str) -> subprocess.CompletedProcess[str]:
