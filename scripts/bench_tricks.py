@@ -29,11 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from plugins.sdk import CleanupStatus
-from plugins.sdk.runner import NO_CRASH
-from plugins.sdk.store import ScopeRecord, Store, Txn, _image, _integrity, _journal
+from plugins.sdk.store import ScopeRecord, Store, Txn, _image, _journal
 from plugins.sdk.store import _sqlite as sqlite_store
-from tests.runner import node as n
 
 SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
 
@@ -63,69 +60,6 @@ def ab(
         with plain():
             b.append(measure())
     return statistics.median(a), statistics.median(b)
-
-
-# -- the runner's lifecycle: connect + remove of the toy plugin, journal on a tmpfs -----
-
-
-class Lifecycles:
-    def __init__(self, root: Path, per_block: int) -> None:
-        self.node = n.ToyNode(root, NO_CRASH, kernel_in_memory=True)
-        self.per_block = per_block
-        self.i = 0
-
-    def measure(self) -> float:
-        """CPU (all threads) per connect+remove, in ms."""
-        start = time.process_time()
-        for _ in range(self.per_block):
-            self.i += 1
-            scope = f"att-{self.i}"
-            self.node.endpoint.connect_network(n.connect(op=f"c-{self.i}", scope=scope))
-            removed = self.node.endpoint.remove_network(n.remove(op=f"r-{self.i}", scope=scope))
-            assert removed.status is CleanupStatus.CLEANED
-        return (time.process_time() - start) / self.per_block * 1000
-
-
-def lifecycle_rows(blocks: int) -> list[tuple[str, str, float, float, str]]:
-    rows = []
-    with tempfile.TemporaryDirectory(dir=SHM) as root:
-        life = Lifecycles(Path(root), per_block=60)
-        plain: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
-            "checksum C encoder (`_integrity._FLAT`)": lambda: swapped(_integrity, "_FLAT", None),
-            "rows read into records by `object.__new__` (`_sqlite._record`)": lambda: swapped(
-                sqlite_store,
-                "_record",
-                lambda cls, columns, values: cls(**dict(zip(columns, values, strict=True))),
-            ),
-        }
-        for name, alternative in plain.items():
-            a, b = ab(blocks, life.measure, alternative)
-            rows.append((name, "CPU per connect+remove (toy, tmpfs)", a, b, "ms"))
-        life.node.close()
-    return rows
-
-
-def reopen_rows(blocks: int) -> list[tuple[str, str, float, float, str]]:
-    """A journal's open verifies every row's checksum (``damaged_records``)."""
-    rows = []
-    with tempfile.TemporaryDirectory(dir=SHM) as root:
-        life = Lifecycles(Path(root), per_block=300)
-        life.measure()
-        state = life.node.state_dir
-        life.node.close()
-
-        def measure() -> float:
-            start = time.process_time()
-            for _ in range(5):
-                Store.open(state).close()
-            return (time.process_time() - start) / 5 * 1000
-
-        for name, alternative in {
-            "checksum C encoder (`_integrity._FLAT`)": lambda: swapped(_integrity, "_FLAT", None),
-        }.items():
-            a, b = ab(blocks, measure, alternative)
-            rows.append((name, "CPU of reopening a journal of 300 lifecycles (tmpfs)", a, b, "ms"))
-    return rows
 
 
 # -- the store: concurrent writes through the writer thread ----------------------------
@@ -412,8 +346,6 @@ def sharing_rows(blocks: int) -> list[tuple[str, str, float, float, str]]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], list[tuple[str, str, float, float, str]]]] = {
-    "lifecycle": lambda o: lifecycle_rows(o.blocks),
-    "reopen": lambda o: reopen_rows(o.blocks),
     "writes": lambda o: concurrent_write_rows(o.blocks),
     "checkpoint": lambda o: checkpoint_rows(o.blocks, Path(o.disk)),
     "fresh": lambda o: fresh_open_rows(o.blocks),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sqlite3
@@ -470,33 +469,6 @@ def test_the_writer_checkpoints_once_idle_after_enough_commits(state_dir: Path) 
         assert counted == ("3",)
         assert store.commits == 3
         assert store.read(lambda r: r.scope(P, "s2")) is not None
-
-
-def test_records_read_back_are_what_their_init_builds(store: Store) -> None:
-    """``_sqlite._record`` fills a record's ``__dict__`` without its frozen ``__init__``:
-    sound only while the records are plain frozen dataclasses, no ``__post_init__`` nor
-    slots, whose ``__init__`` stores exactly their fields."""
-    for cls in (ScopeRecord, OperationRecord, EffectRecord):
-        assert not hasattr(cls, "__post_init__"), cls
-        assert not hasattr(cls, "__slots__"), cls
-    insert(store, op("op-1"), (eff("op-1", "e0", 0),))
-    store.write(
-        lambda t: t.put_scope(ScopeRecord(partition=P, scope="att-1", generation=1, epoch=1))
-    )
-    read: list[ScopeRecord | OperationRecord | EffectRecord | None] = store.read(
-        lambda r: [r.scope(P, "att-1"), r.operation(P, "op-1"), *r.effects(P, "op-1")]
-    )
-    assert len(read) == 3
-    for record in read:
-        assert record is not None
-        built = type(record)(
-            **{f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-        )
-        assert vars(record) == vars(built)
-        assert record == built
-        assert hash(record) == hash(built)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            record.partition = "x"  # type: ignore[misc]
 
 
 def test_a_queued_write_hands_its_result_over_once() -> None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 SCOPE_COLUMNS: Final = ("partition", "scope", "generation", "epoch", "fence_operation_id")
 OPERATION_COLUMNS: Final = (
@@ -66,47 +66,10 @@ _CANONICAL: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 """The encoder ``json.dumps(..., separators=(",", ":"), ensure_ascii=True)`` builds on
 every call; it keeps no state between calls, so one serves every thread."""
 
-_EXACT_TYPES: Final = frozenset({str, int, type(None)})
-
-
-def _flat_encoder() -> Callable[[tuple[object, ...], int], Iterable[str]] | None:
-    """What ``_CANONICAL.encode`` builds on every call for a non-string (its C encoder),
-    built once: the same bytes for a row of exact ``str``, ``int`` and ``None`` values,
-    which hold nothing circular (so no markers are needed). ``encode``'s own Python (the
-    encoder built per call, its checks) was a fifth of a checksum; a journal's open checks
-    every row.
-
-    ``c_make_encoder`` is the json module's private constructor: an interpreter whose
-    constructor takes other arguments, or encodes a probe row differently, gets None and
-    the plain path, since a checksum that differs would call every journal damaged.
-    What it buys (a journal's open, ~14 %): docs/benchmarks.md, "Tricks kept and removed";
-    ``tests/unit/test_journal_loss.py`` pins its bytes to the plain encoder's."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return None
-    probe = ("effects", 'p/\u00fc\n"\\', -1, 2**62, None, "")
-    try:
-        encoder = make(
-            None, _CANONICAL.default, json.encoder.encode_basestring_ascii,
-            None, ":", ",", False, False, True,
-        )  # fmt: skip
-        if "".join(encoder(probe, 0)) == _CANONICAL.encode(probe):
-            return cast(Callable[[tuple[object, ...], int], Iterable[str]], encoder)
-    except Exception:  # another interpreter's private signature: the plain path
-        pass
-    return None
-
-
-_FLAT: Final = _flat_encoder()
-
 
 def checksum(table: str, values: Sequence[object]) -> str:
     """The checksum of one row: SHA-256 of its canonical JSON, 128 bits in hex."""
-    key = (table, *values)  # a tuple is a JSON array, as the list it was
-    if _FLAT is not None and _EXACT_TYPES.issuperset(map(type, values)):
-        body = "".join(_FLAT(key, 0))
-    else:
-        body = _CANONICAL.encode(key)
+    body = _CANONICAL.encode((table, *values))  # a tuple is a JSON array, as the list it was
     return hashlib.sha256(body.encode("ascii")).hexdigest()[:32]
 
 

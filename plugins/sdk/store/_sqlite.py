@@ -10,7 +10,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
@@ -317,27 +317,8 @@ def _scope(row: Any) -> ScopeRecord:
 _R = TypeVar("_R", ScopeRecord, OperationRecord, EffectRecord)
 
 
-def _record(cls: type[_R], columns: tuple[str, ...], values: Sequence[object]) -> _R:
-    """The record ``cls(**dict(zip(columns, values)))`` builds, without its ``__init__``.
-
-    The records are plain frozen dataclasses (no ``__post_init__``, no slots) whose
-    fields are the columns in order, so the instance's ``__dict__`` is all there is; the
-    frozen ``__init__`` spent one ``object.__setattr__`` per field, for every row read
-    (~5 % of a lifecycle's CPU: docs/benchmarks.md, "Tricks kept and removed").
-    ``tests/unit/test_store.py`` pins that a record built here equals its ``__init__``'s.
-    """
-    record = object.__new__(cls)
-    record.__dict__.update(zip(columns, values, strict=True))
-    return record
-
-
-for _cls, _columns in (
-    (ScopeRecord, SCOPE_COLUMNS),
-    (OperationRecord, OPERATION_COLUMNS),
-    (EffectRecord, EFFECT_COLUMNS),
-):
-    if tuple(f.name for f in fields(_cls)) != _columns:  # what _record relies on
-        raise ImportError(f"{_cls.__name__}'s fields are not its table's columns in order")
+def _record(cls: type[_R], columns: tuple[str, ...], values: Sequence[Any]) -> _R:
+    return cls(**dict(zip(columns, values, strict=True)))
 
 
 class Txn(Reader):
