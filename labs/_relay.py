@@ -188,6 +188,12 @@ class KernelRelay:
             try:
                 self._upstream.sendall(line)
                 answer = self._reader.readline(MAX_LINE)
+            except TimeoutError:  # named apart: what a report of a hung agent shows first
+                waited = self._upstream.gettimeout()
+                self._fail(
+                    f"the guest agent left {method[1]!r} unanswered: timed out after {waited:g} s"
+                )
+                return None
             except OSError as exc:
                 self._fail(f"the guest agent's stream failed: {exc!r}")
                 return None
