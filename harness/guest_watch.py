@@ -169,6 +169,13 @@ class GuestWatch:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 log.warning("tearing down %s after its lab failed: %r", fixturedef.argname, exc)
+        if held.lab.relay is not None:
+            # No fixture closed it: the one that built it failed after building it (its
+            # first call to the agent), so pytest holds its error, not a teardown.
+            try:
+                held.lab.close()
+            except Exception as exc:
+                log.warning("closing a %s lab after it failed: %r", held.lab.tier, exc)
         if len(self.failures) >= self.max_failures:
             item.session.shouldstop = (
                 f"the {held.lab.tier} lab's agent stopped answering "

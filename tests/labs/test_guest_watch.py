@@ -141,6 +141,56 @@ def test_a_hung_agent_fails_its_case_and_the_next_cases_get_a_new_lab(tmp_path: 
     assert "pair lab failed" not in attached["test_after_the_hang"]
 
 
+HANG_IN_SETUP = """
+import pytest
+
+from harness.pytest_plugin import WATCH_KEY
+from conftest import PairLab
+
+LABS = []
+
+
+@pytest.fixture(scope="session")
+def hung_lab(request):
+    lab = request.config.stash[WATCH_KEY].build(request, PairLab)
+    LABS.append(lab)
+    if len(LABS) == 1:  # the first lab's first call hangs: pytest keeps the fixture's error
+        lab.kernel.hang(30.0)
+    yield lab
+    lab.close()
+
+
+def test_on_a_lab_that_hangs_as_it_is_built(hung_lab):
+    pass
+
+
+def test_after_it(hung_lab):
+    assert hung_lab is not LABS[0]
+    assert LABS[0].relay is None, "the hung lab was left open"
+"""
+
+
+def test_a_lab_that_hangs_while_its_fixture_builds_it_is_closed_and_built_again(
+    tmp_path: Path,
+) -> None:
+    """The fixture that built the lab raised (its own first call hung), so no teardown
+    of it closes the lab: the watch does, and the next case gets a new one."""
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_setup_hang.py").write_text(HANG_IN_SETUP)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=90,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "1 passed, 1 error" in out, out
+    assert "the pair lab's agent stopped answering during setup" in out, out
+
+
 def allure_attachments(results: Path) -> dict[str, dict[str, str]]:
     """Each test's Allure attachments: name -> content."""
     found: dict[str, dict[str, str]] = {}
