@@ -36,6 +36,7 @@ __all__ = ["MAX_LAB_FAILURES", "GuestWatch"]
 log = logging.getLogger(__name__)
 
 MAX_LAB_FAILURES = 2  # the first is replaced; a new guest failing again ends the session
+FAILURE_COUNT = "lab_agent_failures"
 Built = TypeVar("Built", bound=AgentLab)
 
 
@@ -56,8 +57,13 @@ class _Held:
 class GuestWatch:
     """Watches the labs that fixtures ``hold``; see the module's docstring."""
 
-    def __init__(self, max_failures: int = MAX_LAB_FAILURES) -> None:
+    def __init__(
+        self,
+        max_failures: int = MAX_LAB_FAILURES,
+        count: Callable[[str], None] | None = None,
+    ) -> None:
         self.max_failures = max_failures
+        self._count = count  # told FAILURE_COUNT at each failure (the rig's summary counts it)
         self.failures: list[str] = []  # "<nodeid>: <why>", one per failed lab
         self._held: dict[int, _Held] = {}
 
@@ -162,6 +168,8 @@ class GuestWatch:
         self._evidence(held)  # before the lab is closed, should no report have read it
         held.replaced = True
         self.failures.append(f"{item.nodeid}: {why}")
+        if self._count is not None:
+            self._count(FAILURE_COUNT)
         for fixturedef, request in reversed(held.fixtures):
             try:
                 fixturedef.finish(request)  # the SubRequest pytest's own teardown passes

@@ -91,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The report's tree (lab, family, file) and each test's true host label.
     config.pluginmanager.register(ReportLabels(), "dra-networkplugins-report-labels")
     # A lab whose agent stops answering fails its case and is replaced (harness.guest_watch).
-    config.stash[WATCH_KEY] = GuestWatch()
+    config.stash[WATCH_KEY] = GuestWatch(count=config.stash[STATS_KEY].add)
     config.pluginmanager.register(config.stash[WATCH_KEY], "dra-networkplugins-guest-watch")
 
 

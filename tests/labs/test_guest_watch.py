@@ -12,9 +12,13 @@ so it runs on every machine. The vm tier plants the same hang in a real guest
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from harness.guest_watch import FAILURE_COUNT
+from harness.stats import STATS_DIR_ENV
 
 CONFTEST = """
 import contextlib
@@ -110,9 +114,12 @@ def test_a_hung_agent_fails_its_case_and_the_next_cases_get_a_new_lab(tmp_path: 
     (tmp_path / "test_cases.py").write_text(CASES)
     results = tmp_path / "allure"
     allure = ("--alluredir", str(results))
+    stats = tmp_path / "stats"
+    stats.mkdir()
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *allure, str(tmp_path)],
         cwd=tmp_path,
+        env={**os.environ, STATS_DIR_ENV: str(stats)},
         capture_output=True,
         text=True,
         check=False,
@@ -139,6 +146,9 @@ def test_a_hung_agent_fails_its_case_and_the_next_cases_get_a_new_lab(tmp_path: 
     assert attached["test_a_hang"]["pair lab 1 agent log"] == "planted hang, lab 1"
     assert "timed out" in attached["test_a_hang"]["pair lab failed"]
     assert "pair lab failed" not in attached["test_after_the_hang"]
+    # The rig's summary counts them.
+    counted = json.loads((stats / "stats-main.json").read_text())["counts"]
+    assert counted[FAILURE_COUNT] == 2
 
 
 HANG_IN_SETUP = """
