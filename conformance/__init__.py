@@ -10,8 +10,12 @@ Or over the wire, against any plugin program a target file describes (no Python 
 
     python -m conformance --target target.yaml              # the same, from a shell
 
-See docs/conformance.md for what each check proves, which run in which mode, and how
-to describe a ``Target`` or a wire target file.
+Each check is written once (``conformance.suite``) against a plugin-under-test driver
+(``conformance.driver``), with two drivers: in process (``InProcessDriver``: the SDK's
+crash points) and over the wire (``WireDriver``: SIGKILL at the kernel calls the fake
+kernel can hold, journal damage on the target's state files). See docs/conformance.md
+for what each check proves, what each driver sees, and how to describe a ``Target`` or
+a wire target file.
 """
 
 from .checks import CHECKS, ConformanceError, NotApplicable, run_all

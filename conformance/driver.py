@@ -204,6 +204,25 @@ class PluginUnderTest(Protocol):
     def close(self) -> None: ...
 
 
+class TargetIdentity:
+    """What a session knows of its plugin from the target's description (a ``Target`` or a
+    ``WireTarget``: both name the plugin, its step kind and the connect's interface)."""
+
+    target: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.target.name)
+
+    @property
+    def operation_only(self) -> bool:
+        return bool(self.target.operation_only)
+
+    @property
+    def interface(self) -> str:
+        return str(self.target.interface)
+
+
 class Driver(Protocol):
     """Sessions of one plugin, each on a fresh host."""
 

@@ -34,7 +34,7 @@ from plugins.sdk.host import Host as GrpcHost
 from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.runner import CrashPoint, CrashPoints, Phase, PhaseKind, SimulatedCrash
 
-from .driver import Boundary, CrashArm, NotApplicable, Refused, expect
+from .driver import Boundary, CrashArm, NotApplicable, Refused, TargetIdentity, expect
 from .node import TargetNode
 from .target import LabFactory, Target, envelope, plant_foreign
 
@@ -53,8 +53,10 @@ def _refusal(exc: NetworkPluginError | PluginCallError) -> Refused:
     return Refused(exc.code.value, exc.message, config)
 
 
-class InProcessPlugin:
+class InProcessPlugin(TargetIdentity):
     """One session: a ``TargetNode`` (a fresh host, the target's service in this process)."""
+
+    target: Target
 
     def __init__(self, target: Target, node: TargetNode, crash: CrashArm | None) -> None:
         self.target = target
@@ -64,20 +66,6 @@ class InProcessPlugin:
         self._host: GrpcHost | None = None
         self._served: object = None  # the runner the socket host serves
         self._sockets = Path(tempfile.mkdtemp(prefix="conf-", dir="/tmp"))  # short: a socket path
-
-    # -- identity ------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self.target.name
-
-    @property
-    def operation_only(self) -> bool:
-        return self.target.operation_only
-
-    @property
-    def interface(self) -> str:
-        return self.target.interface
 
     @property
     def attachment_scope(self) -> str:
@@ -268,17 +256,15 @@ class ReferencePoints:
         pass
 
 
-class InProcessDriver:
+class InProcessDriver(TargetIdentity):
     """Sessions of ``target``, each a node under ``work`` on a new lab of ``make_lab``."""
+
+    target: Target
 
     def __init__(self, target: Target, work: Path, make_lab: LabFactory | None = None) -> None:
         self.target = target
         self.work = work
         self.make_lab = make_lab
-
-    @property
-    def operation_only(self) -> bool:
-        return self.target.operation_only
 
     @property
     def has_tamper(self) -> bool:

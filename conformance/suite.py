@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -74,6 +75,15 @@ def unrecorded(put: PluginUnderTest, rows: int | None, ops: tuple[str, ...], wha
         expect(put.journal_rows() == rows, f"{what} wrote a journal row")
     for op in ops:
         expect(not put.inspect(op).found, f"{what} was recorded ({op})")
+
+
+@contextmanager
+def connected(driver: Driver) -> Iterator[PluginUnderTest]:
+    """A session whose attachment is connected (after its NodePrepare, where it has one)."""
+    with driver.session("node") as put:
+        put.prepare()
+        put.connect()
+        yield put
 
 
 def lifecycle(put: PluginUnderTest) -> list[tuple[str, Callable[[], Any]]]:
@@ -179,9 +189,7 @@ def check_replay(driver: Driver) -> None:
 
 
 def check_reused_id(driver: Driver) -> None:
-    with driver.session("node") as put:
-        put.prepare()
-        put.connect()
+    with connected(driver) as put:
         after, rows = put.snapshot(), put.journal_rows()
         refused(
             lambda: put.connect(interface_names={"interface": "other9"}),
@@ -265,7 +273,10 @@ def check_crash_at_every_boundary(
                 continue  # the run found no boundary left; it cleaned up as it went
             runs += 1
             put.recover()
-            teardown(put)
+            try:
+                teardown(put)
+            except (ConformanceError, Refused) as exc:
+                raise ConformanceError(f"crash at {where}: {exc}") from exc
             unchanged(put, baseline, f"crash at {where}")
     plan.done()
     return runs
@@ -319,9 +330,7 @@ def check_damaged_journal(driver: Driver) -> None:
     """A journal overwritten with garbage: the plugin starts, says it is not ready, answers
     a cleanup with DATA_LOSS (permanent; UNAVAILABLE would be a lie), changes nothing and
     keeps the damaged file for an operator."""
-    with driver.session("node") as put:
-        put.prepare()
-        put.connect()
+    with connected(driver) as put:
         put.stop()
         put.damage_journal()
         attached = put.snapshot()
@@ -344,9 +353,7 @@ def check_lost_journal(driver: Driver) -> None:
     The journal's silence proves nothing here; only the node can. Whatever the plugin
     left in the kernel for the attachment must make the cleanup QUARANTINED (or PENDING)
     and stay untouched."""
-    with driver.session("node") as put:
-        put.prepare()
-        put.connect()
+    with connected(driver) as put:
         put.stop()
         put.lose_journal()
         attached = put.snapshot()
@@ -394,9 +401,7 @@ def check_concurrent_duplicates(driver: Driver) -> None:
 
 
 def check_inspect_read_only(driver: Driver) -> None:
-    with driver.session("node") as put:
-        put.prepare()
-        put.connect()
+    with connected(driver) as put:
         state, commits = put.snapshot(), put.journal_commits()
         seen = put.inspect("connect-1")
         expect(seen.found, "InspectOperation does not find a recorded operation")
@@ -412,9 +417,7 @@ def check_external_change(driver: Driver) -> None:
     """A field we set, changed by someone else, is quarantined on cleanup, never overwritten."""
     if not driver.has_tamper:
         raise NotApplicable("the target declares no field an administrator could change under it")
-    with driver.session("node") as put:
-        put.prepare()
-        put.connect()
+    with connected(driver) as put:
         put.remove()
         put.tamper()
         tampered = put.snapshot()

@@ -37,7 +37,7 @@ from plugins.sdk import (
 )
 from plugins.sdk.host import PluginCallError, PluginClient
 
-from .driver import Boundary, CrashArm, NotApplicable, Refused, expect
+from .driver import Boundary, CrashArm, NotApplicable, Refused, TargetIdentity, expect
 from .target import envelope
 from .wire_driver import WireDriverError, WireLabs, WireSession
 from .wire_target import WireTarget
@@ -128,8 +128,10 @@ def _refusal(exc: PluginCallError) -> Refused:
     return Refused(exc.code, exc.message)
 
 
-class WirePlugin:
+class WirePlugin(TargetIdentity):
     """One session of a wire target (a ``WireSession``) as the checks drive it."""
+
+    target: WireTarget
 
     def __init__(self, session: WireSession, crash: KernelCallArm | None) -> None:
         self.session = session
@@ -138,20 +140,6 @@ class WirePlugin:
         self.prepared: PreparedState | None = None
         self.client = session.client()
         self._control: FakeKernelClient | None = None
-
-    # -- identity ------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self.target.name
-
-    @property
-    def operation_only(self) -> bool:
-        return self.target.operation_only
-
-    @property
-    def interface(self) -> str:
-        return self.target.interface
 
     @property
     def attachment_scope(self) -> str:
@@ -367,16 +355,14 @@ class WirePlugin:
             self.session.close()
 
 
-class WireDriver:
+class WireDriver(TargetIdentity):
     """Sessions of a wire target on the run's labs."""
+
+    target: WireTarget
 
     def __init__(self, target: WireTarget, labs: WireLabs) -> None:
         self.target = target
         self.labs = labs
-
-    @property
-    def operation_only(self) -> bool:
-        return self.target.operation_only
 
     @property
     def has_tamper(self) -> bool:

@@ -16,7 +16,8 @@ NodeUnprepare releases the entitlement.
 
 ``--broken`` turns one deliberate fault on, so the suite can be shown to catch it:
 ``skip-release`` (RemoveNetwork answers CLEANED and leaves the link), ``ignore-token``
-(any caller is served).
+(any caller is served), ``late-intent`` (ConnectNetwork journals its intent after
+creating the link: only a crash in between shows it).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ CONTRACT_DIGEST = "sha256:" + hashlib.sha256(DESCRIPTOR).hexdigest()
 ARTIFACT_DIGEST = "sha256:" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 MAX_CONFIG_BYTES = 64 * 1024
 CONFIG_KEYS = {"mode", "mtu"}
-BROKEN = ("skip-release", "ignore-token")
+BROKEN = ("skip-release", "ignore-token", "late-intent")
 
 Msg = TypeVar("Msg")
 
@@ -660,6 +661,15 @@ class Plugin(pb_grpc.NetworkPluginServicer):  # type: ignore[misc]
             }
             owned = marker(env)
             record = {"sandbox": handle, "name": name, "alias": owned}
+            if self.broken == "late-intent":
+                # The fault: the intent is journaled after the kernel change it describes,
+                # so a crash in between leaves a link no record owns.
+                def create_then_record() -> Any:
+                    response = self._create(env, handle, name, owned, parent_name, mtu)
+                    self.journal.begin(env, digest, record)
+                    return response
+
+                return self._run(env, create_then_record)
             self.journal.begin(env, digest, record)
             return self._run(env, lambda: self._create(env, handle, name, owned, parent_name, mtu))
 

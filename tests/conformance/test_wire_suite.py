@@ -47,6 +47,12 @@ VARIANTS: dict[str, tuple[str, frozenset[str]]] = {
         ),
     ),
     "ignore-token": ("broken-token.yaml", frozenset({"authentication"})),
+    # The intent is journaled after the link is created: only a crash in between (a
+    # SIGKILL while the kernel holds an answer) leaves a link no record owns.
+    "late-intent": (
+        "broken-crash.yaml",
+        frozenset({"crash-at-every-boundary", "cleanup-without-response"}),
+    ),
 }
 
 
