@@ -16,32 +16,21 @@ import tempfile
 from pathlib import Path
 
 from labs import Node
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
+from plugins.sdk.runner import NO_CRASH, CrashPoint, CrashPoints, Owner, SimulatedCrash
 
 from .crash import Reference, RunResult, failure_evidence
 from .inprocess import in_process_node
 from .invariants import violations
 from .scenarios import PHASES, Lifecycle
 
-PREFIX = "Coordinator/"
 COMPARED_PHASES = ("prepare", "connect")
 
 
-def is_coordinator_boundary(point: str) -> bool:
-    return point.startswith(PREFIX)
+def is_coordinator_boundary(point: CrashPoint) -> bool:
+    return point.owner is Owner.COORDINATOR
 
 
-def hook_of(point: str) -> str:
-    """``Coordinator/<hook>/<subject>/<commit>.<side>`` -> ``<hook>``."""
-    return point.split("/")[1]
-
-
-def commit_of(point: str) -> str:
-    """``Coordinator/<hook>/<subject>/record_call.after-commit`` -> ``record_call``."""
-    return point.rsplit("/", 1)[1].partition(".")[0].partition(":")[0]
-
-
-def start_coordinator(lab: Node, crash: CrashPoints | None = None) -> None:
+def start_coordinator(lab: Node, crash: CrashPoints = NO_CRASH) -> None:
     """Replace the node's coordinator by a new one started from the journal on disk."""
     lab.restart_coordinator(crash)
 
@@ -80,7 +69,7 @@ def _forget_all_but_the_journal(life: Lifecycle, start: int) -> None:
 
 
 def coordinator_crash_run(
-    topology: str, point: str, path: str, root: Path, *, ref: Reference | None = None
+    topology: str, point: CrashPoint, path: str, root: Path, *, ref: Reference | None = None
 ) -> RunResult:
     """Crash the coordinator at ``point``, restart it, then retry or clean up; invariants."""
     lab = in_process_node(root, coordinator_crash=CrashPoints(armed=point))  # as the reference's

@@ -15,32 +15,30 @@ real process death hides nothing from it.
 
 from __future__ import annotations
 
-import re
 import signal
 from functools import partial
 from pathlib import Path
 
 from labs import SANDBOX, CoordinatorProcess, FakeServerLab, Lab, Node
 from plugins.coordinator import CoordinatorCallError, CoordinatorJournal
+from plugins.sdk.runner import CrashPoint, Owner
 
-from .coordinator_crash import hook_of
 from .crash import RunResult, failure_evidence
 from .crash_log import CrashLog
 from .invariants import violations, without_namespace
 from .scenarios import TOPOLOGIES, TOPOLOGY_DIR, compiled
 
 APPLY_HOOKS = ("NodePrepare", "ConnectNetwork")
-_FIRST_IDS = re.compile(r"(?<=/)(claim|att)-1(?=[/.:])")
 
 
-def is_apply_boundary(point: str) -> bool:
+def is_apply_boundary(point: CrashPoint) -> bool:
     """A coordinator boundary an apply reaches (prepare or connect)."""
-    return point.startswith("Coordinator/") and hook_of(point) in APPLY_HOOKS
+    return point.owner is Owner.COORDINATOR and point.hook in APPLY_HOOKS
 
 
-def renamed(point: str, n: int) -> str:
+def renamed(point: CrashPoint, n: int) -> CrashPoint:
     """A reference point (claim-1, att-1) under run ``n``'s identities (claim-n, att-n)."""
-    return _FIRST_IDS.sub(lambda m: f"{m.group(1)}-{n}", point)
+    return point.with_identities({"claim-1": f"claim-{n}", "att-1": f"att-{n}"})
 
 
 class CoordinatorRig(Node):
@@ -69,7 +67,7 @@ class CoordinatorRig(Node):
         assert self._program is not None
         return self._program
 
-    def run(self, topology: str, point: str, n: int) -> RunResult:
+    def run(self, topology: str, point: CrashPoint, n: int) -> RunResult:
         armed = renamed(point, n)
         attachment, claim = f"att-{n}", f"claim-{n}"
         name = compiled(topology).topology.name
@@ -105,7 +103,7 @@ class CoordinatorRig(Node):
             journal.close()
             for c in clients.values():
                 c.close()
-        phase = "prepare" if "NodePrepare" in point else "connect"
+        phase = "prepare" if point.hook == "NodePrepare" else "connect"
         return RunResult(point, "recover", 1, phase, problems, evidence=evidence)
 
     def close(self) -> None:
@@ -115,7 +113,11 @@ class CoordinatorRig(Node):
 
 
 def coordinator_kill_runs(
-    rig: CoordinatorRig, topology: str, points: list[str], log: CrashLog, reference: list[str]
+    rig: CoordinatorRig,
+    topology: str,
+    points: list[CrashPoint],
+    log: CrashLog,
+    reference: list[CrashPoint],
 ) -> list[str]:
     """A coordinator SIGKILL run at each of ``points`` (fresh identities each, numbered from
     200), recorded in ``log`` (``reference``: the coordinator reference run's points, which

@@ -18,17 +18,27 @@ kernel the invariants then read.
 
 from __future__ import annotations
 
-import re
+import dataclasses
+import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from labs import Lab, Node
 from plugins.coordinator import CoordinatorJournal
-from plugins.sdk.runner import CrashPoint, CrashPoints, SimulatedCrash
+from plugins.sdk import Hook
+from plugins.sdk.runner import (
+    RECOVERY_HOOK,
+    Commit,
+    CrashPoint,
+    CrashPoints,
+    Owner,
+    PhaseKind,
+    SimulatedCrash,
+)
 
 from .inprocess import in_process_node
 from .invariants import violations
@@ -38,47 +48,71 @@ if TYPE_CHECKING:
     from .crash_log import CrashLog
 
 LabFactory = Callable[[], Lab]
-UNDO_PHASES = ("undoing.", "cleanup.")
+CLEANUP_HOOKS = (Hook.REMOVE_NETWORK, Hook.NODE_UNPREPARE)
+UNDO_COMMITS = (Commit.UNDOING, Commit.CLEANUP)
+P = TypeVar("P")
 
 
-def is_undo_boundary(point: str) -> bool:
-    typed = CrashPoint.parse(point)
-    return typed.hook in ("RemoveNetwork", "NodeUnprepare") and str(typed.phase).startswith(
-        UNDO_PHASES
+def is_undo_boundary(point: CrashPoint) -> bool:
+    """A commit of a service's removal: an effect's Undoing, or the removal's response."""
+    return (
+        point.owner is Owner.SERVICE
+        and point.hook in CLEANUP_HOOKS
+        and not point.phase.kind.is_kernel_call
+        and point.phase.boundary in UNDO_COMMITS
     )
 
 
-def is_recovery_boundary(point: str) -> bool:
-    return point.startswith("Recovery/")
+def is_recovery_boundary(point: CrashPoint) -> bool:
+    return point.owner is Owner.SERVICE and point.hook == RECOVERY_HOOK
 
 
 @dataclass
 class Reference:
-    points: list[str]
+    points: list[CrashPoint]
     results: dict[str, Any]
-    neutral: dict[str, str] = field(default_factory=dict)  # results, lab identity removed
+    neutral: dict[str, Any] = field(default_factory=dict)  # results, lab identity removed
 
 
-MAC = re.compile(r'"mac":"([0-9a-f:]{17})"')
-
-
-def lab_neutral(result: Any, before: dict[str, Any]) -> str:
-    """``result`` with what differs between two labs of a real kernel made neutral: the
-    namespaces' paths and inodes (by their order in ``before``), the MACs of links of
+def lab_neutral(result: Any, before: Mapping[str, Any]) -> Any:
+    """``result`` as plain data (dataclasses as their type's name and fields, JSON text
+    as what it holds) with what differs between two labs of a real kernel made neutral:
+    the namespaces' paths and inodes (by their order in ``before``), the MACs of links of
     ``before`` (by name), and a MAC the kernel chose for a link made during the run (a
     macvlan's address is random on Linux), so a retry compares with another lab's run."""
-    text = repr(result)
-    for i, ns in enumerate(before["namespaces"]):
-        text = text.replace(ns["path"], f"<ns{i}>").replace(
-            f'"inode":{ns["inode"]}', f'"inode":"<ns{i}>"'
-        )
-    names = {lk["mac"]: lk["name"] for lk in before["links"] if lk["mac"]}
-    return MAC.sub(lambda m: f'"mac":"<{names.get(m.group(1), "kernel-chosen")}>"', text)
+    paths = {ns["path"]: f"<ns{i}>" for i, ns in enumerate(before["namespaces"])}
+    inodes = {ns["inode"]: f"<ns{i}>" for i, ns in enumerate(before["namespaces"])}
+    macs = {lk["mac"]: f"<{lk['name']}>" for lk in before["links"] if lk["mac"]}
+
+    def neutral(value: Any, key: str = "") -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return (
+                type(value).__name__,
+                {
+                    f.name: neutral(getattr(value, f.name), f.name)
+                    for f in dataclasses.fields(value)
+                },
+            )
+        if isinstance(value, Mapping):
+            return {k: neutral(v, str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [neutral(v) for v in value]
+        if isinstance(value, str):
+            if key.endswith("_json") and value:
+                return neutral(json.loads(value))
+            if key == "mac" and value:
+                return macs.get(value, "<kernel-chosen>")
+            return paths.get(value, value)
+        if key == "inode" and isinstance(value, int):
+            return inodes.get(value, value)
+        return value
+
+    return neutral(result)
 
 
 @dataclass
 class RunResult:
-    point: str
+    point: CrashPoint
     path: str
     crashes: int
     crashed_phase: str
@@ -161,11 +195,11 @@ def _restart(lab: Node, crash: CrashPoints | None = None) -> bool:
 
 def crash_run(
     topology: str,
-    point: str,
+    point: CrashPoint,
     path: str,
     root: Path,
     *,
-    second: Callable[[str], bool] | None = None,
+    second: Callable[[CrashPoint], bool] | None = None,
     ref: Reference | None = None,
     make_lab: LabFactory | None = None,
 ) -> RunResult:
@@ -241,7 +275,7 @@ class CrashSuite:
         self,
         path: str,
         root: Path,
-        points: list[str] | None = None,
+        points: list[CrashPoint] | None = None,
         *,
         part: tuple[int, int] = (0, 1),
     ) -> list[str]:
@@ -271,17 +305,21 @@ class CrashSuite:
                 failures.append(f"{point} [{path}]: {result.violations} {result.replay_mismatch}")
         return failures
 
-    def _order(self, point: str) -> int:
+    def _order(self, point: CrashPoint) -> int:
         return self.ref.points.index(point)
 
-    def undo_points(self) -> list[str]:
+    def undo_points(self) -> list[CrashPoint]:
         return [p for p in self.ref.points if is_undo_boundary(p)]
 
-    def interrupted_points(self) -> list[str]:
-        """Points after which recovery has work to do: inside an operation, after its intent."""
-        return [p for p in self.ref.points if p.split("/")[2] != "-" and "after-commit" in p]
+    def interrupted_points(self) -> list[CrashPoint]:
+        """Points after which recovery has work to do: inside an effect, after a commit."""
+        return [
+            p for p in self.ref.points if p.in_effect and p.phase.kind is PhaseKind.AFTER_COMMIT
+        ]
 
-    def compound(self, second: Callable[[str], bool], points: list[str], root: Path) -> list[str]:
+    def compound(
+        self, second: Callable[[CrashPoint], bool], points: list[CrashPoint], root: Path
+    ) -> list[str]:
         """A crash at each of ``points``, then a second one wherever ``second`` says
         (``is_undo_boundary``: during the undo; ``is_recovery_boundary``: during recovery);
         ``second_crashes`` counts the runs where it fired."""
@@ -305,7 +343,7 @@ class CrashSuite:
         return failures
 
 
-def every_kth(points: list[str], wanted: int, offset: int = 0) -> list[str]:
+def every_kth(points: Sequence[P], wanted: int, offset: int = 0) -> list[P]:
     """``wanted`` of ``points`` (all if there are fewer), evenly spread: every k-th from
     the ``offset``-th (taken modulo k, so any seed's draw is valid)."""
     if wanted >= len(points):
@@ -313,4 +351,4 @@ def every_kth(points: list[str], wanted: int, offset: int = 0) -> list[str]:
     if wanted <= 0:
         raise ValueError(f"a sample of {wanted} points")
     k = len(points) // wanted
-    return points[offset % k :: k][:wanted]
+    return list(points[offset % k :: k][:wanted])

@@ -21,12 +21,15 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import allure
 from allure_commons import plugin_manager
+
+from plugins.sdk.runner import CrashPoint
 
 from .crash import Counters, RunResult
 
@@ -47,7 +50,7 @@ class CrashRun:
 
     lab: str  # the report's lab (harness.report.lab_label): the tree's first level
     topology: str
-    point: str
+    point: CrashPoint
     order: int  # the point's place in its reference run (rows follow the lifecycle)
     column: str  # retry, cleanup, undo crash, recovery crash, SIGKILL
     outcome: str
@@ -123,7 +126,7 @@ class CrashLog:
         _step(run, kind, result)
         if self.directory is not None:
             with (self.directory / f"crash-runs-{os.getpid()}.jsonl").open("a") as log:
-                log.write(json.dumps(asdict(run)) + "\n")
+                log.write(json.dumps(to_json(run)) + "\n")
 
 
 def _step(run: CrashRun, kind: str, result: RunResult) -> None:
@@ -136,7 +139,7 @@ def _step(run: CrashRun, kind: str, result: RunResult) -> None:
     uuid = uuid4().hex
     params = {
         "topology": run.topology,
-        "point": run.point,
+        "point": str(run.point),
         "path": run.column,
         "kind": kind,
         "outcome": run.outcome,
@@ -161,11 +164,20 @@ def _step(run: CrashRun, kind: str, result: RunResult) -> None:
     )
 
 
+def to_json(run: CrashRun) -> dict[str, Any]:
+    """A run as a line of the log: its point by its name (``CrashPoint.parse`` reads it)."""
+    return {f.name: getattr(run, f.name) for f in fields(run)} | {"point": str(run.point)}
+
+
+def from_json(line: dict[str, Any]) -> CrashRun:
+    return CrashRun(**{**line, "point": CrashPoint.parse(line["point"])})
+
+
 def read_runs(directory: Path) -> list[CrashRun]:
     """Every run the test processes logged in ``directory``."""
     runs = []
     for path in sorted(directory.glob(LOG_GLOB)):
         for line in path.read_text().splitlines():
             if line:
-                runs.append(CrashRun(**json.loads(line)))
+                runs.append(from_json(json.loads(line)))
     return runs

@@ -32,6 +32,8 @@ from allure_commons.model2 import (
     TestResult,
 )
 
+from plugins.sdk.runner import UNSCOPED, CrashPoint, Owner
+
 from .crash_log import CrashRun
 
 COLUMNS = ("retry", "cleanup", "undo crash", "recovery crash", "SIGKILL")
@@ -64,21 +66,24 @@ def group(runs: Iterable[CrashRun]) -> dict[tuple[str, str], list[CrashRun]]:
     return dict(sorted(grouped.items()))
 
 
-def _rows(runs: list[CrashRun]) -> list[tuple[str, dict[str, list[CrashRun]]]]:
+def _rows(runs: list[CrashRun]) -> list[tuple[CrashPoint, dict[str, list[CrashRun]]]]:
     """(point, its runs by column), the services' points first, each in the lifecycle's order."""
-    cells: dict[str, dict[str, list[CrashRun]]] = defaultdict(lambda: defaultdict(list))
-    order: dict[str, int] = {}
+    cells: dict[CrashPoint, dict[str, list[CrashRun]]] = defaultdict(lambda: defaultdict(list))
+    order: dict[CrashPoint, int] = {}
     for run in runs:
         cells[run.point][run.column].append(run)
         order[run.point] = min(order.get(run.point, run.order), run.order)
-    points = sorted(cells, key=lambda p: (p.startswith("Coordinator/"), order[p], p))
+    points = sorted(cells, key=lambda p: (p.owner is not Owner.SERVICE, order[p], p))
     return [(p, cells[p]) for p in points]
 
 
-def _hook(point: str) -> str:
-    """``NodePrepare/...`` -> NodePrepare; ``Coordinator/NodePrepare/...`` -> coordinator, NodePrepare."""
-    parts = point.split("/")
-    return f"coordinator, {parts[1]}" if parts[0] == "Coordinator" else parts[0]
+def _hook(point: CrashPoint) -> str:
+    """A row group: the service's hook (``NodePrepare``), or whose and which hook
+    (``coordinator, NodePrepare``)."""
+    if point.owner is Owner.SERVICE:
+        return point.hook
+    owner = point.owner.value.lower()
+    return owner if point.hook == UNSCOPED else f"{owner}, {point.hook}"
 
 
 def _cell(runs: list[CrashRun]) -> tuple[str, str]:
@@ -110,11 +115,8 @@ def matrix_html(lab: str, topology: str, runs: list[CrashRun]) -> str:
         for column in columns:
             css, text = _cell(by_column.get(column, []))
             cells.append(f'<td class="{css}">{html.escape(text)}</td>')
-        name = point.split("/", 1)[1] if not point.startswith("Coordinator/") else point
         body.append(
-            f'<tr><td class="point" title="{html.escape(point)}">{html.escape(name)}</td>'
-            + "".join(cells)
-            + "</tr>"
+            f'<tr><td class="point">{html.escape(str(point))}</td>' + "".join(cells) + "</tr>"
         )
     totals = ", ".join(f"{c}: {sum(r.column == c for r in runs)}" for c in columns)
     return (
@@ -136,7 +138,7 @@ def matrix_csv(runs: list[CrashRun]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["crash point", *columns])
     for point, by_column in _rows(runs):
-        writer.writerow([point, *(_cell(by_column.get(c, []))[1] for c in columns)])
+        writer.writerow([str(point), *(_cell(by_column.get(c, []))[1] for c in columns)])
     return out.getvalue()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from labs import DEFAULT_LAB, SANDBOX, FakeModelLab, Node
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import NO_CRASH, CrashPoints
 
 __all__ = ["DEFAULT_LAB", "SANDBOX", "in_process_node"]
 
@@ -23,10 +23,10 @@ def in_process_node(
     crash: CrashPoints | None = None,
     *,
     start_seed: int | None = None,
-    coordinator_crash: CrashPoints | None = None,
+    coordinator_crash: CrashPoints = NO_CRASH,
 ) -> Node:
     """``start_seed``: the seed of the starting state (None: the rig's, RIG_SEED);
-    ``coordinator_crash``: the coordinator's crash plan (None: none)."""
+    ``coordinator_crash``: the coordinator's crash plan (``NO_CRASH``: none)."""
     return Node(
         FakeModelLab(lab, start_seed=start_seed),
         root,

@@ -22,8 +22,8 @@ from .scenarios import PHASES, Lifecycle, compiled
 
 
 def sample(
-    points_by_topology: dict[str, list[str]], share: float = 0.10, minimum: int = 20
-) -> list[tuple[str, str]]:
+    points_by_topology: dict[str, list[CrashPoint]], share: float = 0.10, minimum: int = 20
+) -> list[tuple[str, CrashPoint]]:
     """Every k-th point of every topology, at least ``share`` of all and ``minimum`` in total."""
     total = sum(len(p) for p in points_by_topology.values())
     wanted = max(minimum, math.ceil(total * share))
@@ -33,11 +33,13 @@ def sample(
     return chosen[: max(wanted, len(chosen))]
 
 
-Run = tuple[int, str, str]
+Run = tuple[int, str, CrashPoint]
 """One SIGKILL run: (its number, which names its identities claim-n/att-n; topology; point)."""
 
 
-def shards(chosen: Sequence[tuple[str, str]], count: int, first: int = 100) -> list[list[Run]]:
+def shards(
+    chosen: Sequence[tuple[str, CrashPoint]], count: int, first: int = 100
+) -> list[list[Run]]:
     """``chosen`` (numbered from ``first`` in its order, so a run's identities do not depend
     on the split) in ``count`` cases of nearly equal size for parallel workers, each case's
     runs grouped by the service owning their point: a service then takes one start per run
@@ -56,15 +58,15 @@ def shards(chosen: Sequence[tuple[str, str]], count: int, first: int = 100) -> l
     return cases
 
 
-def service_of_point(topology: str, point: str) -> str:
+def service_of_point(topology: str, point: CrashPoint) -> str:
     """Which service process owns a crash point: the plugin of the operation's step."""
-    step = CrashPoint.parse(point).operation.split(":")[1]
+    step = point.operation.split(":")[1]  # the coordinator's <scope>:<step>:<hook>:g<n>
     return service_of(compiled(topology).steps[step].plugin).name
 
 
-def renamed(point: str, n: int) -> str:
-    """The reference point's name under this run's claim and attachment ids."""
-    return point.replace("claim-1.", f"claim-{n}.").replace("att-1:", f"att-{n}:")
+def renamed(point: CrashPoint, n: int) -> CrashPoint:
+    """The reference point under this run's claim and attachment ids."""
+    return point.with_identities({"claim-1": f"claim-{n}", "att-1": f"att-{n}"})
 
 
 class ProcessRig(Node):
@@ -76,7 +78,7 @@ class ProcessRig(Node):
         # Each run ends with the pod deleted (the invariants delete it) and the next run's
         # pod is a new namespace: the baseline is the node without one.
         self.baseline = without_namespace(self.snapshot(), SANDBOX)
-        self.armed: dict[str, str | None] = dict.fromkeys(self.processes.processes)
+        self.armed: dict[str, CrashPoint | None] = dict.fromkeys(self.processes.processes)
         """The point each service process was started armed at (None: started clean)."""
 
     def runs(self, plan: Sequence[Run]) -> Iterator[RunResult]:
@@ -93,7 +95,9 @@ class ProcessRig(Node):
             )
             yield self.run(topology, point, n, then=then)
 
-    def run(self, topology: str, point: str, n: int, *, then: str | None = None) -> RunResult:
+    def run(
+        self, topology: str, point: CrashPoint, n: int, *, then: CrashPoint | None = None
+    ) -> RunResult:
         """SIGKILL the service owning ``point`` there (run ``n``'s identities), restart it
         (armed at ``then``, a later run's point: None, clean), finish the lifecycle, check
         the invariants."""
@@ -141,7 +145,11 @@ class ProcessRig(Node):
 
 
 def sigkill_runs(
-    rig: ProcessRig, topology: str, points: list[str], log: CrashLog, reference: list[str]
+    rig: ProcessRig,
+    topology: str,
+    points: list[CrashPoint],
+    log: CrashLog,
+    reference: list[CrashPoint],
 ) -> list[str]:
     """A SIGKILL run at each of ``points`` on ``rig`` (fresh identities each, numbered from
     100), recorded in ``log`` (``reference``: the reference run's points, which order the

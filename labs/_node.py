@@ -19,7 +19,7 @@ from typing import Any
 from fakekernel import LabKernel
 from plugins.coordinator import Coordinator, CoordinatorJournal
 from plugins.sdk import SandboxHandle
-from plugins.sdk.runner import CrashPoints, EndpointRunner
+from plugins.sdk.runner import NO_CRASH, CrashPoints, EndpointRunner
 
 from ._lab import SANDBOX, Lab
 from ._services import PROJECT_SERVICES, InProcessServices, ProcessServices, ServiceSpec
@@ -45,10 +45,10 @@ class Node:
         coordinator: bool = True,
         observer: Any = None,
         pod: str | None = SANDBOX,
-        coordinator_crash: CrashPoints | None = None,
+        coordinator_crash: CrashPoints = NO_CRASH,
     ) -> None:
         """``pod``: the pod namespace that exists before any service starts (None: none).
-        ``coordinator_crash``: the coordinator's own crash plan (None: none), as
+        ``coordinator_crash``: the coordinator's own crash plan (``NO_CRASH``: none), as
         ``restart_coordinator(crash)`` would give it, without opening its journal twice."""
         self.lab = lab
         self.root = root
@@ -157,7 +157,7 @@ class Node:
         assert self._journal is not None, "this node has no coordinator"
         return self._journal
 
-    def restart_coordinator(self, crash: CrashPoints | None = None) -> None:
+    def restart_coordinator(self, crash: CrashPoints = NO_CRASH) -> None:
         """Replace the coordinator by a new one started from its journal on disk.
 
         The old one is abandoned as a crash would leave it: no clean shutdown, and

@@ -28,7 +28,7 @@ import yaml
 
 from plugins.sdk import YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE
+from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
 
 from ._readiness import ReadyListener
 
@@ -87,7 +87,7 @@ class ServiceProcess:
 
     def start(
         self,
-        crash_at: str | None = None,
+        crash_at: CrashPoint | None = None,
         trace: Path | None = None,
         timeout: float = 30,
         *,
@@ -100,13 +100,13 @@ class ServiceProcess:
         # missing or older than its source again (up to ~0.6 s of CPU per start).
         unset = (ENV_ARM, ENV_MODE, ENV_TRACE, "PYTHONDONTWRITEBYTECODE")
         env = {k: v for k, v in os.environ.items() if k not in unset}
-        if crash_at:
-            env[ENV_ARM], env[ENV_MODE] = crash_at, "sigkill"
+        if crash_at is not None:
+            env[ENV_ARM], env[ENV_MODE] = str(crash_at), "sigkill"
         if trace:
             env[ENV_TRACE] = str(trace)
         # Unarmed, the rig runs exactly the deployed command; only an armed or traced
         # run goes through the launcher, the one place that reads the crash variables.
-        program = [LAUNCHER, *self.command] if crash_at or trace else self.command
+        program = [LAUNCHER, *self.command] if crash_at is not None or trace else self.command
         self._publish_metrics_if_asked()
         deadline = time.monotonic() + timeout
         with ReadyListener() as listener:

@@ -35,7 +35,7 @@ from plugins.sdk import (
     Registry,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints, EffectRegistry, EndpointRunner, Runner
+from plugins.sdk.runner import CrashPoint, CrashPoints, EffectRegistry, EndpointRunner, Runner
 from plugins.sdk.store import Store
 from plugins.services import SERVICES
 
@@ -228,7 +228,7 @@ class ProcessServices:
         """The process serving a logical plugin."""
         return self.processes[service_of(plugin, self.specs).name]
 
-    def crash(self, crash_at: str | None = None, *, service: str | None = None) -> None:
+    def crash(self, crash_at: CrashPoint | None = None, *, service: str | None = None) -> None:
         """SIGKILL one service (or all), then start it again (armed at ``crash_at``)."""
         for name, process in self.processes.items():
             if service is None or name == service:
@@ -317,7 +317,7 @@ class CoordinatorProcess(ServiceProcess):
 
     def start(
         self,
-        crash_at: str | None = None,
+        crash_at: CrashPoint | None = None,
         trace: Path | None = None,
         timeout: float = 30,
         *,

@@ -42,7 +42,7 @@ from plugins.coordinator import (
     load_policies,
 )
 from plugins.sdk import NamespaceHandle, NetworkPluginError
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
+from plugins.sdk.runner import NO_CRASH, CrashPoint, CrashPoints, Owner, SimulatedCrash
 
 from ..inprocess import in_process_node
 from ..invariants import violations, without_namespace
@@ -83,7 +83,8 @@ TOPOLOGY_FILES = {
     "sdk-vf-bond": "vf-bond",
 }
 KUBELET_RETRIES = ("prepare", "create_container", "unprepare")
-ADAPTER_PREFIXES = ("Pods/", "Coordinator/")
+ADAPTERS = (Owner.PODS, Owner.COORDINATOR)
+"""Whose crash points a pod's life crashes: the node's adapter and the coordinator."""
 CONTAINER_ATTEMPTS = 3
 
 
@@ -151,7 +152,7 @@ def node_violations(node: Node, before: dict[str, Any], sandbox: str | None = No
     return found
 
 
-def pod_networks(node: Node, claims: MemoryClaims, crash: CrashPoints | None = None) -> PodNetworks:
+def pod_networks(node: Node, claims: MemoryClaims, crash: CrashPoints = NO_CRASH) -> PodNetworks:
     """The coordinator's pod side over ``node``'s coordinator and journal; every connect
     in the caller's thread (a crash must reach the caller, as it would end the process)."""
     policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
@@ -246,7 +247,7 @@ class PodLifecycle:
         missing = sorted(wanted - present)
         return [f"container let through without {missing} in the pod"] if missing else []
 
-    def restarted(self, crashed: int, crash: CrashPoints | None = None) -> int:
+    def restarted(self, crashed: int, crash: CrashPoints = NO_CRASH) -> int:
         """The coordinator died in phase ``crashed``: start it again from its journal,
         let it recover, let the runtime synchronize it, and say where the callers go on."""
         self.node.restart_coordinator(crash)
@@ -287,7 +288,7 @@ def unfinished_pod_units(
 
 @dataclass
 class PodRun:
-    point: str
+    point: CrashPoint
     crashed_in: str
     violations: list[str]
     gate_refusals: int
@@ -315,7 +316,7 @@ def _lifecycle(
 
 def pod_reference(
     topology: str, root: Path | None = None, make_node: NodeFactory = fake_node
-) -> list[str]:
+) -> list[CrashPoint]:
     """The adapter boundaries an uncrashed pod's life reaches, in order."""
     crash = CrashPoints()
     life = _lifecycle(
@@ -325,14 +326,14 @@ def pod_reference(
         assert life.run() is None
         problems = life.failures + life.gate_violations + life.leftovers()
         assert not problems, problems
-        return [p for p in crash.reached if p.startswith(ADAPTER_PREFIXES)]
+        return [p for p in crash.reached if p.owner in ADAPTERS]
     finally:
         life.pods.close()
         life.node.close()
 
 
 def pod_crash_run(
-    topology: str, point: str, root: Path, make_node: NodeFactory = fake_node
+    topology: str, point: CrashPoint, root: Path, make_node: NodeFactory = fake_node
 ) -> PodRun:
     """Crash the coordinator at ``point`` of the pod's life, restart it, let the kubelet
     and the runtime go on as theirs do, then check every invariant."""

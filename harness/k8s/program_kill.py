@@ -32,6 +32,7 @@ from plugins.coordinator import (
     CoordinatorJournal,
     attachment_for,
 )
+from plugins.sdk.runner import CrashPoint
 
 from ..invariants import violations
 from ..scenarios import TOPOLOGY_DIR, lab_inventory
@@ -63,23 +64,20 @@ def run_identities(n: int) -> dict[str, str]:
     }
 
 
-def renamed(point: str, n: int) -> str:
+def renamed(point: CrashPoint, n: int) -> CrashPoint:
     """A reference point under run ``n``'s identities (the attachment id derives from the
     sandbox and the claim)."""
     ids = run_identities(n)
     reference = {key: old for old, key in REFERENCE_IDS.items()}
-    point = point.replace(
-        attachment_for(reference["sandbox"], reference["uid"]),
-        attachment_for(ids["sandbox"], ids["uid"]),
-    )
-    for old, key in REFERENCE_IDS.items():
-        point = point.replace(old, ids[key])
-    return point
+    attachment = attachment_for(reference["sandbox"], reference["uid"])
+    renames = {old: ids[key] for old, key in REFERENCE_IDS.items()}
+    renames[attachment] = attachment_for(ids["sandbox"], ids["uid"])
+    return point.with_identities(renames)
 
 
 @dataclass
 class ProgramKillRun:
-    point: str
+    point: CrashPoint | None  # None: a run not killed
     killed_in: str
     violations: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
@@ -139,12 +137,12 @@ class K8sProgramRig:
 
     # -- one run --------------------------------------------------------------------------
 
-    def run(self, topology: str, point: str | None, n: int) -> ProgramKillRun:
+    def run(self, topology: str, point: CrashPoint | None, n: int) -> ProgramKillRun:
         """The pod's life with the program killed at ``point`` (None: not killed)."""
         assert self.node is not None
         ids = run_identities(n)
         armed = None if point is None else renamed(point, n)
-        result = ProgramKillRun(armed or "-", "-")
+        result = ProgramKillRun(armed, "-")
         self.api.put_claim(claim_object(topology, ids["uid"], ids["pod"], self.inventory))
         pod_ns = f"pod-{n}"
         netns = self.node.sandbox(pod_ns).namespace.path

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from plugins.sdk import NamespaceHandle, NetworkPluginError
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import NO_CRASH, CrashPoints
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology
@@ -199,7 +199,7 @@ class KubernetesNode:
         resolve_namespace: NamespaceResolver = host_namespaces,
         nri_plugin: Any = None,
         lock: threading.RLock | None = None,
-        crash: CrashPoints | None = None,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         """``nri_plugin``: a factory ``(socket, name, index, handler) -> plugin`` with
         ``start``/``stop`` (``plugins.coordinator.nri.NRIPlugin``); None: no NRI."""

@@ -223,7 +223,7 @@ def serve(
         topologies,
         allocator,
         epoch=config.epoch,
-        crash=None if crash is NO_CRASH else crash,
+        crash=crash,
         fault=fault,
         plugin_wait_seconds=config.plugin_wait_seconds,
         metrics=metrics,
@@ -314,7 +314,7 @@ def _recover(
             allocator,
             nri_plugin=NRIPlugin,
             lock=service.lock,
-            crash=None if crash is NO_CRASH else crash,
+            crash=crash,
         )
         notes += node.start()
     for note in notes:

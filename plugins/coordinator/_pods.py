@@ -44,7 +44,7 @@ from plugins.sdk import (
     NetworkPluginError,
     SandboxHandle,
 )
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import NO_CRASH, UNSCOPED, CrashPoints, Owner
 
 from ._allocate import AllocationError, Allocator
 from ._compile import CompiledTopology
@@ -124,7 +124,7 @@ class PodNetworks:
         pool: str,
         status: StatusSink | None = None,
         answer_within_s: float | None = DEFAULT_ANSWER_WITHIN_S,
-        crash: CrashPoints | None = None,
+        crash: CrashPoints = NO_CRASH,
         lock: threading.RLock | None = None,
     ) -> None:
         """``lock``: shared with whatever else drives ``coordinator`` and ``allocator``
@@ -339,7 +339,7 @@ class PodNetworks:
                 "",
                 state,
                 {**detail, "admitted": admitted},
-                commit=f"admit:{container_id}",
+                admitted=container_id,
             )
 
     def synchronize(
@@ -671,18 +671,17 @@ class PodNetworks:
         topology: str,
         state: str,
         detail: dict[str, Any],
-        commit: str = "",
+        admitted: str = "",
     ) -> None:
-        """One journal commit between two crash points (``Pods/<unit>/<commit>``, by
-        default ``set:<state>``)."""
-        if self._crash is None:
-            self._journal.set_unit(unit, kind, topology, state, detail)
-            return
-        name = commit or f"set:{state}"
-        with self._crash.scope("Pods", unit):
-            self._crash.hit(f"{name}.before-commit")
-            self._journal.set_unit(unit, kind, topology, state, detail)
-            self._crash.hit(f"{name}.after-commit")
+        """One journal commit between two crash points (``Owner.PODS``, in the unit): the
+        commit ``set`` of ``state``, or ``admit`` of the container ``admitted``."""
+        commit, written = ("admit", admitted) if admitted else ("set", state)
+        with self._crash.scope(UNSCOPED, unit, owner=Owner.PODS):
+            self._crash.commit(
+                commit,
+                lambda: self._journal.set_unit(unit, kind, topology, state, detail),
+                written,
+            )
 
     @staticmethod
     def _report(write: Callable[..., None], *args: Any) -> None:

@@ -40,7 +40,7 @@ from plugins.sdk import (
     to_json_value,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import NO_CRASH, CrashPoints
 
 from ._allocate import Allocator
 from ._compile import CompiledTopology
@@ -94,7 +94,7 @@ class CoordinatorService:
         allocator: Allocator,
         *,
         epoch: int = 1,
-        crash: CrashPoints | None = None,
+        crash: CrashPoints = NO_CRASH,
         fault: str = "",
         plugin_wait_seconds: float = 30.0,
         metrics: CoordinatorMetrics = NO_METRICS,

@@ -14,8 +14,8 @@ created something is closed as never run (``CoordinatorJournal.abandon_unrun``),
 an application whose plugin refused everything (an Operation-only plugin behind a root's
 socket) can still be removed. A client that checks its peer (``CheckedPluginClient``)
 is asked before a call is journaled: a refusal there sends nothing and journals nothing.
-Every journal commit is bracketed by crash points named
-``Coordinator/<hook>/<operation, unit or scope>/<commit>.before-commit|after-commit``.
+Every journal commit is bracketed by crash points (``CrashPoint`` of ``Owner.COORDINATOR``:
+the hook, the operation, unit or scope the commit is about, the commit's two sides).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from plugins.sdk import (
     to_json_value,
 )
 from plugins.sdk.host import PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import NO_CRASH, CrashPoints, Owner
 
 from ._allocate import AllocatedDevice
 from ._authority import NodeAuthority, ResourceClaim
@@ -93,14 +93,14 @@ class Coordinator:
         *,
         epoch: int = 1,
         observer: CallObserver | None = None,
-        crash: CrashPoints | None = None,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         self.observer: CallObserver = observer or no_observer
         self.journal = journal
         self.authority = NodeAuthority(journal)
         self.clients = dict(clients)
         self.epoch = epoch
-        self.crash = crash  # None in production: no point is recorded or armed
+        self.crash = crash  # NO_CRASH in production: no point is recorded or armed
 
     # -- preparation -----------------------------------------------------------------------
 
@@ -290,15 +290,13 @@ class Coordinator:
     def _envelope(self, hook: Hook, scope: str, step: str) -> OperationEnvelope:
         return OperationEnvelope(operation_id(scope, step, hook), hook, scope, step, 1, self.epoch)
 
-    def _commit(self, hook: Hook, subject: str, commit: str, write: Callable[[], T]) -> T:
-        """One journal commit, between two crash points (a crash on either side is survivable)."""
-        if self.crash is None:
-            return write()
-        with self.crash.scope("Coordinator", hook.value, subject):
-            self.crash.hit(f"{commit}.before-commit")
-            result = write()
-            self.crash.hit(f"{commit}.after-commit")
-        return result
+    def _commit(
+        self, hook: Hook, subject: str, commit: str, write: Callable[[], T], detail: str = ""
+    ) -> T:
+        """One journal commit (writing the state ``detail``, where the commit writes one of
+        several), between two crash points (a crash on either side is survivable)."""
+        with self.crash.scope(hook.value, subject, owner=Owner.COORDINATOR):
+            return self.crash.commit(commit, write, detail)
 
     def _set_unit(
         self, hook: Hook, unit: str, kind: str, topology: str, state: str, detail: dict[str, Any]
@@ -306,8 +304,9 @@ class Coordinator:
         self._commit(
             hook,
             unit,
-            f"set_unit:{state}",
+            "set_unit",
             lambda: self.journal.set_unit(unit, kind, topology, state, detail),
+            state,
         )
 
     def _finish(
@@ -316,8 +315,9 @@ class Coordinator:
         self._commit(
             env.hook,
             env.operation_id,
-            f"finish_call:{state}",
+            "finish_call",
             lambda: self.journal.finish_call(env.operation_id, state, response, error),
+            state,
         )
 
     def _record(self, unit: str, step: str, plugin: str, request: Any) -> OperationEnvelope:

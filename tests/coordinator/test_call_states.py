@@ -6,6 +6,7 @@ crash points."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,29 @@ from plugins.coordinator._journal import (
 from plugins.coordinator._runtime import StepFailed
 from plugins.sdk import ConnectRequest, OperationState
 from plugins.sdk.host import PluginCallError
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
+from plugins.sdk.runner import (
+    NO_CRASH,
+    UNSCOPED,
+    CrashPoint,
+    CrashPoints,
+    Owner,
+    Phase,
+    PhaseKind,
+    SimulatedCrash,
+)
 
 CONNECT = "att-1:secondary:ConnectNetwork:g1"
 REMOVE = "att-1:secondary:RemoveNetwork:g1"
-BETWEEN_RECORD_AND_RPC = f"Coordinator/ConnectNetwork/{CONNECT}/record_call.after-commit"
-BETWEEN_RPC_AND_FINISH = f"Coordinator/ConnectNetwork/{CONNECT}/finish_call:succeeded.before-commit"
+
+
+def connect_point(phase: Phase) -> CrashPoint:
+    return CrashPoint("ConnectNetwork", CONNECT, UNSCOPED, phase, Owner.COORDINATOR)
+
+
+BETWEEN_RECORD_AND_RPC = connect_point(Phase.commit(PhaseKind.AFTER_COMMIT, "record_call"))
+BETWEEN_RPC_AND_FINISH = connect_point(
+    Phase.commit(PhaseKind.BEFORE_COMMIT, "finish_call", "succeeded")
+)
 
 
 @pytest.fixture
@@ -40,7 +58,7 @@ def lab(tmp_path: Path) -> Iterator[Node]:
     lab.close()
 
 
-def killed_during_connect(lab: Node, point: str) -> Lifecycle:
+def killed_during_connect(lab: Node, point: CrashPoint) -> Lifecycle:
     """Prepare, then connect with the coordinator dying at ``point``; a new one starts
     from the journal (the services and the kernel keep running)."""
     start_coordinator(lab, CrashPoints(armed=point))
@@ -72,9 +90,10 @@ def left_open(journal: CoordinatorJournal) -> list[str]:
 @pytest.mark.parametrize(
     ("point", "plugin_saw"),
     [(BETWEEN_RECORD_AND_RPC, None), (BETWEEN_RPC_AND_FINISH, OperationState.SUCCEEDED)],
+    ids=str,
 )
 def test_cleanup_after_a_coordinator_killed_mid_call_closes_the_call(
-    lab: Node, point: str, plugin_saw: OperationState | None
+    lab: Node, point: CrashPoint, plugin_saw: OperationState | None
 ) -> None:
     life = killed_during_connect(lab, point)
     assert state(lab, CONNECT) == "requested"
@@ -97,9 +116,10 @@ def test_cleanup_after_a_coordinator_killed_mid_call_closes_the_call(
 @pytest.mark.parametrize(
     ("point", "plugin_saw"),
     [(BETWEEN_RECORD_AND_RPC, None), (BETWEEN_RPC_AND_FINISH, OperationState.SUCCEEDED)],
+    ids=str,
 )
 def test_retry_after_a_coordinator_killed_mid_call_resends_the_same_operation(
-    lab: Node, tmp_path: Path, point: str, plugin_saw: OperationState | None
+    lab: Node, tmp_path: Path, point: CrashPoint, plugin_saw: OperationState | None
 ) -> None:
     life = killed_during_connect(lab, point)
     assert plugin_state(lab, CONNECT) is plugin_saw
@@ -210,14 +230,17 @@ def test_every_coordinator_journal_commit_is_between_two_crash_points(lab: Node)
     befores, afters = crash.reached[::2], crash.reached[1::2]
     assert commits > 0
     assert len(crash.reached) == 2 * commits
-    assert all(b.endswith(".before-commit") for b in befores)
-    assert [b.removesuffix(".before-commit") for b in befores] == [
-        a.removesuffix(".after-commit") for a in afters
+    assert all(b.owner is Owner.COORDINATOR for b in crash.reached)
+    assert all(b.phase.kind is PhaseKind.BEFORE_COMMIT for b in befores)
+    assert all(a.phase.kind is PhaseKind.AFTER_COMMIT for a in afters)
+    assert [replace(b, phase=a.phase) for b, a in zip(befores, afters, strict=True)] == afters
+    assert [(b.phase.boundary, b.phase.detail) for b in befores] == [
+        (a.phase.boundary, a.phase.detail) for a in afters
     ]
     assert {c.state for c in lab.journal.calls()} <= set(CLOSED_CALL_STATES)
 
 
 def test_production_coordinator_has_no_crash_points(lab: Node) -> None:
-    assert lab.coordinator.crash is None  # the do-nothing default
+    assert lab.coordinator.crash is NO_CRASH  # the do-nothing default
     Lifecycle("macvlan", lab).run()
-    assert not [p for p in lab.crash_points.reached if p.startswith("Coordinator/")]
+    assert not [p for p in lab.crash_points.reached if p.owner is not Owner.SERVICE]

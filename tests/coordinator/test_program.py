@@ -28,6 +28,7 @@ from plugins.coordinator import (
     load_manifests,
 )
 from plugins.sdk import NamespaceHandle, SandboxHandle
+from plugins.sdk.runner import UNSCOPED, CrashPoint, Owner, Phase, PhaseKind
 from plugins.sdk.service import StartupRefused
 
 from .programs import MACVLAN, REPO, VF_BOND_VLAN, client, status, write_config
@@ -210,7 +211,13 @@ def test_a_bad_config_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coordinator.yaml"]
 
 
-def kill_mid_apply(rig: CoordinatorRig, point: str, topology: str) -> None:
+def connect_commit(operation: str, side: PhaseKind, commit: str, state: str = "") -> CrashPoint:
+    """A boundary of the coordinator's journal during a ConnectNetwork call."""
+    phase = Phase.commit(side, commit, state)
+    return CrashPoint("ConnectNetwork", operation, UNSCOPED, phase, Owner.COORDINATOR)
+
+
+def kill_mid_apply(rig: CoordinatorRig, point: CrashPoint, topology: str) -> None:
     """Start the program armed at ``point``, apply, and see it die there by SIGKILL."""
     rig.program.stop()
     rig.program.start(crash_at=point)
@@ -224,7 +231,7 @@ def test_sigkill_mid_apply_then_restart_completes_it(rig: CoordinatorRig) -> Non
     # The bond service made the bond; the coordinator died before journaling its answer.
     kill_mid_apply(
         rig,
-        f"Coordinator/ConnectNetwork/{BOND_CONNECT}/finish_call:succeeded.before-commit",
+        connect_commit(BOND_CONNECT, PhaseKind.BEFORE_COMMIT, "finish_call", "succeeded"),
         VF_BOND_VLAN,
     )
     rig.program.start()  # ready only once recovery is done
@@ -241,8 +248,8 @@ def test_sigkill_mid_apply_then_restart_completes_it(rig: CoordinatorRig) -> Non
 def test_sigkill_mid_apply_then_restart_undoes_what_cannot_complete(
     rig: CoordinatorRig,
 ) -> None:
-    point = (
-        "Coordinator/ConnectNetwork/att-kill2:secondary:ConnectNetwork:g1/record_call.after-commit"
+    point = connect_commit(
+        "att-kill2:secondary:ConnectNetwork:g1", PhaseKind.AFTER_COMMIT, "record_call"
     )
     rig.program.stop()
     rig.program.start(crash_at=point)

@@ -25,12 +25,20 @@ from harness.scenarios import Lifecycle
 from labs import FakeServerLab, Node
 from plugins.coordinator import StepFailed
 from plugins.ctl import main
+from plugins.sdk.runner import CrashPoint, Phase, PhaseKind
 
 LINKS = "networkplugin-links"
 SERVICES = ("networkplugin-bond", LINKS, "networkplugin-vf")
-CONNECT = "ConnectNetwork/att-1:secondary:ConnectNetwork:g1/create-child"
-UNMARKED = f"{CONNECT}/kernel#1.create_link.after"  # born under its temporary name
-MARKED = f"{CONNECT}/kernel#2.set_link.after"  # carries the marker as its alias
+
+
+def _after_call(call: int, method: str) -> CrashPoint:
+    """After the ``call``-th kernel call of the secondary's create-child effect."""
+    phase = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, call, method)
+    return CrashPoint("ConnectNetwork", "att-1:secondary:ConnectNetwork:g1", "create-child", phase)
+
+
+UNMARKED = _after_call(1, "create_link")  # born under its temporary name
+MARKED = _after_call(2, "set_link")  # carries the marker as its alias
 
 
 def write_node_config(node: Node, path: Path) -> Path:
@@ -79,7 +87,9 @@ def process_node(root: Path) -> Node:
     return Node(FakeServerLab(), root, processes=True)
 
 
-def crashed_connect(node: Node, point: str, claim: str = "claim-1", att: str = "att-1") -> None:
+def crashed_connect(
+    node: Node, point: CrashPoint, claim: str = "claim-1", att: str = "att-1"
+) -> None:
     """Prepare macvlan, then connect with the links service SIGKILLed at ``point``."""
     life = Lifecycle("macvlan", node, claim=claim, attachment=att)
     life.results["prepare"] = life.phase("prepare")()

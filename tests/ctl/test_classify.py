@@ -34,6 +34,8 @@ from plugins.sdk.service import ServiceConfig
 from plugins.sdk.store import LOCK_NAME
 from plugins.services import SERVICES
 
+from .kit import MARKED
+
 FOREIGN_MARKER = "dranp:0badf00d:0123456789abcdef"
 
 
@@ -160,8 +162,7 @@ def test_running_is_a_leak_only_while_its_service_is_down(tmp_path: Path) -> Non
     """Interrupted in-process (the runners abandoned as a crash leaves them): while no
     process holds the journal the Running connect is a leak; once one does, it is in
     flight (a running service recovered at start) and not listed."""
-    point = "ConnectNetwork/att-1:secondary:ConnectNetwork:g1/create-child/kernel#2.set_link.after"
-    with Node(FakeModelLab(), tmp_path / "node", crash=CrashPoints(armed=point)) as node:
+    with Node(FakeModelLab(), tmp_path / "node", crash=CrashPoints(armed=MARKED)) as node:
         life = Lifecycle("macvlan", node)
         life.run(0, 1)
         with pytest.raises(SimulatedCrash):

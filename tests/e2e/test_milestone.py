@@ -12,16 +12,20 @@ import pytest
 from fakekernel.model import diff
 from plugins.coordinator._runtime import StepFailed
 from plugins.sdk import CleanupStatus, OperationState
+from plugins.sdk.runner import UNSCOPED, Commit, CrashPoint, Phase, PhaseKind
 
 from .node import Node, compiled
 
 BOND_OP = "att-1:bond0:ConnectNetwork:g1"
 POINTS = [
-    f"ConnectNetwork/{BOND_OP}/-/intent.after-commit",
-    f"ConnectNetwork/{BOND_OP}/create-bond/kernel#2.set_link.after",
-    f"ConnectNetwork/{BOND_OP}/attach-member-1/advance.before-commit",
-    f"ConnectNetwork/{BOND_OP}/attach-member-1/kernel#1.set_link.after",
-    f"ConnectNetwork/{BOND_OP}/-/response.before-commit",
+    CrashPoint("ConnectNetwork", BOND_OP, effect, phase)
+    for effect, phase in (
+        (UNSCOPED, Phase.commit(PhaseKind.AFTER_COMMIT, Commit.INTENT)),
+        ("create-bond", Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 2, "set_link")),
+        ("attach-member-1", Phase.commit(PhaseKind.BEFORE_COMMIT, Commit.ADVANCE)),
+        ("attach-member-1", Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "set_link")),
+        (UNSCOPED, Phase.commit(PhaseKind.BEFORE_COMMIT, Commit.RESPONSE)),
+    )
 ]
 
 
@@ -32,8 +36,8 @@ def node(tmp_path: Path) -> Iterator[Node]:
     n.close()
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_sigkill_the_bond_service_mid_connect_then_remove(node: Node, point: str) -> None:
+@pytest.mark.parametrize("point", POINTS, ids=str)
+def test_sigkill_the_bond_service_mid_connect_then_remove(node: Node, point: CrashPoint) -> None:
     topology = compiled("vf-bond-vlan")
     before = node.snapshot()
     bond_service = node.processes.processes["networkplugin-bond"]

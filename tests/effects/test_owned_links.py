@@ -28,11 +28,24 @@ from plugins.effects.linux import (
 )
 from plugins.kernel import CrashingKernel, LinkKind, LinkSpec, NsRef
 from plugins.sdk import FailedPrecondition
-from plugins.sdk.runner import CrashPoints, EffectContext, Observation, SimulatedCrash, UndoOutcome
+from plugins.sdk.runner import (
+    CrashPoint,
+    CrashPoints,
+    EffectContext,
+    Observation,
+    Phase,
+    PhaseKind,
+    SimulatedCrash,
+    UndoOutcome,
+)
 
 from .node import LAB
 
 VF0_PCI = "0000:03:10.0"
+
+
+def after_call(call: int, method: str) -> Phase:
+    return Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, call, method)
 
 
 def sandbox(m: FakeKernelModel) -> NsRef:
@@ -169,9 +182,9 @@ def test_the_kit_creates_under_a_temporary_name_then_marks_and_renames_in_one_ca
     executor = kind.link(CrashingKernel(model, crash))
     with crash.scope("test", "op-1", "create"):
         outputs = executor.apply(ctx, executor.capture(ctx))
-    assert [p.rsplit("/", 1)[1] for p in crash.reached if p.endswith(".after")] == [
-        "kernel#1.create_link.after",
-        "kernel#2.set_link.after",  # the marker and the final name, one RTM_SETLINK
+    assert [p.phase for p in crash.reached if p.phase.kind is PhaseKind.AFTER_KERNEL_CALL] == [
+        after_call(1, "create_link"),
+        after_call(2, "set_link"),  # the marker and the final name, one RTM_SETLINK
     ]
     link = model.get_link(sandbox(model), name="net0")
     assert link is not None
@@ -224,16 +237,17 @@ def test_an_unmarked_link_of_another_kind_under_our_temporary_name_is_not_ours(k
 @each_kind
 @pytest.mark.parametrize(
     ("crash_after", "marked"),
-    [("kernel#1.create_link.after", False), ("kernel#2.set_link.after", True)],
+    [(after_call(1, "create_link"), False), (after_call(2, "set_link"), True)],
+    ids=str,
 )
 def test_a_crash_between_create_and_rename_leaves_a_link_probe_finds_and_undo_removes(
-    kind: Kind, crash_after: str, marked: bool
+    kind: Kind, crash_after: Phase, marked: bool
 ) -> None:
     model = fresh(kind)
     initial = model.snapshot()
     ctx = context(kind, model)
     before = kind.link(model).capture(ctx)
-    crash = CrashPoints(armed=f"test/op-1/create/{crash_after}")
+    crash = CrashPoints(armed=CrashPoint("test", "op-1", "create", crash_after))
     with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "create"):
         kind.link(CrashingKernel(model, crash)).apply(ctx, before)
 
@@ -301,7 +315,7 @@ def test_a_name_taken_between_create_and_rename_leaves_the_link_unmarked_and_our
     ctx = context(kind, model)
     executor = kind.link(model)
     before = executor.capture(ctx)
-    crash = CrashPoints(armed="test/op-1/create/kernel#1.create_link.after")
+    crash = CrashPoints(armed=CrashPoint("test", "op-1", "create", after_call(1, "create_link")))
     with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "create"):
         kind.link(CrashingKernel(model, crash)).apply(ctx, before)
     plant(model, kind.other_kind, "net0", None)  # someone takes the final name meanwhile

@@ -25,7 +25,7 @@ from plugins.sdk import (
     PrerequisiteError,
     ResourceHandle,
 )
-from plugins.sdk.runner import CrashPoints, SimulatedCrash
+from plugins.sdk.runner import CrashPoint, CrashPoints, Phase, PhaseKind, SimulatedCrash
 
 from .nic_node import NicNode, machine_of, node_kinds
 from .node import BOND_CONFIG, FakeNode, PluginNode, envelope
@@ -121,7 +121,8 @@ def test_vf_unexpected_disappearance_is_quarantined_not_guessed(node: PluginNode
 
 
 def test_vf_partial_namespace_move_is_recovered(make_node: NodeFactory) -> None:
-    point = "ConnectNetwork/conn-vf0/move-vf.move/kernel#1.move_link.after"
+    moved = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
+    point = CrashPoint("ConnectNetwork", "conn-vf0", "move-vf.move", moved)
     node = make_node(CrashPoints(armed=point))
     node.require(*VF_SETTINGS)
     original = node.snapshot()

@@ -15,7 +15,15 @@ from plugins.effects.linux import MoveLink, evidence_scan
 from plugins.effects.linux._common import describe, ns_json, temp_name
 from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec
 from plugins.kernel._crashing import CrashingKernel
-from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash, UndoOutcome
+from plugins.sdk.runner import (
+    CrashPoint,
+    CrashPoints,
+    EffectContext,
+    Phase,
+    PhaseKind,
+    SimulatedCrash,
+    UndoOutcome,
+)
 
 from .node import LAB, VF0
 
@@ -45,8 +53,13 @@ def context(model: FakeKernelModel) -> EffectContext:
     return EffectContext("p/v1", "op-1", "move", "att-1", "step", payload)
 
 
-def mutations(crash: CrashPoints) -> list[str]:
-    return [p.rsplit("/", 1)[1] for p in crash.reached if p.endswith(".after")]
+def mutations(crash: CrashPoints) -> list[tuple[int, str]]:
+    """The kernel calls that returned: (their number in the effect, the method)."""
+    return [
+        (p.phase.call, p.phase.boundary)
+        for p in crash.reached
+        if p.phase.kind is PhaseKind.AFTER_KERNEL_CALL
+    ]
 
 
 @pytest.mark.parametrize("alias", [None, "its own"])
@@ -59,7 +72,7 @@ def test_in_and_home_each_in_one_call_with_name_and_alias(alias: str | None) -> 
     with crash.scope("test", "op-1", "move"):
         before = executor.capture(ctx)
         outputs = executor.apply(ctx, before)
-    assert mutations(crash) == ["kernel#1.move_link.after"]  # the mark is no second call
+    assert mutations(crash) == [(1, "move_link")]  # the mark is no second call
     moved = found(model)
     assert (moved.ns, moved.name, moved.alias) == (
         model.namespace("pod-a"),
@@ -74,7 +87,7 @@ def test_in_and_home_each_in_one_call_with_name_and_alias(alias: str | None) -> 
         result = executor.undo(ctx, before, outputs)
     assert result.outcome is UndoOutcome.UNDONE, result
     # home with its name and alias in one move; then up again, as it was before
-    assert mutations(crash) == ["kernel#1.move_link.after", "kernel#2.set_link.after"]
+    assert mutations(crash) == [(1, "move_link"), (2, "set_link")]
     assert diff(initial, model.snapshot()) == []
     assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.ABSENT
 
@@ -85,7 +98,8 @@ def test_a_crash_right_after_the_move_leaves_the_vf_marked() -> None:
     model = model_with(None)
     ctx = context(model)
     before = MoveLink(model).capture(ctx)
-    crash = CrashPoints(armed="test/op-1/move/kernel#1.move_link.after")
+    moved = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
+    crash = CrashPoints(armed=CrashPoint("test", "op-1", "move", moved))
     with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "move"):
         MoveLink(CrashingKernel(model, crash)).apply(ctx, before)
     where = f"device {temp_name(ctx)} in {model.namespace('pod-a').path}"
@@ -103,7 +117,7 @@ def test_a_vf_in_the_sandbox_without_the_marker_is_marked_on_resume() -> None:
     crash = CrashPoints()
     with crash.scope("test", "op-1", "move"):
         outputs = MoveLink(CrashingKernel(model, crash)).apply(ctx, before)
-    assert mutations(crash) == ["kernel#1.set_link.after"]
+    assert mutations(crash) == [(1, "set_link")]
     assert (found(model).alias, outputs["link"]["ifName"]) == (ctx.marker, temp_name(ctx))
 
 
@@ -129,9 +143,9 @@ def test_a_vf_home_with_the_marker_gets_its_alias_and_name_back_by_set_link() ->
         result = MoveLink(CrashingKernel(model, crash)).undo(ctx, before, outputs)
     assert result.outcome is UndoOutcome.UNDONE, result
     assert mutations(crash) == [
-        "kernel#1.set_link.after",  # the alias
-        "kernel#2.set_link.after",  # the name
-        "kernel#3.set_link.after",  # up
+        (1, "set_link"),  # the alias
+        (2, "set_link"),  # the name
+        (3, "set_link"),  # up
     ]
     dummy = model.get_link(model.host_namespace(), name=temp_name(ctx))
     assert dummy is not None

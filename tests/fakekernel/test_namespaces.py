@@ -8,7 +8,7 @@ from dataclasses import replace
 from fakekernel import FakeKernelModel
 from plugins.kernel import BondInfo, CrashingKernel, LinkChanges, LinkSpec, NsRef
 from plugins.sdk import NamespaceHandle
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import UNSCOPED, CrashPoint, CrashPoints, Phase, PhaseKind
 
 from .helpers import kernel_error, link, mk
 
@@ -137,8 +137,12 @@ def test_a_move_with_an_alias_is_one_crash_point(
         moved = k.move_link(host, v0.ifindex, pod, new_name="eth0", alias="marker")
     assert (moved.name, moved.alias) == ("eth0", "marker")
     assert points.reached == [
-        "test/op-1/-/kernel#1.move_link.before",
-        "test/op-1/-/kernel#1.move_link.after",
+        CrashPoint(
+            "test", "op-1", UNSCOPED, Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 1, "move_link")
+        ),
+        CrashPoint(
+            "test", "op-1", UNSCOPED, Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
+        ),
     ]
 
 
@@ -240,6 +244,10 @@ def test_list_namespaces_is_not_a_crash_point(m: FakeKernelModel, host: NsRef) -
         assert points.reached == []
         k.create_link(host, LinkSpec("dummy", "d0"))  # the first crash point of the effect
     assert points.reached == [
-        "test/op-1/-/kernel#1.create_link.before",
-        "test/op-1/-/kernel#1.create_link.after",
+        CrashPoint(
+            "test", "op-1", UNSCOPED, Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 1, "create_link")
+        ),
+        CrashPoint(
+            "test", "op-1", UNSCOPED, Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "create_link")
+        ),
     ]

@@ -12,7 +12,6 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
 from plugins.effects.linux._common import temp_name
@@ -27,7 +26,14 @@ from plugins.sdk import (
     PrepareRequest,
     ResourceHandle,
 )
-from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash
+from plugins.sdk.runner import (
+    CrashPoint,
+    CrashPoints,
+    EffectContext,
+    Phase,
+    PhaseKind,
+    SimulatedCrash,
+)
 from tests.effects.node import (
     BOND_CONFIG,
     VF0,
@@ -41,33 +47,55 @@ from tests.effects.node import (
 SHARE_CONFIG = {"mode": "bridge", "mtu": 1500}
 
 
-class ArmableCrashPoints(CrashPoints):
-    """CrashPoints that can be armed by a glob over point names and an occurrence count.
+@dataclass(frozen=True)
+class AtPhase:
+    """Which points an arming counts: a side of a commit (``boundary``), a side of the
+    ``call``-th kernel call of an effect, or (no ``kind``) any point at all."""
 
-    ``arm("*/advance.after-commit", 2)`` crashes at the second point reached from now
-    on whose full name matches; then it disarms itself (one crash per arming).
+    kind: PhaseKind | None = None
+    boundary: str = ""
+    call: int = 0
+
+    def matches(self, point: CrashPoint) -> bool:
+        phase = point.phase
+        if self.kind is None:
+            return True
+        if phase.kind is not self.kind:
+            return False
+        if phase.kind.is_kernel_call:
+            return phase.call == self.call
+        return phase.boundary == self.boundary
+
+
+ANY_POINT = AtPhase()
+
+
+class ArmableCrashPoints(CrashPoints):
+    """CrashPoints that can be armed by the kind of point and an occurrence count.
+
+    ``arm(AtPhase(PhaseKind.AFTER_COMMIT, Commit.ADVANCE), 2)`` crashes at the second
+    point reached from now on at that phase; then it disarms itself (one crash per arming).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.pattern: str | None = None
+        self.pattern: AtPhase | None = None
         self.remaining = 0
-        self.fired: str | None = None
+        self.fired: CrashPoint | None = None
 
-    def arm(self, pattern: str, occurrence: int) -> None:
+    def arm(self, pattern: AtPhase, occurrence: int) -> None:
         self.pattern, self.remaining, self.fired = pattern, occurrence, None
 
-    def hit(self, phase: str) -> None:
+    def hit(self, phase: Phase | str) -> None:
         super().hit(phase)
         if self.pattern is None:
             return
-        prefix = getattr(self._local, "prefix", None) or "-/-/-"
-        name = f"{prefix}/{phase}"
-        if fnmatchcase(name, self.pattern):
+        point = self.reached[-1]
+        if self.pattern.matches(point):
             self.remaining -= 1
             if self.remaining <= 0:
-                self.pattern, self.fired = None, name
-                raise SimulatedCrash(name)
+                self.pattern, self.fired = None, point
+                raise SimulatedCrash(str(point))
 
 
 class RigNode(FakeNode):

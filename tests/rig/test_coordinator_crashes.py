@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.coordinator_crash import (
-    commit_of,
     coordinator_crash_run,
     coordinator_reference,
-    hook_of,
     is_coordinator_boundary,
 )
 from harness.crash_log import CrashLog
@@ -22,6 +20,7 @@ from harness.rig import _Collector, summarize
 from harness.scenarios import TOPOLOGIES
 from harness.stats import Gathered
 from plugins.coordinator._journal import CoordinatorJournal
+from plugins.sdk.runner import UNSCOPED, CrashPoint, Owner, Phase, PhaseKind
 
 from .conftest import References
 
@@ -35,13 +34,13 @@ def test_coordinator_crash_at_every_boundary(
     path: str, references: References, tmp_path: Path, crash_log: CrashLog
 ) -> None:
     refs = {t: references.coordinator(t) for t in TOPOLOGIES}
-    boundaries: set[str] = set()
+    boundaries: set[CrashPoint] = set()
     for topology, ref in refs.items():
         assert all(is_coordinator_boundary(p) for p in ref.points)
         assert len(ref.points) == len(set(ref.points)), f"{topology}: point names must be unique"
-        assert {hook_of(p) for p in ref.points} == HOOKS, topology
+        assert {p.hook for p in ref.points} == HOOKS, topology
         boundaries.update(ref.points)
-    assert {commit_of(p) for p in boundaries} == COMMITS
+    assert {p.phase.boundary for p in boundaries} == COMMITS
 
     failures, runs = [], 0
     for topology, ref in refs.items():
@@ -68,7 +67,13 @@ def test_a_coordinator_that_leaves_abandoned_calls_open_fails_the_rig(
         self.finish_call(operation_id, "cleaned", receipt)
         return []
 
-    point = "Coordinator/ConnectNetwork/att-1:secondary:ConnectNetwork:g1/record_call.after-commit"
+    point = CrashPoint(
+        "ConnectNetwork",
+        "att-1:secondary:ConnectNetwork:g1",
+        UNSCOPED,
+        Phase.commit(PhaseKind.AFTER_COMMIT, "record_call"),
+        Owner.COORDINATOR,
+    )
     assert point in coordinator_reference("macvlan", tmp_path / "reference").points
     monkeypatch.setattr(CoordinatorJournal, "finish_cleanup", cleaned_without_closing)
     result = coordinator_crash_run("macvlan", point, "cleanup", tmp_path / "run")

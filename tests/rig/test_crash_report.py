@@ -20,6 +20,7 @@ from harness.pytest_plugin import RigStats
 from harness.report_labels import family_of
 from harness.scenarios import TOPOLOGIES
 from plugins.coordinator import CoordinatorJournal
+from plugins.sdk.runner import UNSCOPED, CrashPoint, Owner, Phase, PhaseKind
 
 from .conftest import References
 
@@ -35,7 +36,13 @@ def labels(result: dict[str, Any]) -> list[tuple[str, str]]:
 def test_a_run_that_breaks_an_invariant_carries_its_kernel_diff_and_journal_rows(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    point = "Coordinator/ConnectNetwork/att-1:secondary:ConnectNetwork:g1/record_call.after-commit"
+    point = CrashPoint(
+        "ConnectNetwork",
+        "att-1:secondary:ConnectNetwork:g1",
+        UNSCOPED,
+        Phase.commit(PhaseKind.AFTER_COMMIT, "record_call"),
+        Owner.COORDINATOR,
+    )
     good = coordinator_crash_run("macvlan", point, "cleanup", tmp_path / "good")
     assert good.ok
     assert good.evidence == {}, "a run that passed attaches nothing"
@@ -152,11 +159,10 @@ def test_families(path: str, family: str) -> None:
     assert family_of(path) == family
 
 
-def run(
-    point: str, column: str, order: int, ok: bool = True, topology: str = "macvlan"
-) -> CrashRun:
+def run(name: str, column: str, order: int, ok: bool = True, topology: str = "macvlan") -> CrashRun:
+    """A run at the point ``name`` renders (as the run log holds it)."""
     outcome = "ok" if ok else "2 invariant violations"
-    return CrashRun("fake", topology, point, order, column, outcome, ok, 0.1, "t")
+    return CrashRun("fake", topology, CrashPoint.parse(name), order, column, outcome, ok, 0.1, "t")
 
 
 def test_the_matrix_has_a_row_per_point_in_the_lifecycles_order_and_a_column_per_path() -> None:
@@ -184,14 +190,18 @@ def test_the_matrix_has_a_row_per_point_in_the_lifecycles_order_and_a_column_per
 
 
 def test_a_matrix_with_a_failed_run_is_a_failed_result(tmp_path: Path) -> None:
-    runs = [run("NodePrepare/a/-/x", "retry", 0), run("NodePrepare/a/-/x", "cleanup", 0, ok=False)]
-    runs.append(run("NodePrepare/b/-/x", "retry", 0, topology="ipvlan"))
+    runs = [
+        run("NodePrepare/a/-/intent.after-commit", "retry", 0),
+        run("NodePrepare/a/-/intent.after-commit", "cleanup", 0, ok=False),
+    ]
+    runs.append(run("NodePrepare/b/-/intent.after-commit", "retry", 0, topology="ipvlan"))
     write_matrices(tmp_path, runs)
     status = {r["name"]: r["status"] for r in results_in(tmp_path)}
     assert status == {"crash matrix: macvlan": "failed", "crash matrix: ipvlan": "passed"}
     (failed,) = [r for r in results_in(tmp_path) if r["status"] == "failed"]
     assert (
-        failed["statusDetails"]["message"] == "cleanup at NodePrepare/a/-/x: 2 invariant violations"
+        failed["statusDetails"]["message"]
+        == "cleanup at NodePrepare/a/-/intent.after-commit: 2 invariant violations"
     )
 
 

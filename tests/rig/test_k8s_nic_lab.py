@@ -106,7 +106,8 @@ def test_a_coordinator_crash_at_a_sample_of_adapter_boundaries(
 ) -> None:
     points = pod_reference(TOPOLOGY, tmp_path / "ref", make_node)
     picked = sorted(random.Random(f"{SEED}/k8s").sample(points, CRASH_SAMPLE), key=points.index)
-    print(f"\n{len(picked)} of {len(points)} adapter boundaries ({REPRODUCE}): {picked}")
+    names = [str(p) for p in picked]
+    print(f"\n{len(picked)} of {len(points)} adapter boundaries ({REPRODUCE}): {names}")
     failures = []
     for index, point in enumerate(picked):
         run = pod_crash_run(TOPOLOGY, point, tmp_path / str(index), make_node)

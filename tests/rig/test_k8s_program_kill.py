@@ -35,7 +35,8 @@ def test_sigkill_of_the_program_at_a_sample_of_adapter_boundaries(
     points = pod_reference(TOPOLOGY, tmp_path / "ref")
     rng = random.Random(f"{SEED}/k8s-sigkill")
     picked = sorted(rng.sample(points, SAMPLE), key=points.index)
-    print(f"\nSIGKILL at {len(picked)} of {len(points)} adapter boundaries ({REPRODUCE}): {picked}")
+    names = [str(p) for p in picked]
+    print(f"\nSIGKILL at {len(picked)} of {len(points)} adapter boundaries ({REPRODUCE}): {names}")
     rig = K8sProgramRig(tmp_path / "rig", NetnsLab(randomize=True))
     failures = []
     try:

@@ -188,7 +188,7 @@ def test_sigkill_sample(topology: str, ref: Reference, tmp_path: Path, crash_log
     chosen = sorted(
         rng.sample(ref.points, min(SIGKILL_SAMPLE, len(ref.points))), key=ref.points.index
     )
-    print(f"SIGKILL sample of {topology} ({REPRODUCE}): {chosen}")
+    print(f"SIGKILL sample of {topology} ({REPRODUCE}): {[str(p) for p in chosen]}")
     rig = ProcessRig(tmp_path / "rig", make_lab())
     try:
         failures = sigkill_runs(rig, topology, chosen, crash_log, ref.points)

@@ -23,6 +23,7 @@ from harness.report import write_environment
 from harness.report_check import markup_problems, problems, script_problems
 from harness.report_render import render
 from harness.report_view import chromium, open_page
+from plugins.sdk.runner import CrashPoint
 
 SCHEMA = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_CONFIG = """export default {
@@ -67,8 +68,9 @@ def write_results(results: Path) -> None:
     }
     (results / f"{result['uuid']}-result.json").write_text(json.dumps(result))
     runs = [
-        CrashRun("fake", "macvlan", "NodePrepare/c/-/intent.before-commit", 0, "retry", "ok", True, 0.1, "t"),
-        CrashRun("fake", "macvlan", "ConnectNetwork/att-1:x/-/intent.after-commit", 1, "cleanup",
+        CrashRun("fake", "macvlan", CrashPoint.parse("NodePrepare/c/-/intent.before-commit"), 0,
+                 "retry", "ok", True, 0.1, "t"),
+        CrashRun("fake", "macvlan", CrashPoint.parse("ConnectNetwork/att-1:x/-/intent.after-commit"), 1, "cleanup",
                  "1 invariant violations", False, 0.1, "t"),
     ]  # fmt: skip
     write_matrices(results, runs)

@@ -8,7 +8,7 @@ fake kernel) through random interleavings of
   and (B) a macvlan child of enp3s0f2 named sec0; as whole phases (attach, detach)
   or single steps, abandoning a half-done attach, replaying a finished create and
   retrying a removed (fenced) one;
-- crashes armed by point-name pattern and occurrence: the next operation that reaches
+- crashes armed by the kind of point (``AtPhase``) and occurrence: the next operation that reaches
   it dies with ``SimulatedCrash`` and the node restarts from its journals (the fake
   kernel keeps its state); plain restarts between operations;
 - an administrator creating foreign dummies with names we want (net1, net2, bond0,
@@ -52,9 +52,9 @@ from harness.pytest_plugin import RigStats
 from harness.scenarios import start_state_seed
 from plugins.kernel import LinkChanges, LinkSpec
 from plugins.sdk import Aborted, CleanupStatus, FailedPrecondition
-from plugins.sdk.runner import SimulatedCrash
+from plugins.sdk.runner import Commit, PhaseKind, SimulatedCrash
 
-from .schedules import VFS, Attachment, RigNode, Step, chain, share
+from .schedules import ANY_POINT, VFS, AtPhase, Attachment, RigNode, Step, chain, share
 
 SCHEDULES = 200
 SCHEDULES_RUN = 0  # machines built (schedules run, including Hypothesis' shrinking)
@@ -67,28 +67,30 @@ _RAN = False
 # RIG_SEED=<n> explores (and replays) other schedules.
 SEED = start_state_seed()
 
+_BEFORE, _AFTER = PhaseKind.BEFORE_COMMIT, PhaseKind.AFTER_COMMIT
+_CALLED, _RETURNED = PhaseKind.BEFORE_KERNEL_CALL, PhaseKind.AFTER_KERNEL_CALL
 CRASH_PATTERNS = (
-    "*/intent.before-commit",
-    "*/intent.after-commit",
-    "*/advance.before-commit",
-    "*/advance.after-commit",
-    "*/kernel#1.*.before",
-    "*/kernel#1.*.after",
-    "*/kernel#2.*.after",
-    "*/kernel#3.*.before",
-    "*/response.before-commit",
-    "*/response.after-commit",
-    "*/undoing.before-commit",
-    "*/undoing.after-commit",
-    "*/cleanup.before-commit",
-    "*/cleanup.after-commit",
-    "*",
+    AtPhase(_BEFORE, Commit.INTENT),
+    AtPhase(_AFTER, Commit.INTENT),
+    AtPhase(_BEFORE, Commit.ADVANCE),
+    AtPhase(_AFTER, Commit.ADVANCE),
+    AtPhase(_CALLED, call=1),
+    AtPhase(_RETURNED, call=1),
+    AtPhase(_RETURNED, call=2),
+    AtPhase(_CALLED, call=3),
+    AtPhase(_BEFORE, Commit.RESPONSE),
+    AtPhase(_AFTER, Commit.RESPONSE),
+    AtPhase(_BEFORE, Commit.UNDOING),
+    AtPhase(_AFTER, Commit.UNDOING),
+    AtPhase(_BEFORE, Commit.CLEANUP),
+    AtPhase(_AFTER, Commit.CLEANUP),
+    ANY_POINT,
 )
-# A crash: (point-name glob, which matching point from now on). "*" with a larger index
+# A crash: (which points count, which of them from now on). ANY_POINT with a larger index
 # reaches any boundary a few operations deep.
 CRASH_SPEC = st.one_of(
     st.tuples(st.sampled_from(CRASH_PATTERNS), st.integers(1, 3)),
-    st.tuples(st.just("*"), st.integers(1, 80)),
+    st.tuples(st.just(ANY_POINT), st.integers(1, 80)),
 )
 CRASH = st.none() | CRASH_SPEC
 FOREIGN_NAMES = ("net1", "net2", "bond0", "data0", "sec0")
@@ -146,9 +148,9 @@ class Schedules(RuleBasedStateMachine):
             result = step.call()
         except SimulatedCrash as crash:
             STATS["crashes fired"] += 1
-            point = str(crash)
-            phase = point.rsplit("/", 1)[1]
-            CRASHED_AT[f"{point.split('/', 1)[0]} {phase}"] += 1
+            fired = self.node.crash_points.fired
+            assert fired is not None, "a crash the armed points did not fire"
+            CRASHED_AT[f"{fired.hook} {fired.phase}"] += 1
             note(f"  {label}: crashed at {crash}")
             self._restart("after the crash")
             return "crashed"
@@ -198,13 +200,13 @@ class Schedules(RuleBasedStateMachine):
     def _can_detach(self) -> list[str]:
         return [k for k, a in self.attachments.items() if a.started]
 
-    def _maybe_arm(self, crash: tuple[str, int] | None) -> None:
+    def _maybe_arm(self, crash: tuple[AtPhase, int] | None) -> None:
         if crash is not None and self.node.crash_points.pattern is None:
             self.arm_crash(*crash)
 
     @precondition(lambda self: bool(self._can_attach()))
     @rule(data=st.data(), crash=CRASH)
-    def attach(self, data: st.DataObject, crash: tuple[str, int] | None) -> None:
+    def attach(self, data: st.DataObject, crash: tuple[AtPhase, int] | None) -> None:
         a = self.attachments[self._choose(data, self._can_attach(), "attach")]
         self._maybe_arm(crash)
         note(f"attach {a.label}{a.gen}")
@@ -212,7 +214,7 @@ class Schedules(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self._can_detach()))
     @rule(data=st.data(), crash=CRASH)
-    def detach(self, data: st.DataObject, crash: tuple[str, int] | None) -> None:
+    def detach(self, data: st.DataObject, crash: tuple[AtPhase, int] | None) -> None:
         a = self.attachments[self._choose(data, self._can_detach(), "detach")]
         self._maybe_arm(crash)
         note(f"detach {a.label}{a.gen}")
@@ -220,7 +222,7 @@ class Schedules(RuleBasedStateMachine):
         self._drive(a, until_forward_ends=False)
 
     @rule(data=st.data(), crash=CRASH)
-    def step(self, data: st.DataObject, crash: tuple[str, int] | None) -> None:
+    def step(self, data: st.DataObject, crash: tuple[AtPhase, int] | None) -> None:
         a = self.attachments[self._choose(data, list(self.attachments), "step")]
         self._maybe_arm(crash)
         note(f"step {a.label}{a.gen}: {a.steps[a.pos].name}")
@@ -408,16 +410,17 @@ class Schedules(RuleBasedStateMachine):
     # -- crashes and restarts ------------------------------------------------------------------
 
     @rule(choice=st.one_of(st.just("restart"), CRASH_SPEC))
-    def crash_or_restart(self, choice: str | tuple[str, int]) -> None:
+    def crash_or_restart(self, choice: str | tuple[AtPhase, int]) -> None:
         """Restart every service between operations, or arm a crash for whatever
         operation comes next (the teardown included)."""
         if choice == "restart":
             self._restart("between operations")
             STATS["restarts"] += 1
         elif self.node.crash_points.pattern is None:
+            assert not isinstance(choice, str)
             self.arm_crash(*choice)
 
-    def arm_crash(self, pattern: str, occurrence: int) -> None:
+    def arm_crash(self, pattern: AtPhase, occurrence: int) -> None:
         note(f"arm crash at {pattern} #{occurrence}")
         self.node.crash_points.arm(pattern, occurrence)
         STATS["crashes armed"] += 1

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.coordinator_crash import hook_of
 from harness.coordinator_process import APPLY_HOOKS, CoordinatorRig, is_apply_boundary
 from harness.crash_log import CrashLog
 from harness.process_rig import ProcessRig, Run, sample, shards
 from harness.scenarios import SEED_ENV, TOPOLOGIES, start_state_seed
+from plugins.sdk.runner import CrashPoint
 
 from .conftest import References
 
@@ -28,7 +28,7 @@ REPRODUCE = f"seed {SEED}: reproduce with {SEED_ENV}={SEED}"
 SHARDS = 5  # cases the service sample is run in (each starts a fake kernel and 3 services)
 
 
-def service_sample(references: References) -> list[tuple[str, str]]:
+def service_sample(references: References) -> list[tuple[str, CrashPoint]]:
     points = {t: references.plugin(t).points for t in TOPOLOGIES}
     chosen = sample(points)
     total = sum(len(p) for p in points.values())
@@ -68,7 +68,7 @@ def test_sigkill_sample(
 COORDINATOR_SAMPLE = 3  # coordinator SIGKILL runs per apply hook on the fake tier (seeded)
 
 
-def coordinator_sample(references: References) -> list[tuple[str, str]]:
+def coordinator_sample(references: References) -> list[tuple[str, CrashPoint]]:
     points = [
         (t, p) for t in TOPOLOGIES for p in references.coordinator(t).points if is_apply_boundary(p)
     ]
@@ -77,9 +77,7 @@ def coordinator_sample(references: References) -> list[tuple[str, str]]:
         (
             pick
             for hook in APPLY_HOOKS
-            for pick in rng.sample(
-                [tp for tp in points if hook_of(tp[1]) == hook], COORDINATOR_SAMPLE
-            )
+            for pick in rng.sample([tp for tp in points if tp[1].hook == hook], COORDINATOR_SAMPLE)
         ),
         key=points.index,
     )
@@ -95,9 +93,12 @@ def test_sigkill_the_coordinator_mid_apply(
     apply, a removal cleans, the invariants hold. One case per hook, each numbering its
     runs as the whole sample does."""
     chosen = coordinator_sample(references)
-    plan = [(n, t, p) for n, (t, p) in enumerate(chosen, start=200) if hook_of(p) == hook]
+    plan = [(n, t, p) for n, (t, p) in enumerate(chosen, start=200) if p.hook == hook]
     assert len(plan) == COORDINATOR_SAMPLE
-    print(f"coordinator SIGKILL sample ({REPRODUCE}): {chosen}; this case: {plan}")
+    names = [(t, str(p)) for t, p in chosen]
+    print(
+        f"coordinator SIGKILL sample ({REPRODUCE}): {names}; this case: {[n for n, _, _ in plan]}"
+    )
     rig = CoordinatorRig(tmp_path / "rig")
     failures = []
     try:

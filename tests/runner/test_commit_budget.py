@@ -8,13 +8,14 @@ so group commit cannot merge anything: ``store.commits`` is the number of WAL fs
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from plugins.sdk import Aborted, CleanupStatus, EffectState, FailedPrecondition, OperationState
-from plugins.sdk.runner import CrashPoints, _runner
+from plugins.sdk.runner import CrashPoint, CrashPoints, Phase, PhaseKind, _runner
 
 from . import node as n
 from .node import ToyNode
@@ -30,16 +31,16 @@ def toy(tmp_path: Path) -> Iterator[ToyNode]:
     node.close()
 
 
-def commits_of(toy: ToyNode, call: Callable[[], Any]) -> tuple[int, list[str]]:
-    """How many commits ``call`` made, and the names of the boundaries they were."""
+def after(hook: str, operation: str, effect: str, commit: str) -> CrashPoint:
+    return CrashPoint(hook, operation, effect, Phase.commit(PhaseKind.AFTER_COMMIT, commit))
+
+
+def commits_of(toy: ToyNode, call: Callable[[], Any]) -> tuple[int, list[CrashPoint]]:
+    """How many commits ``call`` made, and the after-commit points of the boundaries they were."""
     assert toy.store is not None
     before, seen = toy.store.commits, len(toy.crash_points.reached)
     call()
-    names = [
-        p.removesuffix(".after-commit")
-        for p in toy.crash_points.reached[seen:]
-        if p.endswith(".after-commit")
-    ]
+    names = [p for p in toy.crash_points.reached[seen:] if p.phase.kind is PhaseKind.AFTER_COMMIT]
     return toy.store.commits - before, names
 
 
@@ -50,9 +51,11 @@ def test_a_five_effect_connect_commits_effects_plus_one(toy: ToyNode) -> None:
     assert (
         names
         == [
-            "ConnectNetwork/op-connect/-/intent",  # with create-object's before-image and Applying
-            *(f"ConnectNetwork/op-connect/{e}/advance" for e in CONNECT_EFFECTS[1:]),
-            "ConnectNetwork/op-connect/-/response",  # with set-state's Applied
+            after(
+                "ConnectNetwork", "op-connect", "-", "intent"
+            ),  # with create-object's before-image and Applying
+            *(after("ConnectNetwork", "op-connect", e, "advance") for e in CONNECT_EFFECTS[1:]),
+            after("ConnectNetwork", "op-connect", "-", "response"),  # with set-state's Applied
         ]
     )
 
@@ -60,7 +63,10 @@ def test_a_five_effect_connect_commits_effects_plus_one(toy: ToyNode) -> None:
 def test_a_one_effect_prepare_commits_twice(toy: ToyNode) -> None:
     count, names = commits_of(toy, lambda: toy.endpoint.node_prepare(n.prepare()))
     assert count == 2
-    assert names == ["NodePrepare/op-prepare/-/intent", "NodePrepare/op-prepare/-/response"]
+    assert names == [
+        after("NodePrepare", "op-prepare", "-", "intent"),
+        after("NodePrepare", "op-prepare", "-", "response"),
+    ]
 
 
 def test_a_five_effect_removal_commits_effects_plus_one(toy: ToyNode) -> None:
@@ -70,33 +76,38 @@ def test_a_five_effect_removal_commits_effects_plus_one(toy: ToyNode) -> None:
     assert count == len(CONNECT_EFFECTS) + 1  # it was 8: the fence and the target's finish
     assert names == [
         # set-state's Undoing with the fence, the removal's record, op-connect's start
-        *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
-        "RemoveNetwork/op-remove/-/cleanup",  # create-object's Undone, op-connect's finish
+        *(
+            after("RemoveNetwork", "op-remove", f"op-connect:{e}", "undoing")
+            for e in reversed(CONNECT_EFFECTS)
+        ),
+        after(
+            "RemoveNetwork", "op-remove", "-", "cleanup"
+        ),  # create-object's Undone, op-connect's finish
     ]
 
 
 def test_a_removal_with_nothing_to_undo_commits_once(toy: ToyNode) -> None:
     # No record of the scope: the fence rides with the response (it was 2 commits).
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
-    assert (count, names) == (1, ["RemoveNetwork/op-remove/-/cleanup"])
+    assert (count, names) == (1, [after("RemoveNetwork", "op-remove", "-", "cleanup")])
     assert toy.endpoint.inspect("op-remove", "").cleanup is CleanupStatus.CLEANED
     with pytest.raises(Aborted, match="was removed by op-remove"):
         toy.endpoint.connect_network(n.connect())
 
 
 def test_the_first_undoing_carries_the_fence_and_the_removal_record(tmp_path: Path) -> None:
-    seen: dict[str, Any] = {}
-    first = "RemoveNetwork/op-remove/op-connect:set-state/undoing"
+    seen: dict[PhaseKind, Any] = {}
+    first = after("RemoveNetwork", "op-remove", "op-connect:set-state", "undoing")
 
     class Witness(CrashPoints):
         """What the committed journal holds on each side of the removal's first commit."""
 
-        def hit(self, phase: str) -> None:
+        def hit(self, phase: Phase | str) -> None:
             super().hit(phase)
-            name = self.reached[-1]
-            if name.startswith(first):
+            point = self.reached[-1]
+            if replace(point, phase=first.phase) == first:
                 assert toy.store is not None
-                seen[name.rsplit(".", 1)[1]] = toy.store.read(
+                seen[point.phase.kind] = toy.store.read(
                     lambda r: (
                         r.scope("toy/v1alpha1", "att-1/step-1"),
                         r.operation("toy/v1alpha1", "op-remove"),
@@ -108,11 +119,11 @@ def test_the_first_undoing_carries_the_fence_and_the_removal_record(tmp_path: Pa
     toy.endpoint.connect_network(n.connect())
     assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
     toy.close()
-    scope, removal, target = seen["before-commit"]
+    scope, removal, target = seen[PhaseKind.BEFORE_COMMIT]
     assert not scope.fenced
     assert removal is None
     assert target.state is OperationState.SUCCEEDED
-    scope, removal, target = seen["after-commit"]
+    scope, removal, target = seen[PhaseKind.AFTER_COMMIT]
     assert scope.fence_operation_id == "op-remove"
     assert removal is not None
     assert removal.state is OperationState.RUNNING
@@ -129,8 +140,11 @@ def test_a_target_finish_rides_with_the_next_targets_first_undoing(toy: ToyNode)
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert count == len(CONNECT_EFFECTS) + 1
     assert names == [
-        *(f"RemoveNetwork/op-remove/op-connect:{e}/undoing" for e in reversed(CONNECT_EFFECTS)),
-        "RemoveNetwork/op-remove/-/cleanup",
+        *(
+            after("RemoveNetwork", "op-remove", f"op-connect:{e}", "undoing")
+            for e in reversed(CONNECT_EFFECTS)
+        ),
+        after("RemoveNetwork", "op-remove", "-", "cleanup"),
     ]
     for op in ("op-connect", "op-connect-2"):
         seen = toy.endpoint.inspect(op, "")
@@ -149,7 +163,8 @@ def test_a_crash_before_the_first_undoing_leaves_no_fence_and_no_removal(
     initial = reference.toy.observable()
     expected = reference.endpoint.connect_network(n.connect())
     reference.close()
-    point = "RemoveNetwork/op-remove/op-connect:set-state/undoing.before-commit"
+    first = after("RemoveNetwork", "op-remove", "op-connect:set-state", "undoing")
+    point = replace(first, phase=Phase.commit(PhaseKind.BEFORE_COMMIT, "undoing"))
     toy = ToyNode(tmp_path / "node", CrashPoints(armed=point))
     assert toy.endpoint.connect_network(n.connect()) == expected
     mutations = toy.toy.mutations()
@@ -175,7 +190,7 @@ def test_a_crash_before_the_first_undoing_leaves_no_fence_and_no_removal(
     assert toy.endpoint.connect_network(n.connect()) == expected
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert count == len(CONNECT_EFFECTS) + 1
-    assert names[0] == point.removesuffix(".before-commit")
+    assert names[0] == first
     assert toy.toy.observable() == initial
     with pytest.raises(Aborted, match="was removed by op-remove"):
         toy.endpoint.connect_network(n.connect())
@@ -223,10 +238,12 @@ def test_every_effect_is_applying_with_its_before_image_before_it_mutates(tmp_pa
     class Witness(CrashPoints):
         """At each effect's first kernel call, what the committed journal says of it."""
 
-        def hit(self, phase: str) -> None:
+        def hit(self, phase: Phase | str) -> None:
             super().hit(phase)
-            hook, op, effect, rest = self.reached[-1].split("/")
-            if hook == "ConnectNetwork" and rest.startswith("kernel#1.") and effect not in seen:
+            point = self.reached[-1]
+            op, effect = point.operation, point.effect
+            first_call = point.phase.kind.is_kernel_call and point.phase.call == 1
+            if point.hook == "ConnectNetwork" and first_call and effect not in seen:
                 assert toy.store is not None
                 rec = next(
                     e
@@ -262,10 +279,10 @@ def test_a_refused_capture_after_an_applied_effect_records_both(toy: ToyNode) ->
     toy.toy.delete("data0-peer")
     count, names = commits_of(toy, lambda: toy.endpoint.connect_network(n.connect()))
     assert names == [
-        "ConnectNetwork/op-connect/create-peer/applying",
-        "ConnectNetwork/op-connect/link/advance",
-        "ConnectNetwork/op-connect/set-state/advance",
-        "ConnectNetwork/op-connect/-/response",
+        after("ConnectNetwork", "op-connect", "create-peer", "applying"),
+        after("ConnectNetwork", "op-connect", "link", "advance"),
+        after("ConnectNetwork", "op-connect", "set-state", "advance"),
+        after("ConnectNetwork", "op-connect", "-", "response"),
     ]
     assert count == len(names)
     assert toy.endpoint.remove_network(n.remove()).status is CleanupStatus.CLEANED
@@ -332,8 +349,10 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert count == len(CONNECT_EFFECTS) + 1  # the note needs no commit of its own
     assert names[-2:] == [
-        "RemoveNetwork/op-remove/op-connect:create-object/undoing",  # with set-mtu's note
-        "RemoveNetwork/op-remove/-/cleanup",
+        after(
+            "RemoveNetwork", "op-remove", "op-connect:create-object", "undoing"
+        ),  # with set-mtu's note
+        after("RemoveNetwork", "op-remove", "-", "cleanup"),
     ]
     seen = {e.effect_id: e for e in toy.endpoint.inspect("op-connect", "").effects}
     assert seen["set-mtu"].state is EffectState.UNDOING
@@ -343,8 +362,10 @@ def test_a_failed_undo_is_noted_with_the_next_undoing_and_retried(
     # holds only the retry's fence (a fence comes before every compensation).
     count, names = commits_of(toy, lambda: toy.endpoint.remove_network(n.remove()))
     assert names == [
-        "RemoveNetwork/op-remove/op-connect:set-mtu/undoing",
-        "RemoveNetwork/op-remove/-/cleanup",  # with set-mtu's Undone and op-connect's finish
+        after("RemoveNetwork", "op-remove", "op-connect:set-mtu", "undoing"),
+        after(
+            "RemoveNetwork", "op-remove", "-", "cleanup"
+        ),  # with set-mtu's Undone and op-connect's finish
     ]
     assert count == 2
     assert toy.toy.observable() == initial

@@ -17,7 +17,6 @@ the test clears it. Each run proves:
 from __future__ import annotations
 
 import errno
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -26,16 +25,13 @@ import pytest
 
 from harness.pytest_plugin import RigStats
 from plugins.sdk import CleanupStatus, Unavailable
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import CrashPoints, Phase, PhaseKind
 from plugins.sdk.store import SITES, JournalFault, storage_failure
 
 from .node import ToyNode
 from .test_crash_points import LIFECYCLE, assert_no_double_apply, run_lifecycle_step
 
 CODES = (errno.EIO, errno.ENOSPC, errno.EROFS)
-_KERNEL_CALL = re.compile(
-    r"(?P<hook>[^/]+)/(?P<op>[^/]+)/(?P<effect>[^/]+)/kernel#\d+\.\w+\.before"
-)
 
 
 class Fault:
@@ -67,14 +63,15 @@ class DurableIntent(CrashPoints):
         self.db: Path | None = None
         self.violations: list[str] = []
 
-    def hit(self, phase: str) -> None:
+    def hit(self, phase: Phase | str) -> None:
         super().hit(phase)
-        match = _KERNEL_CALL.fullmatch(self.reached[-1])
-        if match is None or self.db is None:
+        point = self.reached[-1]
+        if point.phase.kind is not PhaseKind.BEFORE_KERNEL_CALL or self.db is None:
             return
-        hook, effect = match["hook"], match["effect"]
-        cleanup = hook in ("RemoveNetwork", "NodeUnprepare")
-        op, _, effect_id = effect.partition(":") if cleanup else (match["op"], "", effect)
+        cleanup = point.hook in ("RemoveNetwork", "NodeUnprepare")
+        # A cleanup's effect is <target-operation>:<effect>.
+        split = point.effect.partition(":")
+        op, effect_id = (split[0], split[2]) if cleanup else (point.operation, point.effect)
         expected = "Undoing" if cleanup else "Applying"
         state = self._committed_state(op, effect_id)
         if state != expected:

@@ -14,21 +14,26 @@ import pytest
 from labs import ServiceProcess
 from plugins.sdk import CleanupStatus
 from plugins.sdk.host import PluginCallError, PluginClient
+from plugins.sdk.runner import CrashPoint
 
 from . import node as n
 from .test_crash_points import LIFECYCLE, Recorded, reference
 from .toy import ToyKernel
 
-# One point per kind of boundary, across all four hooks.
-CHOSEN = (
-    "NodePrepare/op-prepare/reserve/kernel#1.create.after",
-    "ConnectNetwork/op-connect/-/intent.after-commit",
-    "ConnectNetwork/op-connect/create-peer/kernel#1.create.after",
-    "ConnectNetwork/op-connect/link/advance.after-commit",
-    "ConnectNetwork/op-connect/-/response.before-commit",
-    "RemoveNetwork/op-remove/op-connect:set-state/undoing.after-commit",  # with the fence
-    "RemoveNetwork/op-remove/op-connect:create-object/kernel#1.delete.after",
-    "NodeUnprepare/op-unprepare/-/cleanup.before-commit",  # with op-prepare's finish
+# One point per kind of boundary, across all four hooks (by name: as a launcher arms a
+# service process).
+CHOSEN = tuple(
+    CrashPoint.parse(name)
+    for name in (
+        "NodePrepare/op-prepare/reserve/kernel#1.create.after",
+        "ConnectNetwork/op-connect/-/intent.after-commit",
+        "ConnectNetwork/op-connect/create-peer/kernel#1.create.after",
+        "ConnectNetwork/op-connect/link/advance.after-commit",
+        "ConnectNetwork/op-connect/-/response.before-commit",
+        "RemoveNetwork/op-remove/op-connect:set-state/undoing.after-commit",  # with the fence
+        "RemoveNetwork/op-remove/op-connect:create-object/kernel#1.delete.after",
+        "NodeUnprepare/op-unprepare/-/cleanup.before-commit",  # with op-prepare's finish
+    )
 )
 
 
@@ -51,9 +56,9 @@ def test_chosen_points_exist(recorded: Recorded) -> None:
     assert set(CHOSEN) <= set(recorded[0])
 
 
-@pytest.mark.parametrize("point", CHOSEN)
+@pytest.mark.parametrize("point", CHOSEN, ids=str)
 def test_sigkill_at_point_then_restart_and_retry(
-    point: str, recorded: Recorded, tmp_path: Path
+    point: CrashPoint, recorded: Recorded, tmp_path: Path
 ) -> None:
     _, responses, initial, mutations = recorded
     toy_file = tmp_path / "toy.json"

@@ -20,7 +20,7 @@ from plugins.sdk import (
     FailedPrecondition,
     OperationState,
 )
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import Commit, CrashPoint, CrashPoints, Phase, PhaseKind
 from plugins.sdk.runner._fencing import Quiescing
 from plugins.sdk.runner._locks import UnitLocks
 from plugins.sdk.store import StoreLocked
@@ -131,7 +131,10 @@ def test_repeated_cleanup(toy: ToyNode) -> None:
 
 def test_cleanup_without_the_original_response(tmp_path: Path) -> None:
     """The connect's response was never persisted (crash), yet removal finds and undoes it."""
-    toy = ToyNode(tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/-/response.before-commit"))
+    response = Phase.commit(PhaseKind.BEFORE_COMMIT, Commit.RESPONSE)
+    toy = ToyNode(
+        tmp_path, CrashPoints(armed=CrashPoint("ConnectNetwork", "op-connect", "-", response))
+    )
     initial = toy.toy.observable()
     with pytest.raises(n.SimulatedCrash):
         toy.endpoint.connect_network(n.connect())
@@ -142,8 +145,10 @@ def test_cleanup_without_the_original_response(tmp_path: Path) -> None:
 
 
 def test_interrupted_operation_is_marked_failed_and_a_retry_resumes(tmp_path: Path) -> None:
+    created = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "create")
     toy = ToyNode(
-        tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/create-peer/kernel#1.create.after")
+        tmp_path,
+        CrashPoints(armed=CrashPoint("ConnectNetwork", "op-connect", "create-peer", created)),
     )
     with pytest.raises(n.SimulatedCrash):
         toy.endpoint.connect_network(n.connect())
@@ -162,9 +167,12 @@ def test_duplicate_in_progress_request_joins(tmp_path: Path) -> None:
     entered, release = threading.Event(), threading.Event()
 
     class Gate(CrashPoints):
-        def hit(self, phase: str) -> None:
+        def hit(self, phase: Phase | str) -> None:
             super().hit(phase)
-            if phase == "kernel#1.create.before" and not entered.is_set():
+            if (
+                self.reached[-1].phase == Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 1, "create")
+                and not entered.is_set()
+            ):
                 entered.set()
                 assert release.wait(30)
 
@@ -337,14 +345,14 @@ class HeldConnect:
     """A toy whose ConnectNetwork, on its own thread, stops at ``stop_at`` (holding the
     unit's lock) until ``release`` is set, and a removal started against it."""
 
-    def __init__(self, tmp_path: Path, stop_at: str) -> None:
+    def __init__(self, tmp_path: Path, stop_at: Phase) -> None:
         self.reached, self.release = threading.Event(), threading.Event()
         reached, release = self.reached, self.release
 
         class Gate(CrashPoints):
-            def hit(self, phase: str) -> None:
+            def hit(self, phase: Phase | str) -> None:
                 super().hit(phase)
-                if phase == stop_at and not reached.is_set():
+                if self.reached[-1].phase == stop_at and not reached.is_set():
                     reached.set()
                     assert release.wait(30)
 
@@ -379,7 +387,8 @@ class HeldConnect:
 
 
 def test_removal_quiesces_an_executing_connect(tmp_path: Path) -> None:
-    held = HeldConnect(tmp_path, "kernel#1.set.before")  # inside its second effect
+    # Inside its second effect.
+    held = HeldConnect(tmp_path, Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 1, "set"))
     toy, outcome, removed, initial = held.toy, held.outcome, held.removed, held.initial
     held.start()
     # It waits for the connect's lock; its fence rides with its first commit, not yet made.
@@ -435,7 +444,7 @@ def test_a_create_planned_before_a_removal_arrived_is_refused_in_its_intent(
     """A create holds the lock, past its checks, when a removal marks the unit: its intent's
     transaction sees the mark, so nothing of it is written and nothing is left to undo."""
     # Past its checks, about to commit its intent, holding the lock:
-    held = HeldConnect(tmp_path, "intent.before-commit")
+    held = HeldConnect(tmp_path, Phase.commit(PhaseKind.BEFORE_COMMIT, Commit.INTENT))
     toy, outcome, removed, initial = held.toy, held.outcome, held.removed, held.initial
     held.start()
     held.finish()

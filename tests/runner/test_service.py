@@ -10,7 +10,7 @@ import pytest
 
 from plugins.sdk import Endpoint, RegistrationError, Registry
 from plugins.sdk.host import Host, PluginCallError, PluginClient
-from plugins.sdk.runner import CrashPoints
+from plugins.sdk.runner import CrashPoints, Phase, PhaseKind
 from plugins.sdk.service import ServiceConfig, serve
 from plugins.sdk.store import Store
 
@@ -26,9 +26,12 @@ class Gate(CrashPoints):
         super().__init__()
         self.entered, self.release = threading.Event(), threading.Event()
 
-    def hit(self, phase: str) -> None:
+    def hit(self, phase: Phase | str) -> None:
         super().hit(phase)
-        if phase == "kernel#1.create.before" and not self.entered.is_set():
+        if (
+            self.reached[-1].phase == Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 1, "create")
+            and not self.entered.is_set()
+        ):
             self.entered.set()
             assert self.release.wait(30)
 

@@ -92,14 +92,14 @@ class ToyKernel:
         tmp.replace(self.path)
 
     def _mutate(self, call: str, key: str, fn: Any) -> None:
-        phase = self.crash.kernel_call(call)
-        self.crash.hit(f"{phase}.before")
+        before, after = self.crash.kernel_phases(call)
+        self.crash.hit(before)
         state = self.state()  # in memory too, a copy: a mutation that raises changes nothing
         fn(state)
         counter = f"{call}:{key}"
         state["mutations"][counter] = state["mutations"].get(counter, 0) + 1
         self._save(state)
-        self.crash.hit(f"{phase}.after")
+        self.crash.hit(after)
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self._own(self._current()["objects"].get(name))  # type: ignore[no-any-return]

@@ -23,7 +23,16 @@ from plugins.effects import CREATE_SHARED_CHILD
 from plugins.effects.linux import linux_effects
 from plugins.kernel import Kernel, KernelError, LinkSpec, ReadSharingKernel
 from plugins.sdk import NamespaceHandle
-from plugins.sdk.runner import CrashPoints, EffectContext, EffectRegistry, Observation, Runner
+from plugins.sdk.runner import (
+    CrashPoint,
+    CrashPoints,
+    EffectContext,
+    EffectRegistry,
+    Observation,
+    Phase,
+    PhaseKind,
+    Runner,
+)
 from tests.runner import node as n
 from tests.runner.node import ToyNode
 from tests.runner.toy import ToyKernel, toy_effects, toy_registry
@@ -178,9 +187,9 @@ def test_linux_effects_share_their_reads(counting: Counting) -> None:
 
 def test_recovery_probes_inside_shared_reads(tmp_path: Path) -> None:
     """Every probe of recovery runs inside the registry's shared_reads() block."""
-    toy = ToyNode(
-        tmp_path, CrashPoints(armed="ConnectNetwork/op-connect/create-peer/kernel#1.create.after")
-    )
+    created = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "create")
+    armed = CrashPoint("ConnectNetwork", "op-connect", "create-peer", created)
+    toy = ToyNode(tmp_path, CrashPoints(armed=armed))
     with pytest.raises(n.SimulatedCrash):
         toy.endpoint.connect_network(n.connect())
     toy.runner.abandon()

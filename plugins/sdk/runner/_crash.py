@@ -1,11 +1,16 @@
-"""Named crash points: one primitive at every durable boundary and kernel call.
+"""Crash points: typed values at every durable boundary and kernel call.
 
-Names are stable and deterministic: ``<hook>/<operation>/<effect>/<phase>``
-(``-`` for operation-level boundaries); ``CrashPoint`` is the typed value and
-``CrashPoint.parse`` reads a name back. A run can list the points it reached; a
-point can be armed to crash there, either in-process (raise ``SimulatedCrash``,
-which nothing in the SDK catches, then the harness abandons every in-memory
-object) or by a real ``SIGKILL`` of the whole process.
+A ``CrashPoint`` is data: whose journal it is a boundary of (``Owner``), the hook, the
+operation (or unit) and effect it is in, and its ``Phase`` (a journal commit's before
+or after side, or the Nth mutating kernel call's). Points compare, hash and sort as
+data; ``str()`` is their one rendering, for logs, report labels and the environment of
+a launched process, and ``CrashPoint.parse`` reads that rendering back (at a process
+boundary only: nothing builds or edits a point's name as text).
+
+Every boundary is hit through one primitive (``CrashPoints.hit``). A run can list the
+points it reached; a point can be armed to crash there, either in-process (raise
+``SimulatedCrash``, which nothing in the SDK catches, then the harness abandons every
+in-memory object) or by a real ``SIGKILL`` of the whole process.
 
 Production runs ``NO_CRASH``: it records nothing and can never crash. Only a test
 kit builds a ``CrashPoints`` (``from_environment`` is for its launcher of service
@@ -20,17 +25,22 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
+
+T = TypeVar("T")
 
 ENV_ARM = "NETWORKPLUGIN_CRASH_AT"
 ENV_MODE = "NETWORKPLUGIN_CRASH_MODE"
 ENV_TRACE = "NETWORKPLUGIN_CRASH_TRACE"
 
 UNSCOPED: Final = "-"
-"""The operation or effect part of a point hit outside an operation or effect."""
+"""The hook, operation or effect of a point hit outside one."""
+
+RECOVERY_HOOK: Final = "Recovery"
+"""The hook of a service's recovery at startup (its points are the service's own)."""
 
 
 class SimulatedCrash(BaseException):
@@ -40,6 +50,17 @@ class SimulatedCrash(BaseException):
 class CrashMode(enum.StrEnum):
     IN_PROCESS = "in-process"
     SIGKILL = "sigkill"
+
+
+class Owner(enum.StrEnum):
+    """Whose journal a point is a boundary of."""
+
+    SERVICE = "service"
+    """A plugin service's runner: its hooks, its cleanup and its recovery."""
+    COORDINATOR = "Coordinator"
+    """The coordinator's journal, under a hook's call (``plugins.coordinator.Coordinator``)."""
+    PODS = "Pods"
+    """The Kubernetes node's adapter: its claim and sandbox units (``plugins.coordinator``)."""
 
 
 class PhaseKind(enum.StrEnum):
@@ -70,6 +91,9 @@ class Commit(enum.StrEnum):
     ADVANCE = "advance"
     # The last effect's Applied (when this attempt ran it) and the replayable response.
     RESPONSE = "response"
+    # An attempt's way out on an error: the operation Failed, with what it carried (the
+    # previous effect's Applied) and the failing effect's note.
+    FAILURE = "failure"
     # At an effect being undone: its Undoing, with what the removal finished since its
     # last commit (the effect undone before it, the target's start of cleanup, the
     # previous target's finish) and, in its first commit, its fence and record.
@@ -77,30 +101,37 @@ class Commit(enum.StrEnum):
     # The removal's response, with what it finished since its last commit (the last
     # target's finish with its last result) and, if it had no commit before, its fence.
     CLEANUP = "cleanup"
-    PROBE = "probe"
-    INTERRUPTED = "interrupted"
+    # Recovery's one transaction: every observation of a probe and every interruption.
+    RECOVERY = "recovery"
 
 
-_KERNEL_PHASE = re.compile(r"kernel#(?P<n>[1-9][0-9]*)\.(?P<method>[^./]+)\.(?P<kind>before|after)")
-_COMMIT_PHASE = re.compile(r"(?P<boundary>[^/]+)\.(?P<kind>before-commit|after-commit)")
+_KERNEL_PHASE = re.compile(
+    r"kernel#(?P<n>[1-9][0-9]*)\.(?P<method>[^./:]+)\.(?P<kind>before|after)"
+)
+_COMMIT_PHASE = re.compile(
+    r"(?P<boundary>[^/.:]+)(?::(?P<detail>[^/]+?))?\.(?P<kind>before-commit|after-commit)"
+)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Phase:
     """One side of one boundary: a journal commit, or the Nth mutating kernel call.
 
     ``boundary`` is the commit's name (``intent``, ``undoing``; the coordinator names
-    its own, ``release``) or the kernel method (``create_link``); ``call`` numbers the
-    mutating kernel calls of one effect from 1 (0 for a commit).
+    its own, ``record_call``) or the kernel method (``create_link``); ``detail`` is the
+    state a commit writes where one commit writes several (the coordinator's
+    ``set_unit`` of ``preparing``); ``call`` numbers the mutating kernel calls of one
+    effect from 1 (0 for a commit).
     """
 
     kind: PhaseKind
     boundary: str
     call: int = 0
+    detail: str = ""
 
     @classmethod
-    def commit(cls, kind: PhaseKind, commit: Commit | str) -> Phase:
-        return cls(kind, str(commit))
+    def commit(cls, kind: PhaseKind, commit: Commit | str, detail: str = "") -> Phase:
+        return cls(kind, str(commit), 0, detail)
 
     @classmethod
     def kernel(cls, kind: PhaseKind, call: int, method: str) -> Phase:
@@ -116,59 +147,100 @@ class Phase:
             )
             return cls(kind, m["method"], int(m["n"]))
         if m := _COMMIT_PHASE.fullmatch(text):
-            return cls(PhaseKind(m["kind"]), m["boundary"])
+            return cls(PhaseKind(m["kind"]), m["boundary"], 0, m["detail"] or "")
         raise ValueError(f"{text!r} is not a crash-point phase")
 
     def __str__(self) -> str:
         if self.kind.is_kernel_call:
             return f"kernel#{self.call}.{self.boundary}.{self.kind}"
+        if self.detail:
+            return f"{self.boundary}:{self.detail}.{self.kind}"
         return f"{self.boundary}.{self.kind}"
 
 
-def _phases(commit: Commit | str) -> tuple[str, str]:
+def _commit_sides(commit: Commit | str, detail: str = "") -> tuple[Phase, Phase]:
     return (
-        f"{commit}.{PhaseKind.BEFORE_COMMIT.value}",
-        f"{commit}.{PhaseKind.AFTER_COMMIT.value}",
+        Phase.commit(PhaseKind.BEFORE_COMMIT, commit, detail),
+        Phase.commit(PhaseKind.AFTER_COMMIT, commit, detail),
     )
 
 
-_COMMIT_PHASES: Final[dict[str, tuple[str, str]]] = {c: _phases(c) for c in Commit}
+# A Commit's two phases are built once: every journal commit names both.
+_COMMIT_PHASES: Final[dict[str, tuple[Phase, Phase]]] = {c: _commit_sides(c) for c in Commit}
 
 
-def commit_phases(commit: Commit | str) -> tuple[str, str]:
-    """``str(Phase.commit(kind, commit))`` for the before- and the after-commit side.
-
-    The names without building two ``Phase`` values: every journal commit names both.
-    A ``Commit``'s are built once (an enum's ``.value`` is a descriptor call, four
-    per commit); any other name is built here.
-    """
-    phases = _COMMIT_PHASES.get(commit)
-    return _phases(commit) if phases is None else phases
+def commit_phases(commit: Commit | str, detail: str = "") -> tuple[Phase, Phase]:
+    """The before- and the after-commit phase of ``commit`` (writing ``detail``)."""
+    phases = None if detail else _COMMIT_PHASES.get(commit)
+    return _commit_sides(commit, detail) if phases is None else phases
 
 
-@dataclass(frozen=True)
+_IDENTITY_SEPARATORS = re.compile(r"([.:,])")
+
+
+@dataclass(frozen=True, order=True)
 class CrashPoint:
-    """``<hook>/<operation>/<effect>/<phase>``; ``str()`` is the name the rig enumerates.
+    """One boundary: whose (``owner``), in which hook, operation and effect, which side.
 
-    During cleanup the effect part is ``<target-operation>:<effect>``, so names are
-    unique in a run.
+    A service's points are in its hook's operation (``operation``, the operation id), at
+    an effect or at the operation's level (``effect`` ``-``); recovery's are in the
+    pseudo-hook ``Recovery`` (``RECOVERY_HOOK``). During cleanup the effect is
+    ``<target-operation>:<effect>``, so a run's points are unique. The coordinator's are
+    under the hook it calls, ``operation`` naming the subject of the commit (an operation
+    id, a unit or a preparation scope); the Kubernetes adapter's under its unit.
+
+    ``str()``: ``<hook>/<operation>/<effect>/<phase>`` for a service,
+    ``<owner>/<hook>/<operation>/<phase>`` for the others (their effect is always ``-``).
     """
 
     hook: str
     operation: str
     effect: str
     phase: Phase
+    owner: Owner = Owner.SERVICE
 
     @classmethod
     def parse(cls, name: str) -> CrashPoint:
+        """The point ``str()`` rendered (from an environment, a trace or a log)."""
         parts = name.split("/")
         if len(parts) != 4 or not all(parts):
             raise ValueError(f"{name!r} is not a crash point <hook>/<operation>/<effect>/<phase>")
-        hook, operation, effect, phase = parts
-        return cls(hook, operation, effect, Phase.parse(phase))
+        first, second, third, phase = parts
+        if first in (Owner.COORDINATOR, Owner.PODS):
+            return cls(second, third, UNSCOPED, Phase.parse(phase), Owner(first))
+        return cls(first, second, third, Phase.parse(phase))
 
     def __str__(self) -> str:
-        return f"{self.hook}/{self.operation}/{self.effect}/{self.phase}"
+        if self.owner is Owner.SERVICE:
+            return f"{self.hook}/{self.operation}/{self.effect}/{self.phase}"
+        return f"{self.owner}/{self.hook}/{self.operation}/{self.phase}"
+
+    @property
+    def in_effect(self) -> bool:
+        """Hit inside an effect (or, during cleanup, an effect being undone)."""
+        return self.effect != UNSCOPED
+
+    def with_identities(self, renames: Mapping[str, str]) -> CrashPoint:
+        """The same boundary in a run of other identities: each identity in ``renames``
+        (a claim, an attachment, a pod's uid) that is a whole part of the operation or the
+        effect (operation ids join their parts with ``.``, ``:`` and ``,``) is replaced."""
+
+        def renamed(value: str) -> str:
+            parts = _IDENTITY_SEPARATORS.split(value)
+            return "".join(renames.get(part, part) for part in parts)
+
+        return replace(self, operation=renamed(self.operation), effect=renamed(self.effect))
+
+
+@dataclass(frozen=True)
+class _Scope:
+    hook: str
+    operation: str
+    effect: str
+    owner: Owner
+
+
+_UNSCOPED: Final = _Scope(UNSCOPED, UNSCOPED, UNSCOPED, Owner.SERVICE)
 
 
 class CrashPoints:
@@ -176,76 +248,102 @@ class CrashPoints:
 
     def __init__(
         self,
-        armed: str | None = None,
+        armed: CrashPoint | None = None,
         mode: CrashMode = CrashMode.IN_PROCESS,
         trace: Path | None = None,
         *,
-        armed_when: Callable[[str], bool] | None = None,
+        armed_when: Callable[[CrashPoint], bool] | None = None,
     ) -> None:
+        if armed is not None and not isinstance(armed, CrashPoint):
+            # A name would never equal a reached point: the run would never crash.
+            raise TypeError(f"arm a CrashPoint, not {armed!r} (CrashPoint.parse reads a name)")
         self.armed = armed
         self.armed_when = armed_when  # crash at the first point this accepts (once)
         self.mode = mode
         self._trace = trace
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.reached: list[str] = []
+        self.reached: list[CrashPoint] = []
 
     @classmethod
     def from_environment(cls) -> CrashPoints:
         """The test kit's launcher arms a service process through its environment."""
         trace = os.environ.get(ENV_TRACE)
+        armed = os.environ.get(ENV_ARM)
         return cls(
-            armed=os.environ.get(ENV_ARM) or None,
+            armed=CrashPoint.parse(armed) if armed else None,
             mode=CrashMode(os.environ.get(ENV_MODE, CrashMode.SIGKILL.value)),
             trace=Path(trace) if trace else None,
         )
 
-    @property
-    def reached_points(self) -> list[CrashPoint]:
-        """``reached`` as typed values."""
-        return [CrashPoint.parse(name) for name in self.reached]
-
     @contextlib.contextmanager
-    def scope(self, hook: str, operation_id: str, effect_id: str = UNSCOPED) -> Iterator[None]:
+    def scope(
+        self,
+        hook: str,
+        operation_id: str,
+        effect_id: str = UNSCOPED,
+        *,
+        owner: Owner = Owner.SERVICE,
+    ) -> Iterator[None]:
         """Name the boundaries hit by this thread (including kernel calls) inside the block."""
-        previous = getattr(self._local, "prefix", None), getattr(self._local, "kernel_calls", 0)
-        self._local.prefix = f"{hook}/{operation_id}/{effect_id}"
+        previous = getattr(self._local, "scope", None), getattr(self._local, "kernel_calls", 0)
+        self._local.scope = _Scope(hook, operation_id, effect_id, owner)
         self._local.kernel_calls = 0
         try:
             yield
         finally:
-            self._local.prefix, self._local.kernel_calls = previous
+            self._local.scope, self._local.kernel_calls = previous
 
-    def at(self, phase: Phase) -> None:
-        """``hit`` with a typed phase."""
-        self.hit(str(phase))
+    def hit(self, phase: Phase | str) -> None:
+        """This thread reached ``phase`` in its scope: record it, and crash if armed there.
 
-    def hit(self, phase: str) -> None:
-        prefix = getattr(self._local, "prefix", None) or f"-/{UNSCOPED}/{UNSCOPED}"
-        name = f"{prefix}/{phase}"
+        A ``str`` is the kernel wrapper's ``f"{kernel_call(method)}.before"`` (and
+        ``.after``), read back as its ``Phase`` until the wrapper uses
+        ``kernel_phases``."""
+        typed = Phase.parse(phase) if isinstance(phase, str) else phase
+        where: _Scope = getattr(self._local, "scope", None) or _UNSCOPED
+        point = CrashPoint(where.hook, where.operation, where.effect, typed, where.owner)
         with self._lock:
-            self.reached.append(name)
+            self.reached.append(point)
             if self._trace is not None:
                 with self._trace.open("a") as f:
-                    f.write(name + "\n")
+                    f.write(f"{point}\n")
                     f.flush()
                     os.fsync(f.fileno())
-        if name == self.armed:
-            self._crash(name)
-        if self.armed_when is not None and self.armed_when(name):
+        if point == self.armed:
+            self._crash(point)
+        if self.armed_when is not None and self.armed_when(point):
             self.armed_when = None
-            self._crash(name)
+            self._crash(point)
 
-    def kernel_call(self, method: str) -> str:
-        """The phase prefix for the next mutating kernel call of this effect."""
+    def commit(self, boundary: Commit | str, write: Callable[[], T], detail: str = "") -> T:
+        """``write()``, one journal commit, between its before- and after-commit points
+        (``detail``: the state it writes, where one commit writes one of several)."""
+        before, after = commit_phases(boundary, detail)
+        self.hit(before)
+        result = write()
+        self.hit(after)
+        return result
+
+    def kernel_phases(self, method: str) -> tuple[Phase, Phase]:
+        """The before and after phase of the next mutating kernel call of this effect."""
         n = getattr(self._local, "kernel_calls", 0) + 1
         self._local.kernel_calls = n
-        return f"kernel#{n}.{method}"
+        return (
+            Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, n, method),
+            Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, n, method),
+        )
 
-    def _crash(self, name: str) -> None:
+    def kernel_call(self, method: str) -> str:
+        """``kernel#N.<method>``, the next mutating kernel call of this effect, for the
+        kernel wrapper's ``hit(f"{...}.before")``; ``kernel_phases`` says it typed."""
+        before, _ = self.kernel_phases(method)
+        return f"kernel#{before.call}.{method}"
+
+    def _crash(self, point: CrashPoint) -> None:
         if self.mode is CrashMode.SIGKILL:
             os.kill(os.getpid(), signal.SIGKILL)
-        raise SimulatedCrash(name)
+        raise SimulatedCrash(str(point))
 
 
 class _NoCrash(CrashPoints):
@@ -255,18 +353,33 @@ class _NoCrash(CrashPoints):
         super().__init__()
 
     @contextlib.contextmanager
-    def scope(self, hook: str, operation_id: str, effect_id: str = UNSCOPED) -> Iterator[None]:
+    def scope(
+        self,
+        hook: str,
+        operation_id: str,
+        effect_id: str = UNSCOPED,
+        *,
+        owner: Owner = Owner.SERVICE,
+    ) -> Iterator[None]:
         yield
 
-    def at(self, phase: Phase) -> None:
+    def hit(self, phase: Phase | str) -> None:
         return None
 
-    def hit(self, phase: str) -> None:
-        return None
+    def commit(self, boundary: Commit | str, write: Callable[[], T], detail: str = "") -> T:
+        return write()
+
+    def kernel_phases(self, method: str) -> tuple[Phase, Phase]:
+        return _NO_KERNEL_CALL
 
     def kernel_call(self, method: str) -> str:
         return f"kernel#0.{method}"
 
+
+_NO_KERNEL_CALL: Final = (
+    Phase.kernel(PhaseKind.BEFORE_KERNEL_CALL, 0, "-"),
+    Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 0, "-"),
+)
 
 NO_CRASH: Final[CrashPoints] = _NoCrash()
 """The do-nothing crash points every runner and service uses unless a test kit injects its own."""

@@ -12,17 +12,16 @@ transaction: one fsync for the whole journal instead of one per record, which is
 what made a start with many operations in flight slow. The probes run inside the
 executors' ``shared_reads()``: the probes of one namespace share one open and one
 dump of it (``plugins.kernel.ReadSharingKernel`` says why that is sound), not two
-kernel requests each. Each record keeps its own
-crash points (``probe``, ``interrupted``); a crash at any of them leaves nothing of
-this recovery behind but kernel reads, and the next start recovers again.
+kernel requests each. That one transaction is recovery's one boundary, with a crash
+point on each side (``Recovery/-/-/recovery.before-commit``, ``.after-commit``): a crash
+before it leaves nothing of this recovery behind but kernel reads, and the next start
+recovers again.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TypeVar
 
 from .._registry import Registration
@@ -31,37 +30,19 @@ from .._types import Hook
 from ..store import EffectRecord, JournalUnavailable, OperationRecord, Store, Txn
 from . import _transitions as tr
 from ._context import load_json, recorded_context, recorded_outputs
-from ._crash import Commit, CrashPoints, Phase, PhaseKind
+from ._crash import RECOVERY_HOOK, UNSCOPED, Commit, CrashPoints
 from ._effects import EffectRegistry
 
 T = TypeVar("T")
 Committer = Callable[[Commit, Callable[[Txn], T]], T]
 DamageNote = Callable[[str, str, JournalUnavailable], None]
 
-RECOVERY_HOOK = "Recovery"
 _CREATES = (Hook.NODE_PREPARE, Hook.CONNECT_NETWORK)
 _UNCERTAIN = (EffectState.APPLYING, EffectState.UNDOING)
 
 
-@dataclass(frozen=True)
-class _Record:
-    """One record recovery writes: an effect's observation or an operation's interruption."""
-
-    commit: Commit
-    operation_id: str
-    effect_id: str | None
-    record: EffectRecord | OperationRecord
-
-    def scope(self, crash: CrashPoints) -> AbstractContextManager[None]:
-        if self.effect_id is None:
-            return crash.scope(RECOVERY_HOOK, self.operation_id)
-        return crash.scope(RECOVERY_HOOK, self.operation_id, self.effect_id)
-
-    def write(self, t: Txn) -> None:
-        if isinstance(self.record, EffectRecord):
-            t.update_effect(self.record)
-        else:
-            t.update_operation(self.record)
+_Record = EffectRecord | OperationRecord
+"""One record recovery writes: an effect's observation or an operation's interruption."""
 
 
 def recover(
@@ -121,7 +102,7 @@ def _recover_operation(
         else []
     )
     if op.state is OperationState.RUNNING:
-        written.append(_Record(Commit.INTERRUPTED, op.operation_id, None, tr.interrupted(op)))
+        written.append(tr.interrupted(op))
         notes.append(f"{op.operation_id}: interrupted, marked Failed")
     return written
 
@@ -149,36 +130,27 @@ def _probed(
         else:
             seen_text = f"probe at recovery: {seen.value}"
         notes.append(f"{op.operation_id}/{rec.effect_id}: {seen_text}")
-        written.append(
-            _Record(Commit.PROBE, op.operation_id, rec.effect_id, tr.noted(rec, seen_text))
-        )
+        written.append(tr.noted(rec, seen_text))
     return written
 
 
 def _write_together(
     crash: CrashPoints, commit: Committer[None], records: Sequence[_Record]
 ) -> None:
-    """Every record in one transaction, each between its own before- and after-commit points.
-
-    The runner's committer brackets the one write with the last record's points; the
-    others' are hit around it, so the points reached are the same names as when every
-    record had a commit of its own, in this order: each before-commit, the write, each
-    after-commit. A crash at any of them leaves none of these records written (before)
-    or all of them (after).
+    """Every record in one transaction: one commit, so one pair of crash points
+    (``Recovery/-/-/recovery.before-commit`` and ``.after-commit``). A crash at the first
+    leaves none of these records written, at the second all of them; either way the next
+    start recovers again.
     """
     if not records:
         return
-    *others, last = records
 
     def write_all(t: Txn) -> None:
         for record in records:
-            record.write(t)
+            if isinstance(record, EffectRecord):
+                t.update_effect(record)
+            else:
+                t.update_operation(record)
 
-    for record in others:
-        with record.scope(crash):
-            crash.at(Phase.commit(PhaseKind.BEFORE_COMMIT, record.commit))
-    with last.scope(crash):
-        commit(last.commit, write_all)
-    for record in others:
-        with record.scope(crash):
-            crash.at(Phase.commit(PhaseKind.AFTER_COMMIT, record.commit))
+    with crash.scope(RECOVERY_HOOK, UNSCOPED):
+        commit(Commit.RECOVERY, write_all)

@@ -69,7 +69,7 @@ from . import _transitions as tr
 from ._cleanup import Removal, Undo
 from ._codec import cleanup_response, replay, response_json
 from ._context import effect_context, load_json, recorded_outputs
-from ._crash import NO_CRASH, Commit, CrashPoints, commit_phases
+from ._crash import NO_CRASH, Commit, CrashPoints
 from ._effects import EffectContext, EffectExecutor, EffectRegistry
 from ._endpoint import EndpointRunner
 from ._fencing import (
@@ -364,13 +364,14 @@ class Runner:
         store = self._store
         if store is None:
             raise DataLoss(f"journal unavailable: {self._unavailable}")
-        before, after = commit_phases(commit)
-        self._crash.hit(before)
-        started = time.perf_counter()
-        result = store.write(fn)
-        self._metrics.journal_committed(commit, time.perf_counter() - started)
-        self._crash.hit(after)
-        return result
+
+        def timed() -> T:
+            started = time.perf_counter()
+            result = store.write(fn)
+            self._metrics.journal_committed(commit, time.perf_counter() - started)
+            return result
+
+        return self._crash.commit(commit, timed)
 
     # -- create hooks ----------------------------------------------------------------------
 
@@ -605,13 +606,11 @@ class Runner:
         rec: EffectRecord | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        """Record the failure, with the carried Applied and ``rec`` noted, in one write."""
-        store = self._require_store()
+        """Record the failure, with the carried Applied and ``rec`` noted, in one commit."""
+        self._require_store()
         failed = tr.failed(op, _error_json(message, exc))
         noted = [tr.noted(rec, message)] if rec is not None else []
-        started = time.perf_counter()
-        store.write(lambda t: _write(t, [*carried, *noted], failed))
-        self._metrics.journal_committed("failure", time.perf_counter() - started)
+        self._commit(Commit.FAILURE, lambda t: _write(t, [*carried, *noted], failed))
 
     def _new_record(
         self,
