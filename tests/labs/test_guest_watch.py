@@ -201,6 +201,60 @@ def test_a_lab_that_hangs_while_its_fixture_builds_it_is_closed_and_built_again(
     assert "the pair lab's agent stopped answering during setup" in out, out
 
 
+NOT_BUILT_AGAIN = """
+import pytest
+
+from harness.pytest_plugin import WATCH_KEY
+from conftest import PairLab
+
+
+def make():
+    if PairLab.built:
+        raise RuntimeError("the second lab does not boot\\nits console says more")
+    return PairLab()
+
+
+@pytest.fixture(scope="session")
+def lab(request):
+    built = request.config.stash[WATCH_KEY].build(request, make)
+    yield built
+    built.close()
+
+
+def test_a_hang(lab):
+    lab.kernel.hang(30.0)
+
+
+def test_on_a_lab_that_does_not_build(lab):
+    pass
+
+
+def test_never_runs(lab):
+    pass
+"""
+
+
+def test_a_lab_that_cannot_be_built_again_ends_the_session_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_not_again.py").write_text(NOT_BUILT_AGAIN)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=90,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out  # interrupted
+    assert "1 failed, 1 error" in out, out
+    assert (
+        "Interrupted: the lab could not be built again after its agent stopped answering "
+        "(test_not_again.py::test_a_hang: the guest agent left 'hang' unanswered: timed out "
+        "after 1 s): the second lab does not boot !"
+    ) in out, out
+
+
 def allure_attachments(results: Path) -> dict[str, dict[str, str]]:
     """Each test's Allure attachments: name -> content."""
     found: dict[str, dict[str, str]] = {}
