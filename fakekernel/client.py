@@ -87,6 +87,11 @@ class FakeKernelClient(LabMethods):
                 # on the stream), so it must not look like a KernelError to callers.
                 self._broken = True
                 raise FakeKernelProtocolError(f"{method}: transport failed: {e!r}") from e
+            except BaseException:
+                # Cut off mid-exchange (a signal handler's exception: pytest-timeout, ^C):
+                # the answer may still come, and the next caller would read it as its own.
+                self._broken = True
+                raise
         if not line:
             raise FakeKernelProtocolError("the fake kernel closed the connection")
         reply = json.loads(line)

@@ -222,3 +222,26 @@ def test_a_refused_connect_leaves_no_socket_open(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         FakeKernelClient(tmp_path / "nobody-listens.sock")
     gc.collect()
+
+
+def test_a_call_cut_off_mid_exchange_leaves_no_stray_answer_for_the_next(
+    client: FakeKernelClient,
+) -> None:
+    """A signal handler's exception (pytest-timeout, ^C) between the request and its
+    answer: the answer may still arrive, so the connection is done with."""
+
+    class CutOff(BaseException):
+        pass
+
+    reader = client._rfile
+
+    class Interrupted:
+        def readline(self) -> bytes:
+            raise CutOff
+
+    client._rfile = Interrupted()  # type: ignore[assignment]
+    with pytest.raises(CutOff):
+        client.boot_id()
+    client._rfile = reader
+    with pytest.raises(FakeKernelProtocolError, match="failed earlier"):
+        client.boot_id()
