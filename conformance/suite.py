@@ -414,11 +414,20 @@ def check_inspect_read_only(driver: Driver) -> None:
 
 
 def check_external_change(driver: Driver) -> None:
-    """A field we set, changed by someone else, is quarantined on cleanup, never overwritten."""
+    """A field we set, changed by someone else, is quarantined on cleanup, never overwritten.
+
+    The cleanup may still put back what the administrator did not touch (an MTU the
+    plugin changed), but only to what it was before the plugin came: every field it
+    changes after the administrator's change ends as it began, and none of the
+    administrator's fields changes at all."""
     if not driver.has_tamper:
         raise NotApplicable("the target declares no field an administrator could change under it")
-    with connected(driver) as put:
+    with driver.session("node") as put:
+        began = put.snapshot()
+        put.prepare()
+        put.connect()
         put.remove()
+        before = put.snapshot()
         put.tamper()
         tampered = put.snapshot()
         if not put.operation_only:
@@ -427,7 +436,43 @@ def check_external_change(driver: Driver) -> None:
                 receipt.status is CleanupStatus.QUARANTINED,
                 f"cleanup over an externally changed field was {receipt.status}, not QUARANTINED",
             )
-        unchanged(put, tampered, "the externally changed state")
+        start, admin, end = leaves(began), leaves(tampered), leaves(put.snapshot())
+        changed_by_admin = {p for p, v in admin.items() if leaves(before).get(p) != v}
+        expect(bool(changed_by_admin), "the tamper changed nothing the host shows")
+        for path in sorted(set(admin) | set(end), key=str):
+            if end.get(path) == admin.get(path):
+                continue
+            where = "/".join(map(str, path))
+            expect(
+                path not in changed_by_admin,
+                f"the externally changed state was overwritten: {where}: "
+                f"{admin.get(path)!r} -> {end.get(path)!r}",
+            )
+            expect(
+                end.get(path) == start.get(path),
+                f"the externally changed state: the cleanup set {where} to {end.get(path)!r}, "
+                f"neither what the administrator left ({admin.get(path)!r}) nor what it was "
+                f"({start.get(path)!r})",
+            )
+
+
+LIST_KEYS = ("id", "pci", "path", "vf_index")
+"""What names an element of a snapshot's list (a link, a PF, a namespace, a VF)."""
+
+
+def leaves(value: Any, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], Any]:
+    """A snapshot as {path: value} of its scalars, list elements named by their key."""
+    out: dict[tuple[Any, ...], Any] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out |= leaves(item, (*path, key))
+    elif isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
+        for position, item in enumerate(value):
+            key = next((f"{k}={item[k]}" for k in LIST_KEYS if k in item), position)
+            out |= leaves(item, (*path, key))
+    else:
+        out[path] = value
+    return out
 
 
 SuiteCheck = Callable[[Driver], Any]

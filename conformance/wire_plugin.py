@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.client import FakeKernelClient
+from plugins.kernel import LinkChanges, VFChanges
 from plugins.sdk import (
     CleanupResponse,
     ConnectResponse,
@@ -345,7 +346,20 @@ class WirePlugin(TargetIdentity):
         self.session.plant_foreign(name)
 
     def tamper(self) -> None:
-        raise NotApplicable("a target file declares no field an administrator could change")
+        tamper = self.target.tamper
+        if tamper is None:
+            raise NotApplicable("the target file declares no tamper")
+        assert self.session.lab is not None
+        kernel = self.session.lab.kernel
+        node = kernel.host_namespace()
+        name = tamper.link if tamper.vf is None else tamper.vf[0]
+        link = kernel.get_link(node, name=name)
+        if link is None:
+            raise WireDriverError(f"the tamper's link {name} is not in the node's namespace")
+        if tamper.vf is None:
+            kernel.set_link(node, link.ifindex, LinkChanges(**tamper.changes))
+        else:
+            kernel.set_vf(node, link.ifindex, tamper.vf[1], VFChanges(**tamper.changes))
 
     def close(self) -> None:
         try:
@@ -366,7 +380,7 @@ class WireDriver(TargetIdentity):
 
     @property
     def has_tamper(self) -> bool:
-        return False
+        return self.target.tamper is not None
 
     @contextmanager
     def session(self, label: str, crash: CrashArm | None = None) -> Iterator[WirePlugin]:

@@ -9,6 +9,7 @@ Python: a plugin in any language is described the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 import sys
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from plugins.kernel import LinkChanges, VFChanges
 from plugins.sdk import (
     AllocationBinding,
     CleanupRequest,
@@ -55,6 +57,17 @@ class Commands:
 
 
 @dataclass(frozen=True)
+class Tamper:
+    """An administrator's change of a node field the plugin set (external-change): a link
+    of the node's namespace (``link``) or VF ``vf[1]`` of PF ``vf[0]``, ``changes`` the
+    fields of ``LinkChanges`` or ``VFChanges`` it sets."""
+
+    changes: Mapping[str, Any]
+    link: str | None = None
+    vf: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
 class WireTarget:
     """One logical plugin as the wire suite drives it (see ``load_wire_target``)."""
 
@@ -74,6 +87,7 @@ class WireTarget:
     sandbox: str = "pod-a"
     contract_digest: str | None = None
     start_timeout_s: float = 30.0
+    tamper: Tamper | None = None
     state_files: tuple[str, ...] = ()
     """The plugin's journal, its first file the journal proper (``{run}`` expanded; empty:
     the journal checks do not apply)."""
@@ -171,6 +185,7 @@ def load_wire_target(path: str | Path) -> WireTarget:
         allowed = PLACEHOLDERS | ({"pid"} if name != "start" else frozenset())
         for i, arg in enumerate(argv):
             problems += _placeholder_problems(f"$.commands.{name}[{i}]", arg, allowed)
+    tamper = _tamper(data.get("tamper"), problems)
     if problems:
         raise WireTargetError(str(path), problems)
     allocation = None
@@ -205,7 +220,25 @@ def load_wire_target(path: str | Path) -> WireTarget:
         contract_digest=data.get("contractDigest"),
         start_timeout_s=float(data.get("startTimeoutSeconds", 30.0)),
         state_files=tuple(data.get("stateFiles", ())),
+        tamper=tamper,
         source=str(path),
+    )
+
+
+def _tamper(data: Mapping[str, Any] | None, problems: list[str]) -> Tamper | None:
+    """The file's tamper; a field its change type does not have is a problem."""
+    if data is None:
+        return None
+    changes = VFChanges if "vf" in data else LinkChanges
+    known = {f.name for f in dataclasses.fields(changes)}
+    problems += [
+        f"$.tamper.set.{key}: not a field of {changes.__name__} (known: {', '.join(sorted(known))})"
+        for key in data["set"]
+        if key not in known
+    ]
+    vf = data.get("vf")
+    return Tamper(
+        dict(data["set"]), data.get("link"), None if vf is None else (vf["pf"], int(vf["index"]))
     )
 
 

@@ -11,6 +11,7 @@ check) pair is its own test, so each verdict is its own entry in the rig's repor
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,8 +30,10 @@ from conformance import (
 )
 from conformance.suite import check_crash_at_every_boundary
 from conformance.wire_plugin import KernelCallCrashes
+from conformance.wire_target import Tamper
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "independent-plugin"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "independent-plugin"
 VARIANTS: dict[str, tuple[str, frozenset[str]]] = {
     "independent": ("target.yaml", frozenset()),
     # RemoveNetwork answers CLEANED and leaves the macvlan: the checks that look at the
@@ -109,6 +112,21 @@ def test_the_independent_plugin_is_crashed_at_each_kernel_call_it_makes(
         "RemoveNetwork: kernel call delete_link",
     ):
         assert boundary in killed, sorted(killed)
+
+
+@pytest.mark.timeout(300)
+def test_external_change_over_the_wire_is_the_target_files_tamper() -> None:
+    """The project's sriov service over the wire: after the removal an administrator
+    changes VF 0's trust and VLAN (the file's tamper) and NodeUnprepare quarantines the
+    VF. A tamper of a link the plugin never set is not quarantined: the check fails."""
+    target = load_wire_target(REPO / "conformance" / "targets" / "sriov.yaml")
+    untouched = dataclasses.replace(target, tamper=Tamper({"alias": "admin"}, link="enp3s0f1"))
+    with WireLabs(target) as labs:
+        verdict = run_check(target, "external-change", labs)
+        assert verdict.outcome == "passed", verdict.line()
+        verdict = run_check(untouched, "external-change", labs)
+    assert verdict.failed, verdict.line()
+    assert "not QUARANTINED" in verdict.detail, verdict.line()
 
 
 def _conformance(*args: str) -> subprocess.CompletedProcess[str]:

@@ -92,6 +92,14 @@ def test_a_schema_mistake_names_its_path_and_rule(tmp_path: Path, change: Any, l
             lambda d: d["kernel"].update(url="linux://", lab="x.yaml"),
             "$.kernel.lab: only a fake:// kernel starts from a lab file",
         ),
+        (
+            lambda d: d.update(tamper={"link": "enp3s0f2", "set": {"trust": False}}),
+            "$.tamper.set.trust: not a field of LinkChanges",
+        ),
+        (
+            lambda d: d.update(stateFiles=["{state}/journal.db"]),
+            "$.stateFiles[0]: unknown placeholder {state}",
+        ),
     ],
 )
 def test_a_mistake_the_schema_cannot_see_is_named(
