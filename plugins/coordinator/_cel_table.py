@@ -11,6 +11,7 @@ is installed; otherwise (or if it cannot be read) celpy builds its own, as it al
 
 Regenerate after upgrading celpy or lark (tests/coordinator/test_cel_table.py fails until
 then): ``python -c 'from plugins.coordinator._cel_table import write; write()'``.
+What it buys today: docs/benchmarks.md, "Tricks kept and removed".
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ one, and it is checked before the first journal is made from it: SQLite's
 ``quick_check``, the meta table of this format at its newest version with a commit
 count, every sealed row's checksum, and the placeholder id stored exactly once (so
 stamping the id changes nothing else, and a fresh journal has no damaged record).
+What the image and its per-process cache buy, and the tests that pin them:
+docs/benchmarks.md, "Tricks kept and removed".
 """
 
 from __future__ import annotations

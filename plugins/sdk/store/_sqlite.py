@@ -565,7 +565,8 @@ class _Request:
 
     What a ``Future`` was here, without its Condition, its states and its notify_all:
     nobody cancels a write nor waits on it twice, and the handoff per commit (the writer
-    waking its caller) was most of the writer thread's own CPU after the COMMIT.
+    waking its caller) was most of the writer thread's own CPU after the COMMIT. What it
+    buys today, and the test that pins it: docs/benchmarks.md, "Tricks kept and removed".
     """
 
     __slots__ = ("_waiting", "done", "error", "fn", "value")
@@ -1104,7 +1105,7 @@ class Store:
         synchronous=FULL it fsyncs the new header before its own frames: a write that
         changes nothing (the commit count's row deleted and inserted again with its value,
         so SQLite writes the page; not counted, nothing waits for it) pays that now, so
-        the next burst's commits cost one fsync each."""
+        the next burst's commits cost one fsync each (docs/benchmarks.md, "Tricks kept and removed")."""
         with self._cond:
             conn, failed = self._conn, self._failure is not None
             self._uncheckpointed = 0
