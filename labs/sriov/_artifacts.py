@@ -1,8 +1,12 @@
-"""What provisioning copies to a host: this checkout's wheel and an offline wheelhouse.
+"""What provisioning copies to a host: this checkout's two wheels and an offline wheelhouse.
 
-The wheel is built from the working tree (``uv build --wheel``; hatchling's builds are
+The wheels are built from the working tree (``uv build --wheel``; hatchling's builds are
 reproducible, so an unchanged tree gives the same bytes and a host already holding them
-is left alone). The wheelhouse holds the locked runtime dependencies as binary wheels for
+is left alone): the product's, which the host's services run, and the test kit's, whose
+kernel agent (``labs.kernel_agent``) serves the rig and whose crash launcher
+(``labs.crashing_service``) runs the services armed when the rig runs them on the host.
+The kit is installed without its own dependencies (pytest, Ansible: the controller's),
+for the modules a host runs import the product's alone. The wheelhouse holds the locked runtime dependencies as binary wheels for
 the host's Python on manylinux x86_64, and pip's own wheel (a Debian python3 has no
 ensurepip); it is downloaded once per lock file and Python version, then cached.
 """
@@ -25,6 +29,7 @@ __all__ = ["CACHE_DIR", "Distribution", "DistributionError", "build_distribution
 REPO = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path.home() / ".cache" / "dranp-sriov-lab"
 ARCHIVE = "dist.tar"
+KIT = "dra-networkplugins-testkit"  # the test kit's distribution (testkit/pyproject.toml)
 # Every manylinux tag a Debian 12 (glibc 2.36) host accepts that the locked wheels use.
 PLATFORMS = (
     "manylinux2014_x86_64",
@@ -41,11 +46,13 @@ class DistributionError(RuntimeError):
 
 @dataclass(frozen=True)
 class Distribution:
-    """A directory holding ``ARCHIVE``: ``wheel``, ``requirements.txt`` and ``wheelhouse/``."""
+    """A directory holding ``ARCHIVE``: ``wheel`` (the product), ``kit_wheel`` (the test
+    kit), ``requirements.txt`` and ``wheelhouse/``."""
 
     directory: Path
     wheel: str
-    digest: str  # of the wheel and the requirements: what a host records as installed
+    kit_wheel: str
+    digest: str  # of the wheels and the requirements: what a host records as installed
 
 
 def _uv() -> str:
@@ -121,18 +128,24 @@ def _archive(sources: dict[str, Path], target: Path) -> None:
 
 
 def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distribution:
-    """The wheel of this checkout and its wheelhouse for ``python``, in one archive."""
+    """The wheels of this checkout and their wheelhouse for ``python``, in one archive."""
     requirements = _requirements()
     wheelhouse = _wheelhouse(python, requirements, cache)
     with tempfile.TemporaryDirectory(dir=cache) as staging:
-        _run("uv build --wheel", [_uv(), "build", "--wheel", "--quiet", "--out-dir", staging])
-        (wheel,) = Path(staging).glob("*.whl")
-        digest = hashlib.sha256(wheel.read_bytes() + requirements.encode()).hexdigest()
+        built = Path(staging) / "wheels"
+        build = [_uv(), "build", "--wheel", "--quiet", "--out-dir", str(built)]
+        _run("uv build --wheel", build)
+        _run(f"uv build --wheel --package {KIT}", [*build, "--package", KIT])
+        (kit,) = built.glob(f"{KIT.replace('-', '_')}-*.whl")
+        (wheel,) = (w for w in built.glob("*.whl") if w != kit)
+        digest = hashlib.sha256(
+            wheel.read_bytes() + kit.read_bytes() + requirements.encode()
+        ).hexdigest()
         target = cache / f"dist-py{python}-{digest[:16]}"
         if not (target / ARCHIVE).is_file():
             listed = Path(staging) / "requirements.txt"
             listed.write_text(requirements)
-            sources = {wheel.name: wheel, "requirements.txt": listed}
+            sources = {wheel.name: wheel, kit.name: kit, "requirements.txt": listed}
             sources |= {f"wheelhouse/{p.name}": p for p in wheelhouse.iterdir()}
             assembling = Path(staging) / "dist"
             assembling.mkdir()
@@ -140,4 +153,4 @@ def build_distribution(python: str = "3.11", cache: Path = CACHE_DIR) -> Distrib
             if not (target / ARCHIVE).is_file():
                 shutil.rmtree(target, ignore_errors=True)  # an older layout, or a partial one
             _publish(assembling, target, (target / ARCHIVE).is_file)
-    return Distribution(target, wheel.name, digest)
+    return Distribution(target, wheel.name, kit.name, digest)

@@ -124,6 +124,7 @@ def ansible_inventory(inventory: Inventory, dists: Mapping[str, Distribution]) -
                 "dranp_dist_source": str(dist.directory),
                 "dranp_dist_digest": dist.digest,
                 "dranp_wheel": dist.wheel,
+                "dranp_kit_wheel": dist.kit_wheel,
             }
         hosts[host.name] = variables
     return {"all": {"children": {HOST_GROUP: {"hosts": hosts}}}}
