@@ -106,13 +106,16 @@ def test_the_playbooks_pass_the_syntax_check(playbook: str) -> None:
     )
 
 
-def test_the_wheel_ships_the_playbooks_templates_and_schema(tmp_path: Path) -> None:
+def test_the_wheels_ship_the_playbooks_templates_and_schema(tmp_path: Path) -> None:
+    """The test kit's wheel holds the lab (its role refers to the product's unit template
+    beside it in site-packages), the product's the template."""
     uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
-    subprocess.run(
-        [uv, "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)], check=True, cwd=REPO
-    )
-    (wheel,) = tmp_path.glob("*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    build = [uv, "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)]
+    subprocess.run(build, check=True, cwd=REPO)
+    subprocess.run([*build, "--package", "dra-networkplugins-testkit"], check=True, cwd=REPO)
+    wheels = list(tmp_path.glob("*.whl"))
+    assert len(wheels) == 2
+    names = {name for wheel in wheels for name in zipfile.ZipFile(wheel).namelist()}
     shipped = {
         "labs/sriov/schemas/sriov-inventory.schema.json",
         "labs/sriov/ansible/provision.yml",
