@@ -242,9 +242,8 @@ class InProcessPlugin(TargetIdentity):
 class ReferencePoints:
     """The crash points a reference lifecycle reached, each crashed at once (in order)."""
 
-    def __init__(self, points: list[Any], listed: int) -> None:
+    def __init__(self, points: list[Any]) -> None:
         self.points = points
-        self.listed = listed
 
     def __iter__(self) -> Iterator[CrashArm]:
         return iter(self.points)
@@ -293,11 +292,10 @@ class InProcessDriver(TargetIdentity):
                 put.unprepare()
             points = list(put.node.crash_points.reached)
         expect(len(points) > MIN_CRASH_POINTS, f"only {len(points)} crash points were reached")
-        listed = len(points)
         if pick is not None:
             points = pick(points)
             expect(bool(points), "the sample of crash points is empty")
-        return ReferencePoints(points, listed)
+        return ReferencePoints(points)
 
     def response_lost(self, hook: str) -> CrashArm:
         if hook != "ConnectNetwork":

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.client import FakeKernelClient
-from plugins.kernel import LinkChanges, VFChanges
+from plugins.kernel import KERNEL_CALLS, LinkChanges, VFChanges
 from plugins.sdk import (
     CleanupResponse,
     ConnectResponse,
@@ -45,29 +45,10 @@ from .wire_target import WireTarget
 
 GARBAGE = b"definitely not sqlite"
 
-KERNEL_CALLS = (
-    "boot_id",
-    "host_namespace",
-    "open_namespace",
-    "list_namespaces",
-    "list_links",
-    "get_link",
-    "find_device",
-    "create_link",
-    "set_link",
-    "set_link_options",
-    "move_link",
-    "delete_link",
-    "get_vfs",
-    "set_vf",
-)
-"""The calls of the Kernel protocol a plugin can make (``plugins.kernel.Kernel``); a
-method the fake kernel server does not know is skipped when armed."""
-KNOWN_CALLS = tuple(m for m in KERNEL_CALLS if m != "set_link_options")
-"""The calls every fake kernel server of this tree knows (asked whether one is held)."""
-MUTATING = frozenset(
-    {"create_link", "set_link", "set_link_options", "move_link", "delete_link", "set_vf"}
-)
+HELD_CALLS = tuple(KERNEL_CALLS)
+"""The calls of the kernel seam a plugin can make, each of which the fake kernel server
+can hold (its dispatch is derived from the same table)."""
+CHANGING_CALLS = frozenset(name for name, call in KERNEL_CALLS.items() if call.mutating)
 
 HOLD_S = 3.0
 """How long the server holds a crashed-at answer: the SIGKILL must land within it (it
@@ -89,7 +70,7 @@ class KernelCallArm:
     def candidates(self, hook: str) -> list[str]:
         if self.hooks is not None and hook not in self.hooks:
             return []
-        methods = KERNEL_CALLS if self.only is None else sorted(self.only)
+        methods = HELD_CALLS if self.only is None else sorted(self.only)
         return [m for m in methods if m not in self.exclude.get(hook, frozenset())]
 
 
@@ -258,7 +239,9 @@ class WirePlugin(TargetIdentity):
             return None
         kernel = self._kernel_control()
         # The session's server holds no answer yet (WireLabs.without_held_answers).
-        armed = [m for m in arm.candidates(hook) if self._arm(kernel, m)]
+        armed = arm.candidates(hook)
+        for method in armed:
+            kernel.stall(method, HOLD_S)
         outcome: dict[str, Any] = {}
 
         def run() -> None:
@@ -294,14 +277,6 @@ class WirePlugin(TargetIdentity):
                 raise outcome["error"]
             return None
         return Boundary(hook, f"kernel call {hit}")
-
-    @staticmethod
-    def _arm(kernel: FakeKernelClient, method: str) -> bool:
-        try:
-            kernel.stall(method, HOLD_S)
-        except Exception:  # a method this server does not know: nothing to arm
-            return False
-        return True
 
     # -- the journal: the target's declared state files --------------------------------------
 
@@ -385,7 +360,7 @@ class WireDriver(TargetIdentity):
     @contextmanager
     def session(self, label: str, crash: CrashArm | None = None) -> Iterator[WirePlugin]:
         if crash is not None:
-            self.labs.without_held_answers(KNOWN_CALLS)
+            self.labs.without_held_answers(HELD_CALLS)
         put = WirePlugin(WireSession(self.target, self.labs), crash)
         try:
             yield put
@@ -404,7 +379,7 @@ class WireDriver(TargetIdentity):
         """The first call of the method of ``hook``'s last kernel change: found by runs that
         crash at each changing call in turn (each a SIGKILL), until one runs through."""
         self.crash_plan()  # not applicable where kernel calls cannot be held
-        plan = KernelCallCrashes(only=MUTATING, hooks=frozenset({hook}))
+        plan = KernelCallCrashes(only=CHANGING_CALLS, hooks=frozenset({hook}))
         for arm in plan:
             with self.session("response-probe", crash=arm) as put:
                 where = None
@@ -414,8 +389,8 @@ class WireDriver(TargetIdentity):
         last = plan.seen.get(hook)
         if not last:
             raise NotApplicable(f"{hook} changes nothing in the kernel the suite can observe")
-        others = frozenset(m for m in MUTATING if m != last[-1])
-        return KernelCallArm({hook: others}, MUTATING, frozenset({hook}))
+        others = frozenset(m for m in CHANGING_CALLS if m != last[-1])
+        return KernelCallArm({hook: others}, CHANGING_CALLS, frozenset({hook}))
 
 
 def _steps_to(put: WirePlugin, hook: str) -> list[tuple[str, Callable[[], Any]]]:
