@@ -149,7 +149,7 @@ def test_the_lab_starts_from_the_seeds_random_state(labs: Callable[[], NetnsLab]
 def test_crash_at_every_point(
     topology: str, path: str, ref: Reference, tmp_path: Path, crash_log: CrashLog
 ) -> None:
-    hooks = {p.split("/", 1)[0] for p in ref.points}
+    hooks = {p.hook for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
     failures = CrashSuite(topology, ref, crash_log, make_lab).every_point(path, tmp_path)
     assert not failures, "\n".join([REPRODUCE, *failures[:10]])
