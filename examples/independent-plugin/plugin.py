@@ -1,6 +1,6 @@
 """An independent macvlan NetworkPlugin: the wire contract, and nothing of the SDK.
 
-    python plugin.py --socket S --token-file T --kernel fake:///path/kernel.sock --state DIR
+    python plugin.py --socket S --token-file T --kernel kernel+unix:///path/kernel.sock --state DIR
     python plugin.py ... --kernel linux:///path/of/the/host/netns ...
 
 It imports no project code: it speaks ``networkplugin.v1alpha1`` through stubs compiled
@@ -307,13 +307,11 @@ def open_kernel(url: str) -> FakeKernel | LinuxKernel:
     parts = urlsplit(url)
     if parts.netloc or not parts.path.startswith("/"):
         raise SystemExit(f"--kernel {url!r}: expected kernel+unix:///socket or linux:///netns/path")
-    if parts.scheme in ("fake", "kernel+unix"):  # the fake kernel server's socket
+    if parts.scheme == "kernel+unix":  # the fake kernel server's socket (or a relay's)
         return FakeKernel(parts.path)
     if parts.scheme == "linux":
         return LinuxKernel(parts.path)
-    raise SystemExit(
-        f"--kernel {url!r}: this plugin speaks kernel+unix:// (fake://) and linux:// only"
-    )
+    raise SystemExit(f"--kernel {url!r}: this plugin speaks kernel+unix:// and linux:// only")
 
 
 # -- the journal ------------------------------------------------------------------------------
@@ -784,7 +782,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--token-file", required=True, type=Path)
-    parser.add_argument("--kernel", required=True, help="fake:///kernel.sock or linux:///netns")
+    parser.add_argument(
+        "--kernel", required=True, help="kernel+unix:///kernel.sock or linux:///netns"
+    )
     parser.add_argument("--state", required=True, type=Path, help="the journal's directory")
     parser.add_argument("--broken", choices=BROKEN, default="", help="one deliberate fault")
     args = parser.parse_args(argv)
