@@ -205,8 +205,9 @@ class PluginUnderTest(Protocol):
 
 
 class TargetIdentity:
-    """What a session knows of its plugin from the target's description (a ``Target`` or a
-    ``WireTarget``: both name the plugin, its step kind and the connect's interface)."""
+    """What a driver or session knows of its plugin from the target's description (a
+    ``Target`` or a ``WireTarget``: both name the plugin, its step kind, the connect's
+    interface and an administrator's change, if any)."""
 
     target: Any
 
@@ -221,6 +222,11 @@ class TargetIdentity:
     @property
     def interface(self) -> str:
         return str(self.target.interface)
+
+    @property
+    def has_tamper(self) -> bool:
+        """The target declares an administrator's change (external-change applies)."""
+        return self.target.tamper is not None
 
 
 class Driver(Protocol):

@@ -36,6 +36,7 @@ from plugins.sdk.runner import CrashPoint, CrashPoints, Phase, PhaseKind, Simula
 
 from .driver import Boundary, CrashArm, NotApplicable, Refused, TargetIdentity, expect
 from .node import TargetNode
+from .suite import lifecycle
 from .target import LabFactory, Target, envelope, plant_foreign
 
 TOKEN = "conformance-token"
@@ -265,10 +266,6 @@ class InProcessDriver(TargetIdentity):
         self.work = work
         self.make_lab = make_lab
 
-    @property
-    def has_tamper(self) -> bool:
-        return self.target.tamper is not None
-
     @contextmanager
     def session(self, label: str, crash: CrashArm | None = None) -> Iterator[InProcessPlugin]:
         node = TargetNode(
@@ -285,11 +282,8 @@ class InProcessDriver(TargetIdentity):
 
     def crash_plan(self, pick: Callable[[list[Any]], list[Any]] | None = None) -> ReferencePoints:
         with self.session("reference") as put:
-            put.prepare()
-            put.connect()
-            put.remove()
-            if not put.operation_only:
-                put.unprepare()
+            for _, call in lifecycle(put):
+                call()
             points = list(put.node.crash_points.reached)
         expect(len(points) > MIN_CRASH_POINTS, f"only {len(points)} crash points were reached")
         if pick is not None:

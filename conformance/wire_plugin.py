@@ -353,10 +353,6 @@ class WireDriver(TargetIdentity):
         self.target = target
         self.labs = labs
 
-    @property
-    def has_tamper(self) -> bool:
-        return self.target.tamper is not None
-
     @contextmanager
     def session(self, label: str, crash: CrashArm | None = None) -> Iterator[WirePlugin]:
         if crash is not None:
