@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from plugins.kernel import KernelCall, KernelMethods, NsRef
+from plugins.kernel import KernelMethods, NsRef
 
 from ._protocol import LAB_CALLS
 

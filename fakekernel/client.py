@@ -185,7 +185,7 @@ class FakeKernelProcess:
         # bytecode is missing or older than its source again.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
-        # Imported here: a service on fake:// imports this module for the client only,
+        # Imported here: a service on kernel+unix:// imports this module for the client only,
         # and tempfile (with shutil) was ~4 ms of CPU at each of its starts.
         import tempfile
 

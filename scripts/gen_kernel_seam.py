@@ -134,8 +134,9 @@ def render(target: Target) -> str:
             "",
         ]
     )
-    # In the project's format (imports sorted), so the committed file is what ruff keeps.
-    for command in (["check", "--select", "I", "--fix"], ["format"]):
+    # In the project's format (imports sorted, none unused), so the committed file is
+    # what ruff keeps.
+    for command in (["check", "--select", "I,F401", "--fix"], ["format"]):
         text = subprocess.run(
             [sys.executable, "-m", "ruff", *command, "--stdin-filename", target.path, "-"],
             input=text,
