@@ -21,7 +21,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fakekernel.client import FakeKernelClient
 from fakekernel.lab import randomize_start_state
 from fakekernel.model import diff
 from labs import DEFAULT_LAB, FakeServerLab, Lab, NetnsLab
@@ -66,18 +65,6 @@ class WireLabs:
             self.server.client.load_lab(path=lab)
             randomize_start_state(self.server.client, self.server.start_seed)
         return self.server
-
-    def without_held_answers(self, methods: tuple[str, ...]) -> None:
-        """Before a crash run: if the fake kernel server still holds back an answer to one
-        of ``methods`` (a previous run's crashed-at call: held a few seconds after the
-        kill), the next ``fresh`` starts a new server, whose holds are all its own."""
-        if self.server is None:
-            return
-        with FakeKernelClient(self.server.socket) as control:
-            held = any(control.wait_stalled(method, 0) for method in methods)
-        if held:
-            self.server.close()
-            self.server = None
 
     def __enter__(self) -> WireLabs:
         return self

@@ -5,13 +5,13 @@ checks see what a node sees: gRPC answers, the kernel's snapshot, and the plugin
 declared state files (``stateFiles``: what journal damage and loss act on).
 
 Crashes: on ``fake://`` the suite asks the fake kernel server to hold back its answer to
-the plugin's next call of each kernel method (``FakeKernelClient.stall``), and SIGKILLs
-the plugin once one is held (``wait_stalled``): the call has taken effect, the plugin
-never learns it did. A kernel call can only be told apart by its method, so a run stops
-at the first call of a method not yet crashed at in that hook; the next run crashes at
-the next such call, until a lifecycle runs to its end: every first call of each method
-in each hook, in the order the plugin makes them. On ``linux://`` the kernel's calls
-cannot be held, and the crash checks say so (not applicable).
+the plugin's n-th kernel call of a hook (``FakeKernelClient.stall_nth``), and SIGKILLs
+the plugin once it is held (``wait_held``): the call has taken effect, the plugin never
+learns it did. Each run crashes at the next call not yet crashed at, until a lifecycle
+runs to its end: every kernel call of every hook (reads too: a plugin may journal
+between any two), in the order the plugin makes them. A lost response is the last
+kernel change of the connect (counting only the calls the seam declares mutating). On ``linux://`` the
+kernel's calls cannot be held, and the crash checks say so (not applicable).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.client import FakeKernelClient
-from plugins.kernel import KERNEL_CALLS, LinkChanges, VFChanges
+from plugins.kernel import LinkChanges, VFChanges
 from plugins.sdk import (
     CleanupResponse,
     ConnectResponse,
@@ -45,14 +45,10 @@ from .wire_target import WireTarget
 
 GARBAGE = b"definitely not sqlite"
 
-HELD_CALLS = tuple(KERNEL_CALLS)
-"""The calls of the kernel seam a plugin can make, each of which the fake kernel server
-can hold (its dispatch is derived from the same table)."""
-CHANGING_CALLS = frozenset(name for name, call in KERNEL_CALLS.items() if call.mutating)
-
-HOLD_S = 3.0
-"""How long the server holds a crashed-at answer: the SIGKILL must land within it (it
-takes milliseconds; the kill is checked to have come while the answer was held)."""
+HOLD_S = 30.0
+"""How long the server may hold a crashed-at answer: the SIGKILL must land within it (it
+takes milliseconds; the kill is checked to have come while the answer was held), and
+the answer is let go at once after it (``release_held``)."""
 CALL_DEADLINE_S = 120.0
 POLL_S = 0.01
 MAX_CRASH_RUNS = 200
@@ -60,28 +56,37 @@ MAX_CRASH_RUNS = 200
 
 @dataclass
 class KernelCallArm:
-    """Crash at the first call, in a hook, of a method not excluded for that hook
-    (``only``: among these methods; ``hooks``: in these hooks only)."""
+    """Crash at the ``ordinals[hook]``-th kernel call of each hook (1-based; 0: none in
+    that hook; a hook not named: its first), counting every call or (``changes``) only
+    the calls the seam declares mutating. ``hooks``: in these hooks only. ``passed``:
+    the hooks this run served without a crash (they made fewer calls than their ordinal)."""
 
-    exclude: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    only: frozenset[str] | None = None
+    ordinals: Mapping[str, int] = field(default_factory=dict)
     hooks: frozenset[str] | None = None
+    changes: bool = False
+    passed: list[str] = field(default_factory=list)
 
-    def candidates(self, hook: str) -> list[str]:
+    @property
+    def what(self) -> str:
+        return "kernel change" if self.changes else "kernel call"
+
+    def ordinal(self, hook: str) -> int:
         if self.hooks is not None and hook not in self.hooks:
-            return []
-        methods = HELD_CALLS if self.only is None else sorted(self.only)
-        return [m for m in methods if m not in self.exclude.get(hook, frozenset())]
+            return 0
+        return self.ordinals.get(hook, 1)
 
 
 class KernelCallCrashes:
-    """The crash runs over the wire: each run finds the next boundary (a kernel call of a
-    method not yet crashed at in its hook), until a lifecycle runs through."""
+    """The crash runs over the wire: each run crashes at the next kernel call (or, with
+    ``changes``, the next kernel change) not yet crashed at, the n-th of its hook, until
+    a lifecycle runs through: every call of every hook, in the order the plugin makes
+    them."""
 
-    def __init__(self, only: frozenset[str] | None = None, hooks: frozenset[str] | None = None):
-        self.only = only
+    def __init__(self, hooks: frozenset[str] | None = None, *, changes: bool = False):
         self.hooks = hooks
-        self.seen: dict[str, list[str]] = {}
+        self.changes = changes
+        self.next: dict[str, int] = {}  # hook -> the ordinal of its next change to crash at
+        self.seen: dict[str, list[str]] = {}  # hook -> the crashed-at changes, in order
         self.finished = False
         self.runs = 0
 
@@ -89,18 +94,20 @@ class KernelCallCrashes:
         while not self.finished:
             expect(self.runs < MAX_CRASH_RUNS, f"over {MAX_CRASH_RUNS} crash runs: {self.seen}")
             self.runs += 1
-            exclude = {hook: frozenset(methods) for hook, methods in self.seen.items()}
-            yield KernelCallArm(exclude, self.only, self.hooks)
+            yield KernelCallArm(dict(self.next), self.hooks, self.changes)
 
     def reached(self, arm: CrashArm, where: Boundary | None) -> None:
         assert isinstance(arm, KernelCallArm)
-        if where is not None:
-            self.seen.setdefault(where.hook, []).append(where.point.split()[-1])
-        else:
+        for hook in arm.passed:
+            self.next[hook] = 0  # served without reaching its ordinal: no change is left
+        if where is None:
             self.finished = True  # nothing left to crash at
+            return
+        self.seen.setdefault(where.hook, []).append(where.point)
+        self.next[where.hook] = arm.ordinal(where.hook) + 1
 
     def boundaries(self) -> list[Boundary]:
-        return [Boundary(h, f"kernel call {m}") for h, ms in self.seen.items() for m in ms]
+        return [Boundary(h, point) for h, points in self.seen.items() for point in points]
 
     def done(self) -> None:
         expect(bool(self.seen), "no kernel call of the lifecycle could be observed")
@@ -234,14 +241,17 @@ class WirePlugin(TargetIdentity):
 
     def crashing(self, hook: str, call: Callable[[], Any]) -> Boundary | None:
         arm = self.crash
-        if arm is None:
+        ordinal = 0 if arm is None else arm.ordinal(hook)
+        if ordinal == 0:
             call()
+            if arm is not None:
+                arm.passed.append(hook)
             return None
+        assert arm is not None
         kernel = self._kernel_control()
-        # The session's server holds no answer yet (WireLabs.without_held_answers).
-        armed = arm.candidates(hook)
-        for method in armed:
-            kernel.stall(method, HOLD_S)
+        # The session's server holds no answer and has nothing armed: the last crash run
+        # let go of what it held.
+        kernel.stall_nth(ordinal, HOLD_S, mutating=arm.changes)
         outcome: dict[str, Any] = {}
 
         def run() -> None:
@@ -252,31 +262,28 @@ class WirePlugin(TargetIdentity):
 
         thread = threading.Thread(target=run, name=f"wire-{hook}", daemon=True)
         thread.start()
-        hit = None
+        held = None
         deadline = time.monotonic() + CALL_DEADLINE_S
         try:
-            while hit is None and thread.is_alive():
-                hit = next((m for m in armed if kernel.wait_stalled(m, 0)), None)
-                if hit is None:
-                    expect(time.monotonic() < deadline, f"{hook} took over {CALL_DEADLINE_S}s")
-                    thread.join(POLL_S)  # the call's end, or the next look at the holds
-            if hit is not None:
+            while held is None and thread.is_alive():
+                held = kernel.wait_held(POLL_S)  # the held change, or the call's end
+                expect(time.monotonic() < deadline, f"{hook} took over {CALL_DEADLINE_S}s")
+            if held is not None:
                 self.session.kill()
-                expect_held = kernel.wait_stalled(hit, 0)
-                if not expect_held:
+                if kernel.wait_held(0) != held:
                     raise WireDriverError(
-                        f"the SIGKILL at {hook}'s {hit} came after its answer was released "
-                        f"({HOLD_S}s): the crash point is not proven"
+                        f"the SIGKILL at {hook}'s {arm.what} #{ordinal} ({held}) came "
+                        f"after its answer was released ({HOLD_S}s): the crash is not proven"
                     )
         finally:
-            for m in armed:
-                kernel.stall(m, 0)  # disarm: the next call is answered at once
+            kernel.release_held()  # disarmed, and the killed plugin's answer let go
         thread.join(CALL_DEADLINE_S)
-        if hit is None:
+        if held is None:
             if "error" in outcome:
                 raise outcome["error"]
+            arm.passed.append(hook)
             return None
-        return Boundary(hook, f"kernel call {hit}")
+        return Boundary(hook, f"{arm.what} #{ordinal} ({held})")
 
     # -- the journal: the target's declared state files --------------------------------------
 
@@ -355,8 +362,6 @@ class WireDriver(TargetIdentity):
 
     @contextmanager
     def session(self, label: str, crash: CrashArm | None = None) -> Iterator[WirePlugin]:
-        if crash is not None:
-            self.labs.without_held_answers(HELD_CALLS)
         put = WirePlugin(WireSession(self.target, self.labs), crash)
         try:
             yield put
@@ -372,21 +377,20 @@ class WireDriver(TargetIdentity):
         return KernelCallCrashes()
 
     def response_lost(self, hook: str) -> CrashArm:
-        """The first call of the method of ``hook``'s last kernel change: found by runs that
-        crash at each changing call in turn (each a SIGKILL), until one runs through."""
+        """``hook``'s last kernel change: found by runs that crash at each of its changes
+        in turn (each a SIGKILL), until one runs through."""
         self.crash_plan()  # not applicable where kernel calls cannot be held
-        plan = KernelCallCrashes(only=CHANGING_CALLS, hooks=frozenset({hook}))
+        plan = KernelCallCrashes(hooks=frozenset({hook}), changes=True)
         for arm in plan:
             with self.session("response-probe", crash=arm) as put:
                 where = None
                 for step, call in _steps_to(put, hook):
                     where = put.crashing(step, call)
                 plan.reached(arm, where)
-        last = plan.seen.get(hook)
-        if not last:
+        changes = len(plan.seen.get(hook, []))
+        if not changes:
             raise NotApplicable(f"{hook} changes nothing in the kernel the suite can observe")
-        others = frozenset(m for m in CHANGING_CALLS if m != last[-1])
-        return KernelCallArm({hook: others}, CHANGING_CALLS, frozenset({hook}))
+        return KernelCallArm({hook: changes}, frozenset({hook}), changes=True)
 
 
 def _steps_to(put: WirePlugin, hook: str) -> list[tuple[str, Callable[[], Any]]]:

@@ -118,6 +118,22 @@ class FakeKernelClient(LabMethods):
         """Block until an answer to ``method`` is being held back (True) or ``timeout``."""
         return bool(self._call("wait_stalled", name=method, timeout=timeout))
 
+    def stall_nth(self, n: int, seconds: float, *, mutating: bool = True) -> None:
+        """Hold back, for ``seconds``, the answer to the ``n``-th lab call from now, from
+        any client (``mutating``: counting only the calls the seam declares mutating);
+        ``n`` 0 disarms. The call takes effect; its caller does not hear. Test only."""
+        self._call("stall_nth", n=n, seconds=seconds, mutating=mutating)
+
+    def wait_held(self, timeout: float) -> str | None:
+        """The method whose answer is being held back, once one is (None: none within
+        ``timeout``)."""
+        held = self._call("wait_held", timeout=timeout)
+        return None if held is None else str(held)
+
+    def release_held(self) -> None:
+        """Disarm every stall and let every held answer go now."""
+        self._call("release_held")
+
     def load_lab(
         self, *, path: str | Path | None = None, lab: dict[str, Any] | None = None
     ) -> None:

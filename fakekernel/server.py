@@ -9,9 +9,14 @@ Request ``{"v": version, "id": n, "method": str, "params": {...}}``; answer ``{"
 calls' own by name, their types the calls' declared ones; dataclasses travel as objects.
 One lock around the model plays the role of rtnl: calls never interleave.
 
-Test only: ``stall`` (a control request no production code sends) makes the next call
-of one method (``name``) take effect as usual and then hold its answer back for some
-seconds, as a kernel call that hangs; ``wait_stalled`` answers once that is happening.
+Test only (control requests no production code sends): ``stall`` makes the next call of
+one method (``name``) take effect as usual and then hold its answer back for some
+seconds, as a kernel call that hangs; ``stall_nth`` does it to the ``n``-th lab call
+from now (of any method, or counting only the calls the seam declares mutating), which
+is how a crash can be placed at every kernel change of a program the suite cannot
+instrument; ``wait_stalled`` answers once a method's answer is held, ``wait_held``
+with the method of whichever answer is held first (None: none within the timeout), and
+``release_held`` disarms everything and lets every held answer go at once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import socketserver
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +49,33 @@ __all__ = [
     "error_message",
 ]
 
-TEST_METHODS = ("stall", "wait_stalled")
+
+def _seconds(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _lab_call(value: Any) -> bool:
+    return isinstance(value, str) and value in LAB_CALLS
+
+
+# The test-only controls (no production code sends them): each parameter's check and
+# what the error says it must be.
+TEST_METHODS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "stall": {"name": (_lab_call, "a lab call"), "seconds": (_seconds, "a number >= 0")},
+    "stall_nth": {
+        "n": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an int >= 0"),
+        "seconds": (_seconds, "a number >= 0"),
+        "mutating": (lambda v: isinstance(v, bool), "a bool"),
+    },
+    "wait_stalled": {"name": (_lab_call, "a lab call"), "timeout": (_seconds, "a number >= 0")},
+    "wait_held": {"timeout": (_seconds, "a number >= 0")},
+    "release_held": {},
+}
 
 
 class ProtocolError(Exception):
@@ -127,7 +159,10 @@ class FakeKernelServer:
         # Test only (see the module docstring): armed stalls and the answers held back.
         self._stalls = threading.Condition()
         self._armed: dict[str, float] = {}
+        # stall_nth: (calls left until the one held, how long, counting mutations only)
+        self._countdown: tuple[int, float, bool] | None = None
         self._holding: list[str] = []
+        self._released = 0  # release_held's count: a hold ends when it changes
         self._closing = threading.Event()
 
     # -- requests --------------------------------------------------------------------------
@@ -156,39 +191,57 @@ class FakeKernelServer:
         with self.lock:
             self.model = model
 
-    # -- test only: stalled answers ---------------------------------------------------------
+    # -- test only: answers held back -------------------------------------------------------
 
     def _test_control(self, method: str, params: dict[str, Any]) -> Any:
-        target, number = params.get("name"), params.get("seconds", params.get("timeout"))
-        if (
-            set(params) != {"name", "seconds" if method == "stall" else "timeout"}
-            or target not in LAB_CALLS
-            or isinstance(number, bool)
-            or not isinstance(number, int | float)
-            or not math.isfinite(number)
-            or number < 0
+        shape = TEST_METHODS[method]
+        if set(params) != set(shape) or not all(
+            check(params[name]) for name, (check, _) in shape.items()
         ):
-            raise ProtocolError(
-                f"{method} takes 'name' (a model method) and "
-                f"'{'seconds' if method == 'stall' else 'timeout'}' (a number >= 0)"
-            )
+            wanted = ", ".join(f"'{name}' ({what})" for name, (_, what) in shape.items())
+            raise ProtocolError(f"{method} takes {wanted}")
         with self._stalls:
             if method == "stall":
-                self._armed[target] = float(number)
+                self._armed[params["name"]] = float(params["seconds"])
                 return None
-            return self._stalls.wait_for(lambda: target in self._holding, float(number))
+            if method == "stall_nth":
+                count, seconds = int(params["n"]), float(params["seconds"])
+                self._countdown = (count, seconds, bool(params["mutating"])) if count else None
+                return None
+            if method == "wait_stalled":
+                name = params["name"]
+                return self._stalls.wait_for(lambda: name in self._holding, params["timeout"])
+            if method == "wait_held":
+                self._stalls.wait_for(lambda: bool(self._holding), params["timeout"])
+                return self._holding[0] if self._holding else None
+            # release_held
+            self._armed.clear()
+            self._countdown = None
+            self._released += 1
+            self._stalls.notify_all()
+            return None
 
     def _hold_if_stalled(self, method: str) -> None:
         with self._stalls:
             seconds = self._armed.pop(method, None)
+            if seconds is None and self._countdown is not None:
+                count, held_s, mutating_only = self._countdown
+                if not mutating_only or LAB_CALLS[method].mutating:
+                    self._countdown = None if count == 1 else (count - 1, held_s, mutating_only)
+                    seconds = held_s if count == 1 else None
             if seconds is None:
                 return
             self._holding.append(method)
             self._stalls.notify_all()
-        try:
-            self._closing.wait(seconds)
-        finally:
-            with self._stalls:
+            released = self._released
+            deadline = time.monotonic() + seconds
+            try:
+                while self._released == released and not self._closing.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._stalls.wait(left)  # release_held and shutdown notify
+            finally:
                 self._holding.remove(method)
 
     # -- socket ----------------------------------------------------------------------------
@@ -229,6 +282,8 @@ class FakeKernelServer:
     def shutdown(self) -> None:
         """Stop serving (from another thread than serve_forever) and remove the socket."""
         self._closing.set()  # release stalled answers
+        with self._stalls:
+            self._stalls.notify_all()
         if self._server is None:
             return
         self._server.shutdown()

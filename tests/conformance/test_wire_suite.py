@@ -97,21 +97,33 @@ def test_the_independent_plugin_is_crashed_at_each_kernel_call_it_makes(
 ) -> None:
     """Every hook's kernel calls, each a SIGKILL while its answer is held, then recovery
     and cleanup: NodePrepare reads the parent (3 calls), ConnectNetwork opens the pod,
-    reads, creates and sets up the macvlan, RemoveNetwork finds and deletes it."""
+    reads, creates and sets up the macvlan (6), RemoveNetwork finds and deletes it (3).
+    Every call counts, a later call of a method already crashed at too (the second
+    get_link of the connect)."""
     target, labs = runs["independent"]
     plan = KernelCallCrashes()
     driver = WireDriver(target, labs)
     driver.crash_plan = lambda pick=None: plan  # type: ignore[method-assign]
     crash_runs = check_crash_at_every_boundary(driver)
-    killed = {str(b) for b in plan.boundaries()}
-    print(f"{crash_runs} crash runs: {sorted(killed)}")
-    assert crash_runs == len(killed)
+    killed = [str(b) for b in plan.boundaries()]
+    print(f"{crash_runs} crash runs: {killed}")
+    assert crash_runs == len(killed) == 12
+    per_hook = {hook: [p for p in killed if p.startswith(hook)] for hook in HOOKS}
+    assert [len(per_hook[h]) for h in HOOKS] == [3, 6, 3]
+    for hook, points in per_hook.items():  # each hook's calls 1..n, in order, none skipped
+        assert points == [
+            f"{hook}: kernel call #{i + 1} ({p.rsplit('(', 1)[1]}" for i, p in enumerate(points)
+        ]
     for boundary in (
-        "ConnectNetwork: kernel call create_link",
-        "ConnectNetwork: kernel call set_link",
-        "RemoveNetwork: kernel call delete_link",
+        "ConnectNetwork: kernel call #4 (get_link)",
+        "ConnectNetwork: kernel call #5 (create_link)",
+        "ConnectNetwork: kernel call #6 (set_link)",
+        "RemoveNetwork: kernel call #3 (delete_link)",
     ):
-        assert boundary in killed, sorted(killed)
+        assert boundary in killed
+
+
+HOOKS = ("NodePrepare", "ConnectNetwork", "RemoveNetwork")
 
 
 @pytest.mark.timeout(300)

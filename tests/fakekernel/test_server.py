@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,3 +247,53 @@ def test_a_call_cut_off_mid_exchange_leaves_no_stray_answer_for_the_next(
     client._rfile = reader
     with pytest.raises(FakeKernelProtocolError, match="failed earlier"):
         client.boot_id()
+
+
+def test_the_nth_kernel_change_from_now_is_held_and_released_on_demand(
+    kernel: FakeKernelProcess, client: FakeKernelClient
+) -> None:
+    """stall_nth counts the calls the seam declares mutating (reads pass); the held call
+    has taken effect; release_held lets it go at once; nothing stays armed."""
+    host = client.host_namespace()
+    client.stall_nth(2, 60.0, mutating=True)
+    answers: list[object] = []
+
+    def work() -> None:
+        with kernel.client() as worker:
+            worker.create_link(host, LinkSpec("dummy", "d1"))
+            worker.get_link(host, name="d1")  # a read: not counted
+            answers.append(worker.create_link(host, LinkSpec("dummy", "d2")).name)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    assert client.wait_held(30.0) == "create_link"
+    assert answers == []  # the second create is held ...
+    assert client.get_link(host, name="d2") is not None  # ... after taking effect
+    client.release_held()
+    thread.join(30.0)
+    assert answers == ["d2"]
+    client.create_link(host, LinkSpec("dummy", "d3"))  # answered at once: nothing armed
+    assert client.wait_held(0) is None
+
+
+def test_a_hold_counts_reads_too_when_asked(client: FakeKernelClient) -> None:
+    client.stall_nth(1, 0.2, mutating=False)
+    client.boot_id()  # held for 0.2 s, then answered
+    client.stall_nth(0, 0, mutating=False)  # n 0 disarms
+    client.boot_id()
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "problem"),
+    [
+        ("stall_nth", {"n": -1, "seconds": 1, "mutating": True}, "'n' (an int >= 0)"),
+        ("stall_nth", {"n": 1, "seconds": 1}, "'mutating' (a bool)"),
+        ("wait_held", {"timeout": "soon"}, "'timeout' (a number >= 0)"),
+        ("stall", {"name": "add_device", "seconds": 1}, "'name' (a lab call)"),
+    ],
+)
+def test_a_malformed_control_is_refused_naming_what_it_takes(
+    client: FakeKernelClient, method: str, params: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(FakeKernelProtocolError, match=re.escape(problem)):
+        client._call(method, **params)
