@@ -24,8 +24,8 @@ class CrashingKernel(ForwardingKernel):
     def _kernel_call(self, call: KernelCall, arguments: dict[str, Any]) -> Any:
         if not call.mutating:
             return super()._kernel_call(call, arguments)
-        phase = self.crash.kernel_call(call.name)
-        self.crash.hit(f"{phase}.before")
+        before, after = self.crash.kernel_phases(call.name)
+        self.crash.hit(before)
         result = super()._kernel_call(call, arguments)
-        self.crash.hit(f"{phase}.after")
+        self.crash.hit(after)
         return result

@@ -294,15 +294,10 @@ class CrashPoints:
         finally:
             self._local.scope, self._local.kernel_calls = previous
 
-    def hit(self, phase: Phase | str) -> None:
-        """This thread reached ``phase`` in its scope: record it, and crash if armed there.
-
-        A ``str`` is the kernel wrapper's ``f"{kernel_call(method)}.before"`` (and
-        ``.after``), read back as its ``Phase`` until the wrapper uses
-        ``kernel_phases``."""
-        typed = Phase.parse(phase) if isinstance(phase, str) else phase
+    def hit(self, phase: Phase) -> None:
+        """This thread reached ``phase`` in its scope: record it, and crash if armed there."""
         where: _Scope = getattr(self._local, "scope", None) or _UNSCOPED
-        point = CrashPoint(where.hook, where.operation, where.effect, typed, where.owner)
+        point = CrashPoint(where.hook, where.operation, where.effect, phase, where.owner)
         with self._lock:
             self.reached.append(point)
             if self._trace is not None:
@@ -334,12 +329,6 @@ class CrashPoints:
             Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, n, method),
         )
 
-    def kernel_call(self, method: str) -> str:
-        """``kernel#N.<method>``, the next mutating kernel call of this effect, for the
-        kernel wrapper's ``hit(f"{...}.before")``; ``kernel_phases`` says it typed."""
-        before, _ = self.kernel_phases(method)
-        return f"kernel#{before.call}.{method}"
-
     def _crash(self, point: CrashPoint) -> None:
         if self.mode is CrashMode.SIGKILL:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -363,7 +352,7 @@ class _NoCrash(CrashPoints):
     ) -> Iterator[None]:
         yield
 
-    def hit(self, phase: Phase | str) -> None:
+    def hit(self, phase: Phase) -> None:
         return None
 
     def commit(self, boundary: Commit | str, write: Callable[[], T], detail: str = "") -> T:
@@ -371,9 +360,6 @@ class _NoCrash(CrashPoints):
 
     def kernel_phases(self, method: str) -> tuple[Phase, Phase]:
         return _NO_KERNEL_CALL
-
-    def kernel_call(self, method: str) -> str:
-        return f"kernel#0.{method}"
 
 
 _NO_KERNEL_CALL: Final = (
