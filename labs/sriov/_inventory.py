@@ -12,7 +12,7 @@ once the shape is right, and reported the same way: one line per problem,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,38 @@ class Inventory:
 
     def __iter__(self) -> Iterator[LabHost]:
         return iter(self.hosts)
+
+    def groups(self) -> list[tuple[str, ...]]:
+        """The hosts in groups that can run apart: a host with every host its PFs' traffic
+        peers name (and theirs), each group's names in inventory order, the groups in the
+        order of their first host. A group is provisioned, driven and torn down by one
+        process; two groups share nothing (one xdist worker each: harness.rig)."""
+        names = [h.name for h in self.hosts]
+        group_of = {name: {name} for name in names}
+        for host in self.hosts:
+            for pf in host.pfs:
+                if pf.peer is not None and pf.peer.host in group_of:
+                    joined = group_of[host.name] | group_of[pf.peer.host]
+                    for name in joined:
+                        group_of[name] = joined
+        groups: list[tuple[str, ...]] = []
+        for name in names:
+            group = tuple(n for n in names if n in group_of[name])
+            if group not in groups:
+                groups.append(group)
+        return groups
+
+    def group_of(self, name: str) -> tuple[str, ...]:
+        """The group (``groups``) ``name`` is in; KeyError naming the file if none."""
+        self.host(name)
+        return next(group for group in self.groups() if name in group)
+
+    def only(self, names: Collection[str]) -> Inventory:
+        """The same inventory with only the hosts ``names`` (KeyError naming the file for
+        a name it does not have)."""
+        for name in names:
+            self.host(name)
+        return replace(self, hosts=tuple(h for h in self.hosts if h.name in names))
 
     def reached_at(self, name: str, address: str, port: int) -> Inventory:
         """The same inventory with host ``name`` at another address and port: how a session

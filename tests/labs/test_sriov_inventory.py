@@ -246,3 +246,31 @@ def test_no_product_module_loads_yaml_but_the_sdk_loader() -> None:
                 ):
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: yaml.{node.attr}")
     assert offenders == []
+
+
+def test_hosts_joined_by_a_traffic_peer_are_one_group(tmp_path: Path) -> None:
+    """h1's PF is cabled to h2: one process must hold both. A third host with its peer on
+    itself runs apart (harness.rig gives each group an xdist worker)."""
+    alone = """\
+        h3:
+          ansible_host: 192.0.2.3
+          sriov_pfs:
+            - pci: "0000:05:00.0"
+              vfs: 2
+              model: Intel 82576
+              driver: igb
+              vf_driver: igbvf
+              capabilities: []
+              peer: {netdev: eth1}
+"""
+    inventory = load_inventory(_write(tmp_path, GOOD + alone))
+    assert inventory.groups() == [("h1", "h2"), ("h3",)]
+    assert inventory.group_of("h2") == ("h1", "h2")
+    assert [h.name for h in inventory.only(["h3"])] == ["h3"]
+    with pytest.raises(KeyError, match="no host 'h9'"):
+        inventory.only(["h9"])
+
+
+def test_hosts_without_peers_are_groups_of_one(tmp_path: Path) -> None:
+    text = GOOD.replace("              peer: {host: h2, netdev: eth9}\n", "")
+    assert load_inventory(_write(tmp_path, text)).groups() == [("h1",), ("h2",)]
