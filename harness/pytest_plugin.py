@@ -27,12 +27,14 @@ import pytest
 from harness.guest_watch import GuestWatch
 from harness.labs import LabSpec, LabURLError, parse_lab_url
 from harness.report_labels import ReportLabels
+from harness.sriov_labs import SriovLabs, group_name
 from harness.stats import STATS_DIR_ENV
 from labs import SEED_ENV, AgentLab, FakeModelLab, Lab, NetnsLab, start_state_seed
 from labs.vm import KERNEL_ENV, VmLab, asked_kernel
 
 if TYPE_CHECKING:  # testinfra and ansible-runner load only for a run of the sriov tier
-    from labs.sriov import SriovLab
+    from labs import HostLab
+    from labs.sriov import Inventory, SriovLab
 
 LAB_MARKERS = ("netns", "vm", "sriov")
 MARKERS = {
@@ -129,10 +131,18 @@ def rig_stats(request: pytest.FixtureRequest) -> RigStats:
     return request.config.stash[STATS_KEY]
 
 
+SRIOV_GROUP_PROPERTY = "sriov_group"
+"""A case's SR-IOV group of hosts, in its reports' ``user_properties`` (which xdist
+carries to the controller): how the rig's summary counts each group's outcomes."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not any(item.get_closest_marker(m) for m in LAB_MARKERS):
             item.add_marker(pytest.mark.fake)
+        group = item.get_closest_marker("xdist_group")
+        if group is not None and item.get_closest_marker("sriov") is not None:
+            item.user_properties.append((SRIOV_GROUP_PROPERTY, group.kwargs["name"]))
 
 
 def explicitly_requested(config: pytest.Config, tier: str) -> bool:
@@ -175,17 +185,57 @@ def vm_lab(request: pytest.FixtureRequest) -> Iterator[VmLab]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test taking ``nic_lab`` runs on every NIC lab: the VM lab's guest (marked
     ``vm``) and each host of the ``--lab sriov://`` inventory (marked ``sriov``; without
-    one, a single ``sriov`` case that skips or fails saying so)."""
+    one, a single ``sriov`` case that skips or fails saying so). A test taking
+    ``sriov_lab`` runs once per group of the inventory's hosts (``Inventory.groups``).
+    Every sriov case is marked with its group's ``xdist_group``: under ``harness.rig``
+    each group runs on a worker of its own."""
+    config = metafunc.config
     if "lab_factory" in metafunc.fixturenames:
-        metafunc.parametrize("lab_factory", lab_factory_params(metafunc.config), indirect=True)
+        metafunc.parametrize("lab_factory", lab_factory_params(config), indirect=True)
+    if "sriov_group" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "sriov_group", sriov_group_params(config), indirect=True, scope="session"
+        )
     if "nic_lab" not in metafunc.fixturenames:
         return
-    params = [pytest.param("vm", marks=pytest.mark.vm, id="vm")]
-    hosts = sriov_host_names(asked_lab(metafunc.config))
-    params += [pytest.param(f"sriov/{h}", marks=pytest.mark.sriov, id=f"sriov-{h}") for h in hosts]
-    if not hosts:
-        params.append(pytest.param("sriov", marks=pytest.mark.sriov, id="sriov"))
+    params = [pytest.param("vm", marks=pytest.mark.vm, id="vm"), *sriov_host_params(config)]
     metafunc.parametrize("nic_lab", params, indirect=True, scope="session")
+
+
+def sriov_host_params(config: pytest.Config, *marks: pytest.MarkDecorator) -> list[Any]:
+    """One case per host of the run's ``sriov://`` inventory (``sriov/<host>``, marked
+    ``sriov``, its group's ``xdist_group`` and ``marks``); without one a single ``sriov``
+    case, which skips or fails saying why (the ``sriov_labs`` fixture)."""
+    spec = asked_lab(config)
+    inventory = sriov_inventory(spec)
+    if inventory is None:
+        return [pytest.param("sriov", marks=[pytest.mark.sriov, *marks], id="sriov")]
+    return [
+        pytest.param(
+            f"sriov/{host}",
+            marks=[pytest.mark.sriov, _group_mark(group), *marks],
+            id=f"sriov-{host}",
+        )
+        for group in inventory.groups()
+        for host in group
+    ]
+
+
+def sriov_group_params(config: pytest.Config) -> list[Any]:
+    """One case per group of hosts of the run's ``sriov://`` inventory (see above)."""
+    inventory = sriov_inventory(asked_lab(config))
+    if inventory is None:
+        return [pytest.param((), marks=pytest.mark.sriov, id="sriov")]
+    return [
+        pytest.param(
+            group, marks=[pytest.mark.sriov, _group_mark(group)], id=f"sriov-{group_name(group)}"
+        )
+        for group in inventory.groups()
+    ]
+
+
+def _group_mark(group: tuple[str, ...]) -> pytest.MarkDecorator:
+    return pytest.mark.xdist_group(name=group_name(group))
 
 
 def lab_factory_params(config: pytest.Config) -> list[Any]:
@@ -195,10 +245,7 @@ def lab_factory_params(config: pytest.Config) -> list[Any]:
     tier = spec.tier
     if tier != "sriov":
         return [pytest.param(tier, marks=getattr(pytest.mark, tier), id=tier)]
-    hosts = sriov_host_names(spec)
-    if not hosts:  # the inventory does not load: the sriov_lab fixture says why
-        return [pytest.param("sriov", marks=pytest.mark.sriov, id="sriov")]
-    return [pytest.param(f"sriov/{h}", marks=pytest.mark.sriov, id=f"sriov-{h}") for h in hosts]
+    return sriov_host_params(config)
 
 
 @pytest.fixture
@@ -218,7 +265,7 @@ def lab_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], Lab]]:
     elif tier == "vm":
         factory = request.getfixturevalue("vm_lab").session
     else:
-        factory = request.getfixturevalue("sriov_lab").host_lab(host).session
+        factory = sriov_host_lab(request, host).session
     made: list[Lab] = []
 
     def make() -> Lab:
@@ -231,17 +278,16 @@ def lab_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], Lab]]:
         lab.close()
 
 
-def sriov_host_names(spec: LabSpec | None) -> list[str]:
-    """The hosts of the run's ``sriov://`` inventory (none: no such lab, or it does not
-    load: the ``sriov_lab`` fixture then says why)."""
+def sriov_inventory(spec: LabSpec | None) -> Inventory | None:
+    """The run's ``sriov://`` inventory (None: no such lab, or it does not load)."""
     if spec is None or spec.tier != "sriov":
-        return []
+        return None
     from labs.sriov import InventoryError, load_inventory
 
     try:
-        return [host.name for host in load_inventory(Path(spec.target)).hosts]
+        return load_inventory(Path(spec.target))
     except (InventoryError, OSError):
-        return []
+        return None
 
 
 @pytest.fixture(scope="session")
@@ -253,30 +299,59 @@ def nic_lab(request: pytest.FixtureRequest) -> AgentLab:
         lab: AgentLab = request.getfixturevalue("vm_lab")
         request.config.stash[WATCH_KEY].hold(request, lab)  # replaced with the guest
         return lab
-    host_lab: AgentLab = request.getfixturevalue("sriov_lab").host_lab(host)
-    return host_lab
+    return sriov_host_lab(request, host)
 
 
 @pytest.fixture(scope="session")
-def sriov_lab(request: pytest.FixtureRequest) -> Iterator[SriovLab]:
-    """The ``--lab sriov://INVENTORY`` hosts, provisioned for the session and checked to
-    be left as they were found."""
+def sriov_labs(request: pytest.FixtureRequest) -> Iterator[SriovLabs]:
+    """The ``--lab sriov://INVENTORY`` hosts: each group's lab provisioned when its first
+    case asks (``harness.sriov_labs``), each checked at the end to be left as found."""
     spec = asked_lab(request.config)
     if spec is None or spec.tier != "sriov":
         require_lab(request.config, "sriov", "it needs --lab sriov://INVENTORY")
         raise AssertionError("unreachable")  # require_lab skipped or failed
     require_lab(request.config, "sriov", spec.missing())
-    from labs.sriov import SriovLab
-
-    lab = SriovLab(Path(spec.target))
-    stats = request.config.stash[STATS_KEY]
-    stats.fact("hosts", lab.testbeds)
-    assert lab.provisioning is not None
-    stats.fact("provisioning_changed", lab.provisioning.changed)
+    labs = SriovLabs(Path(spec.target))
     try:
-        yield lab
+        yield labs
     finally:
-        lab.close()  # teardown, and the testinfra checks that no trace is left
+        labs.close()  # teardown, and the testinfra checks that no trace is left
+
+
+@pytest.fixture(scope="session")
+def sriov_group(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The group of hosts of this case (``pytest_generate_tests``)."""
+    group: tuple[str, ...] = request.param
+    return group
+
+
+@pytest.fixture(scope="session")
+def sriov_lab(request: pytest.FixtureRequest, sriov_group: tuple[str, ...]) -> SriovLab:
+    """The provisioned lab of this case's group of hosts (one case per group)."""
+    labs: SriovLabs = request.getfixturevalue("sriov_labs")
+    if not sriov_group:
+        raise AssertionError("unreachable: sriov_labs skips or fails without an inventory")
+    return _recorded(request, labs.lab_of(sriov_group[0]))
+
+
+def sriov_host_lab(request: pytest.FixtureRequest, host: str) -> HostLab:
+    """The lab of one host of the run's inventory (its group's, made on first use)."""
+    labs: SriovLabs = request.getfixturevalue("sriov_labs")
+    return _recorded(request, labs.lab_of(host)).host_lab(host)
+
+
+def _recorded(request: pytest.FixtureRequest, lab: SriovLab) -> SriovLab:
+    """``lab``, its hosts' testbeds and provisioning recorded in the run's facts once."""
+    stats = request.config.stash[STATS_KEY]
+    hosts = stats.facts.setdefault("hosts", {})
+    if not set(lab.testbeds) <= set(hosts):
+        hosts.update(lab.testbeds)
+        assert lab.provisioning is not None
+        stats.add("provisioning_changed", lab.provisioning.changed)
+        stats.fact(
+            "sriov_groups", sorted({*stats.facts.get("sriov_groups", []), "+".join(lab.testbeds)})
+        )
+    return lab
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,8 @@ from labs import METRICS_DIR_ENV
 
 from .crash_log import read_runs
 from .crash_matrix import write_matrices
-from .labs import LabURLError, parse_lab_url, summary_path
+from .labs import LabSpec, LabURLError, parse_lab_url, summary_path
+from .pytest_plugin import SRIOV_GROUP_PROPERTY
 from .report import write_environment
 from .scenarios import start_state_seed
 from .scraped_metrics import HookMetrics, scrape_textfiles
@@ -48,16 +49,21 @@ SUMMARY_COUNTS = (
 
 
 class _Collector:
-    """Counts test outcomes (xdist reports them to the controller too)."""
+    """Counts test outcomes (xdist reports them to the controller too), in total and per
+    SR-IOV group of hosts (``groups``: their names; a case's is in its report)."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: list[str] | None = None) -> None:
         self.outcomes: Counter[str] = Counter()
+        self.group_outcomes: dict[str, Counter[str]] = {name: Counter() for name in groups or []}
         self.stats = Gathered()
         self.metrics = HookMetrics()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.outcome] += 1
+            group = dict(report.user_properties).get(SRIOV_GROUP_PROPERTY)
+            if group in self.group_outcomes:
+                self.group_outcomes[group][report.outcome] += 1
 
 
 def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dict[str, Any]:
@@ -70,6 +76,23 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
     # and facts (the guest's kernel release, its boot seconds) follow the common ones.
     summary.update({key: counts[key] for key in sorted(counts) if key not in summary})
     summary.update(collector.stats.facts)
+    if collector.group_outcomes:
+        # An SR-IOV run of several groups of hosts: each group's own figures (its cases'
+        # outcomes; the counts of the worker that ran it).
+        by_worker = {
+            name: counts
+            for groups, counts in collector.stats.sections.items()
+            for name in groups.split(", ")
+        }
+        summary["sriov_sections"] = {
+            name: {
+                "tests_passed": outcomes["passed"],
+                "tests_failed": outcomes["failed"],
+                "tests_skipped": outcomes["skipped"],
+                **{key: by_worker.get(name, {}).get(key, 0) for key in SUMMARY_COUNTS},
+            }
+            for name, outcomes in collector.group_outcomes.items()
+        }
     # What a scraper read from the service processes' metrics after the run (the test
     # kit's processes publish a textfile each: labs.METRICS_DIR_ENV).
     summary["metrics"] = collector.metrics.summary()
@@ -89,16 +112,24 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
     return summary
 
 
-def parallel_args(tier: str, pytest_args: list[str]) -> list[str]:
+def parallel_args(tier: str, pytest_args: list[str], sriov_groups: int = 1) -> list[str]:
     """The fake tier runs on every core (pytest-xdist): its cases share nothing but the
     CPU (each its own kernel model, journal and sockets under its own tmp_path), and the
-    counters each worker leaves are added up by ``gather``. The other tiers share one
-    machine's kernel (the netns lab's names, the VM guest, a lab host) and run in one
-    process. A run that says ``-n`` itself (``-n 0``: one process) keeps its choice.
+    counters each worker leaves are added up by ``gather``. An SR-IOV inventory of
+    several groups of hosts (``Inventory.groups``) runs a worker per group, each case on
+    its group's (``--dist loadgroup``: the cases carry their group's ``xdist_group``), so
+    one worker boots, provisions, drives and tears down each group's hosts while the
+    others do theirs. The other tiers share one machine's kernel (the netns lab's
+    names, the VM guest) and run in one process. A run that says ``-n`` itself (``-n 0``:
+    one process) keeps its choice.
 
     ``worksteal``: the tier's cases last from milliseconds to minutes, and with xdist's
     default split one worker was left with the last long ones while the other idled."""
-    if tier != "fake" or any(a.startswith(("-n", "--numprocesses")) for a in pytest_args):
+    if any(a.startswith(("-n", "--numprocesses")) for a in pytest_args):
+        return []
+    if tier == "sriov" and sriov_groups > 1:
+        return ["-n", str(sriov_groups), "--dist", "loadgroup"]
+    if tier != "fake":
         return []
     if any(a.startswith(("--dist", "-d")) for a in pytest_args):
         return ["-n", "auto"]
@@ -166,6 +197,22 @@ def scratch(root: Path | None) -> Iterator[list[str]]:
                 os.environ["TMPDIR"] = saved_env
 
 
+def sriov_groups(spec: LabSpec) -> list[str]:
+    """The names of the groups of hosts of the run's ``sriov://`` inventory (none: another
+    tier, or an inventory that does not load, which the lab's fixture then reports)."""
+    if spec.tier != "sriov":
+        return []
+    from labs.sriov import InventoryError, load_inventory
+
+    from .sriov_labs import group_name
+
+    try:
+        groups = load_inventory(Path(spec.target)).groups()
+    except (InventoryError, OSError):
+        return []
+    return [group_name(g) for g in groups]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.rig", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -182,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     except LabURLError as exc:
         parser.error(str(exc))
     results = Path(args.alluredir)
-    collector = _Collector()
-    workers = parallel_args(spec.tier, args.pytest_args)
+    groups = sriov_groups(spec)
+    collector = _Collector(groups if len(groups) > 1 else None)
+    workers = parallel_args(spec.tier, args.pytest_args, len(groups))
     started = time.monotonic()
     root = scratch_root(spec.tier, args.pytest_args)
     if root is not None:

@@ -14,6 +14,7 @@ what it finds is raised, one line per problem, so a run that leaves a trace fail
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,17 @@ class SriovLab:
     """The hosts of the inventory at ``path``, provisioned for a run (see the module)."""
 
     def __init__(
-        self, path: Path, *, start_seed: int | None = None, cache: Path = CACHE_DIR
+        self,
+        path: Path,
+        *,
+        hosts: Collection[str] | None = None,
+        start_seed: int | None = None,
+        cache: Path = CACHE_DIR,
     ) -> None:
+        """``hosts``: only these of the inventory (a group: ``Inventory.groups``)."""
         self.inventory: Inventory = load_inventory(path)
+        if hosts is not None:
+            self.inventory = self.inventory.only(hosts)
         self.emulated: dict[str, EmulatedHost] = {}
         self.host_labs: dict[str, HostLab] = {}
         self.remote: dict[str, Any] = {}

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from _pytest.mark import ParameterSet
 
-from harness.pytest_plugin import asked_lab, sriov_host_names
+from harness.pytest_plugin import sriov_host_lab, sriov_host_params
 from labs import SANDBOX, AgentLab, AgentSession
 from labs.netns import PARENTS
 from plugins.kernel import LinkChanges, VFChanges, VFConfig
@@ -48,13 +48,7 @@ def node_kinds(config: pytest.Config) -> list[ParameterSet]:
     slow = pytest.mark.timeout(NIC_TIMEOUT_S)
     kinds = [pytest.param("fake", id="fake")]
     kinds.append(pytest.param("vm", marks=[pytest.mark.vm, slow], id="vm"))
-    hosts = sriov_host_names(asked_lab(config))
-    kinds += [
-        pytest.param(f"sriov/{h}", marks=[pytest.mark.sriov, slow], id=f"sriov-{h}") for h in hosts
-    ]
-    if not hosts:
-        kinds.append(pytest.param("sriov", marks=[pytest.mark.sriov, slow], id="sriov"))
-    return kinds
+    return [*kinds, *sriov_host_params(config, slow)]
 
 
 def machine_of(request: pytest.FixtureRequest, kind: str) -> AgentLab:
@@ -63,9 +57,7 @@ def machine_of(request: pytest.FixtureRequest, kind: str) -> AgentLab:
     if tier == "vm":
         guest: AgentLab = request.getfixturevalue("vm_lab")
         return guest
-    lab = request.getfixturevalue("sriov_lab")  # skips or fails when there is none
-    host_lab: AgentLab = lab.host_lab(host)
-    return host_lab
+    return sriov_host_lab(request, host)  # skips or fails when there is no inventory
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def test_a_good_inventory_loads_with_shared_vars_and_defaults(tmp_path: Path) ->
     assert inventory.host("h2") is h2
 
 
-@pytest.mark.parametrize("name", ["emulated.yml", "example-lab.yml"])
+@pytest.mark.parametrize("name", ["emulated.yml", "emulated-2.yml", "example-lab.yml"])
 def test_the_shipped_inventories_load(name: str) -> None:
     inventory = load_inventory(INVENTORIES / name)
     assert inventory.hosts
@@ -212,7 +212,7 @@ def test_bad_yaml_and_a_missing_file_are_one_line(tmp_path: Path) -> None:
     and not (Path(sys.executable).parent / "ansible-inventory").exists(),
     reason="ansible-core is not installed",
 )
-@pytest.mark.parametrize("name", ["emulated.yml", "example-lab.yml"])
+@pytest.mark.parametrize("name", ["emulated.yml", "emulated-2.yml", "example-lab.yml"])
 def test_ansible_reads_the_shipped_inventories_the_same_way(name: str) -> None:
     program = Path(sys.executable).parent / "ansible-inventory"
     out = subprocess.run(

@@ -23,7 +23,7 @@ from harness.rig import MEMORY_FS, MEMORY_FS_MIN_FREE, parallel_args, scratch, s
         ("fake", ["--numprocesses=1"], []),
         ("netns", [], []),  # one machine's kernel: the lab's names are shared
         ("vm", [], []),  # one guest
-        ("sriov", [], []),  # the inventory's hosts
+        ("sriov", [], []),  # an inventory of one group of hosts (tests/rig/test_sriov_groups.py)
     ],
 )
 def test_only_the_fake_tier_is_spread_over_workers(
