@@ -35,6 +35,7 @@ from .emulated_host import EmulatedHost
 from .fake import DEFAULT_LAB, FakeModelLab, FakeServerLab
 from .host import HostLab
 from .netns import NetnsLab
+from .remote_services import OnHost, RemoteHost, RemoteServiceProcess, RemoteServices
 from .vm import VmLab
 
 __all__ = [
@@ -59,9 +60,13 @@ __all__ = [
     "LocalClient",
     "NetnsLab",
     "Node",
+    "OnHost",
     "PingStatus",
     "ProcessServices",
     "ReadyListener",
+    "RemoteHost",
+    "RemoteServiceProcess",
+    "RemoteServices",
     "ServiceProcess",
     "ServiceSpec",
     "TrafficSide",

@@ -8,12 +8,17 @@ it (the rig, the conformance suite, the end-to-end tests, the benchmarks) see on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fakekernel import LabKernel
 from plugins.coordinator import Inventory
 from plugins.kernel import NsRef
 from plugins.sdk import NamespaceHandle, SandboxHandle
+
+if TYPE_CHECKING:
+    from ._services import ProcessServices, ServiceSpec
 
 SANDBOX = "pod-a"
 
@@ -58,6 +63,16 @@ class Lab(ABC):
             ns = self.kernel.add_namespace(name)
             self.furnish_sandbox(ns)
         return SandboxHandle(name, NamespaceHandle(ns.path, ns.device, ns.inode, ns.boot_id))
+
+    def process_services(
+        self, root: Path, specs: Sequence[ServiceSpec], socket_dir: Path
+    ) -> ProcessServices:
+        """A node's services as real programs (``Node(processes=True)``): by default on
+        this machine, on ``kernel_url``. A lab whose services run on the machine holding
+        the kernel runs them there (``labs.remote_services.OnHost``)."""
+        from ._services import ProcessServices
+
+        return ProcessServices(self, root, specs, socket_dir)
 
     def furnish_sandbox(self, ns: NsRef) -> None:  # noqa: B027 - a hook; most labs add nothing
         """What a new pod namespace holds before anything of ours runs (default: nothing)."""

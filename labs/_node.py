@@ -65,7 +65,7 @@ class Node:
             if processes:
                 # Unix socket paths are short (107 bytes): sockets live in a short /tmp dir.
                 self._socket_dir = Path(tempfile.mkdtemp(prefix="node-", dir="/tmp"))
-                self.out_of_process = ProcessServices(lab, root, services, self._socket_dir)
+                self.out_of_process = lab.process_services(root, services, self._socket_dir)
                 self.out_of_process.start()
             else:
                 self.in_process = InProcessServices(lab, root, services)

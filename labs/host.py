@@ -9,6 +9,11 @@ and the before/after checks work on a host as they do in the VM lab's guest. The
 agent's stderr (its ``READY`` line, its errors) is logged and its tail is in every
 error. On ``close()`` the agent sees the end of its stdin, closes its sessions and
 removes its namespace pins: the host is left as it was.
+
+``remote`` (a ``labs.RemoteHost``: how to run a command on the host, and its Python)
+lets a session's services run on the host itself (``on_host(session)``: their own
+``linux://`` kernel code, see ``labs.remote_services``); None: the host runs none for
+the rig.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from pathlib import Path
 
 from ._agent_lab import AgentLab
 from ._console import AgentUnavailable, Console, reap
+from ._lab import Lab
 from ._seed import start_state_seed
 from .kernel_agent import READY
+from .remote_services import OnHost, RemoteHost
 
 __all__ = ["HostLab"]
 
@@ -52,8 +59,10 @@ class HostLab(AgentLab):
         lacking: Mapping[str, str] | None = None,
         start_seed: int | None = None,
         ready_deadline_s: float = READY_DEADLINE_S,
+        remote: RemoteHost | None = None,
     ) -> None:
         self.name = name
+        self.remote = remote
         self.pfs = tuple(pfs)
         self.lacking = dict(lacking or {})
         self.start_seed = start_state_seed() if start_seed is None else start_seed
@@ -91,6 +100,13 @@ class HostLab(AgentLab):
                     f"its stderr ({self.agent_log}), last lines:\n{self._console.tail()}"
                 ) from exc
             raise
+
+    def on_host(self, session: Lab) -> OnHost:
+        """``session`` (of this lab) with its services run on the host, ``linux://`` on
+        its node namespace, instead of on this machine through the relay."""
+        if self.remote is None:
+            raise ValueError(f"{self.name}: this lab was given no way to run services there")
+        return OnHost(session, self.remote)
 
     def close(self) -> None:
         """Close the sessions and hang up; the agent exits and the command with it

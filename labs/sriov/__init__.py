@@ -34,7 +34,15 @@ from ._inventory import (
     PhysicalFunction,
     load_inventory,
 )
-from ._lab import SriovLab, SriovLabUnavailable, agent_command, lacking, traffic_peer
+from ._lab import (
+    SriovLab,
+    SriovLabUnavailable,
+    agent_command,
+    lacking,
+    remote_host,
+    ssh_command,
+    traffic_peer,
+)
 from ._provision import (
     HostOutcome,
     ProvisionError,
@@ -79,8 +87,10 @@ __all__ = [
     "load_inventory",
     "ownership_evidence",
     "provision",
+    "remote_host",
     "role_defaults",
     "snapshot",
+    "ssh_command",
     "teardown",
     "traffic_peer",
 ]

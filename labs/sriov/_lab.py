@@ -20,13 +20,22 @@ from typing import Any
 
 from ..emulated_host import EmulatedHost
 from ..host import HostLab
+from ..remote_services import RemoteHost
 from ._artifacts import CACHE_DIR, Distribution
 from ._checks import check_no_trace, check_provisioned, connect, ownership_evidence, snapshot
 from ._inventory import CAPABILITIES, Inventory, LabHost, PeerPort, load_inventory
 from ._provision import ProvisionResult, distributions, provision, teardown
 from ._role import role_defaults
 
-__all__ = ["SriovLab", "SriovLabUnavailable", "agent_command", "lacking", "traffic_peer"]
+__all__ = [
+    "SriovLab",
+    "SriovLabUnavailable",
+    "agent_command",
+    "lacking",
+    "remote_host",
+    "ssh_command",
+    "traffic_peer",
+]
 
 
 # Where provisioning puts the project's venv on a host.
@@ -42,6 +51,18 @@ def agent_command(host: LabHost) -> list[str]:
     remote = [f"{VENV}/bin/python", "-m", "labs.kernel_agent", "--stdio"]
     if host.user != "root":
         remote = ["sudo", "-n", *remote]
+    return [*ssh_command(host), shlex.join(remote)]
+
+
+def remote_host(host: LabHost) -> RemoteHost:
+    """How the rig runs services on ``host``: over SSH, from the venv provisioning made
+    (the product and the test kit), as root."""
+    sudo = ("sudo", "-n") if host.user != "root" else ()
+    return RemoteHost(host.name, tuple(ssh_command(host)), f"{VENV}/bin/python", sudo)
+
+
+def ssh_command(host: LabHost) -> list[str]:
+    """The ssh argv logging in to ``host``, the remote command line to be appended."""
     return [
         "ssh",
         "-i",
@@ -54,7 +75,6 @@ def agent_command(host: LabHost) -> list[str]:
         "LogLevel=ERROR",
         *shlex.split(host.ssh_args),
         f"{host.user}@{host.address}",
-        shlex.join(remote),
     ]
 
 
@@ -139,6 +159,7 @@ class SriovLab:
                     [pf["netdev"] for pf in self.testbeds[host.name]["pfs"]],
                     lacking=lacking(host),
                     start_seed=start_seed,
+                    remote=remote_host(host),
                 )
             for host in self.inventory:
                 peer, why = traffic_peer(host)

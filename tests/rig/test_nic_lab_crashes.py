@@ -14,6 +14,12 @@ checks that refusal end to end, on every NIC lacking ``vlan_on_bond``).
 Under TCG a run costs seconds, not milliseconds, so each suite runs a seeded sample of
 the points, sized so the vm tier fits its CI budget (docs/vm-lab.md has the figures):
 every k-th point from an offset the seed draws, printed with the seed.
+``RIG_CRASH_FULL=1`` (``harness.remote_rig``) crashes every point instead.
+
+On an SR-IOV host the SIGKILL sample's services run on the host itself, ``linux://`` on
+the session's node (``HostLab.on_host``, ``labs.remote_services``): the real process is
+killed in its own netlink calls, VF moves included, at no less than a tenth of the
+points of each topology; elsewhere they run on this machine through the relay.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from harness.crash import (
 )
 from harness.crash_log import CrashLog
 from harness.process_rig import ProcessRig, sigkill_runs
+from harness.remote_rig import full_mode, on_host_sigkill_runs, seeded_sample
 from harness.scenarios import SEED_ENV, allocate, lab_inventory, start_state_seed
-from labs import AgentLab
+from labs import AgentLab, HostLab, Lab
+from plugins.sdk.runner import CrashPoint
 
 SEED = start_state_seed()
 REPRODUCE = f"starting state seed {SEED}: reproduce with {SEED_ENV}={SEED}"
@@ -55,11 +63,18 @@ SIGKILL_SAMPLE = {"macvlan": 3, "ipvlan": 3, "vf-bond": 2}
 TIMEOUT_S = 900
 
 
-def chosen(what: str, topology: str, points: list[str], wanted: int) -> list[str]:
+def chosen(what: str, topology: str, points: list[CrashPoint], wanted: int) -> list[CrashPoint]:
     # The same sample on every NIC lab: one seed, one choice (the seed's name is kept).
     offset = random.Random(f"{SEED}/vm/{what}/{topology}").randrange(len(points) or 1)
-    picked = every_kth(points, wanted, offset)
-    print(f"\n{what} of {topology}: {len(picked)} of {len(points)} points ({REPRODUCE}): {picked}")
+    picked = list(points) if full_mode() else every_kth(points, wanted, offset)
+    return shown(what, topology, points, picked)
+
+
+def shown(
+    what: str, topology: str, points: list[CrashPoint], picked: list[CrashPoint]
+) -> list[CrashPoint]:
+    names = [str(p) for p in picked]
+    print(f"\n{what} of {topology}: {len(picked)} of {len(points)} points ({REPRODUCE}): {names}")
     return picked
 
 
@@ -131,7 +146,7 @@ def test_crash_at_a_sample_of_points(
     tmp_path: Path,
     crash_log: CrashLog,
 ) -> None:
-    hooks = {p.split("/", 1)[0] for p in ref.points}
+    hooks = {p.hook for p in ref.points}
     assert hooks == {"NodePrepare", "ConnectNetwork", "RemoveNetwork", "NodeUnprepare"}
     wanted = INPROCESS_SAMPLE[topology][path]
     points = chosen(f"in-process {path}", topology, ref.points, wanted)
@@ -168,15 +183,30 @@ def test_compound_crash_during_recovery(
 
 @pytest.mark.timeout(TIMEOUT_S)
 def test_sigkill_sample(
-    topology: str, ref: Reference, make_lab: LabFactory, tmp_path: Path, crash_log: CrashLog
+    nic_lab: AgentLab,
+    topology: str,
+    ref: Reference,
+    make_lab: LabFactory,
+    tmp_path: Path,
+    crash_log: CrashLog,
 ) -> None:
-    """Real service processes on the rig's machine, their kernel the session's
-    (``kernel+unix://`` on the relay), SIGKILLed at a seeded sample of the points."""
-    points = chosen("SIGKILL", topology, ref.points, SIGKILL_SAMPLE[topology])
+    """Real service processes SIGKILLed at a seeded sample of the points: on an SR-IOV
+    host, the host's own (``linux://`` on the session's node); else on the rig's
+    machine, their kernel the session's (``kernel+unix://`` on the relay)."""
+    host = nic_lab if isinstance(nic_lab, HostLab) and nic_lab.remote is not None else None
     started = time.monotonic()
-    rig = ProcessRig(tmp_path / "rig", make_lab())
+    if host is not None:
+        seed = f"{SEED}/vm/SIGKILL/{topology}"
+        sample = seeded_sample(topology, ref.points, SIGKILL_SAMPLE[topology], seed)
+        points = shown("SIGKILL on the host", topology, ref.points, sample)
+        lab: Lab = host.on_host(make_lab())
+    else:
+        points = chosen("SIGKILL", topology, ref.points, SIGKILL_SAMPLE[topology])
+        lab = make_lab()
+    rig = ProcessRig(tmp_path / "rig", lab)
     try:
-        failures = sigkill_runs(rig, topology, points, crash_log, ref.points)
+        runs = sigkill_runs if host is None else on_host_sigkill_runs
+        failures = runs(rig, topology, points, crash_log, ref.points)
     finally:
         rig.close()
     print(f"{len(points)} SIGKILL runs in {time.monotonic() - started:.1f} s")
