@@ -12,12 +12,12 @@ from pathlib import Path
 
 from labs import SANDBOX, FakeServerLab, Lab, Node, service_of
 from plugins.coordinator import StepFailed
-from plugins.sdk import CleanupStatus
+from plugins.sdk import CleanupStatus, SandboxHandle
 from plugins.sdk.runner import CrashPoint
 
 from .crash import RunResult, failure_evidence
 from .crash_log import CrashLog
-from .invariants import violations, without_namespace
+from .invariants import violations
 from .scenarios import PHASES, Lifecycle, compiled
 
 
@@ -74,12 +74,18 @@ class ProcessRig(Node):
     by many runs with fresh identities."""
 
     def __init__(self, root: Path, lab: Lab | None = None) -> None:
-        super().__init__(FakeServerLab() if lab is None else lab, root, processes=True)
-        # Each run ends with the pod deleted (the invariants delete it) and the next run's
-        # pod is a new namespace: the baseline is the node without one.
-        self.baseline = without_namespace(self.snapshot(), SANDBOX)
+        # Each run's pod is a namespace of its own (``pod-<n>``), deleted by the run's
+        # invariants: a pod made again at a dead one's path may get its inode, which a
+        # service still holding the dead one refuses (ESTALE: its netns cookie differs).
+        self.pod = SANDBOX
+        super().__init__(FakeServerLab() if lab is None else lab, root, processes=True, pod=None)
+        self.baseline = self.snapshot()  # the node without a pod
         self.armed: dict[str, CrashPoint | None] = dict.fromkeys(self.processes.processes)
         """The point each service process was started armed at (None: started clean)."""
+
+    def sandbox(self, name: str = SANDBOX) -> SandboxHandle:
+        """The pod of the run in progress (``name``: another namespace's)."""
+        return super().sandbox(self.pod if name == SANDBOX else name)
 
     def runs(self, plan: Sequence[Run]) -> Iterator[RunResult]:
         """``run`` for each (n, topology, point) of ``plan``, in order; each service's
@@ -109,6 +115,7 @@ class ProcessRig(Node):
             service.start(crash_at=armed)
             self.armed[name] = armed
             self.reconnect()
+        self.pod = f"pod-{n}"
         life = Lifecycle(topology, self, claim=f"claim-{n}", attachment=f"att-{n}")
         crashed = None
         for index, phase in enumerate(PHASES):
@@ -137,7 +144,7 @@ class ProcessRig(Node):
         start = 0 if crashed is None else crashed
         life.run(start)
         problems += violations(
-            self.baseline, self.kernel, self.journal, dict(self.coordinator.clients)
+            self.baseline, self.kernel, self.journal, dict(self.coordinator.clients), self.pod
         )
         crashes = 1 if crashed is not None else 0
         evidence = failure_evidence(problems, self.journal)
