@@ -9,6 +9,7 @@ expected final name but without the marker is never adopted or deleted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -50,6 +51,17 @@ def open_ns(kernel: Kernel, ns: Mapping[str, Any]) -> NsRef:
     return kernel.open_namespace(
         NamespaceHandle(ns["path"], ns["device"], ns["inode"], ns["bootId"])
     )
+
+
+def find_device_in(kernel: Kernel, pci: str, *where: Mapping[str, Any] | None) -> Link | None:
+    """``kernel.find_device(pci)`` once the namespaces ``where`` are opened (those that
+    still exist): it scans only the host's and those opened in this process, and a
+    service restarted since it moved a VF into a pod has opened none yet."""
+    for ns in where:
+        if ns is not None:
+            with contextlib.suppress(OSError):
+                open_ns(kernel, ns)
+    return kernel.find_device(pci)
 
 
 def ns_json(ref: NsRef) -> dict[str, Any]:
@@ -126,7 +138,7 @@ def locate(kernel: Kernel, description: Mapping[str, Any]) -> Link | None:
     """Find a described link by its identity, not its name: PCI function, or ifindex + marker."""
     pci = description.get("pciAddress")
     if isinstance(pci, str) and pci:
-        return kernel.find_device(pci)
+        return find_device_in(kernel, pci, description.get("netns"))
     try:
         ns = open_ns(kernel, description["netns"])
     except OSError:

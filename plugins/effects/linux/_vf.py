@@ -16,7 +16,16 @@ from plugins.kernel import Kernel, Link, LinkChanges, VFChanges, VFConfig
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
 
-from ._common import IFNAME_SCHEMA, MTU_SCHEMA, NAMESPACE_SCHEMA, describe, open_ns, temp_name
+from ._common import (
+    IFNAME_SCHEMA,
+    MTU_SCHEMA,
+    NAMESPACE_SCHEMA,
+    describe,
+    find_device_in,
+    locate,
+    open_ns,
+    temp_name,
+)
 
 # Config key -> (VFConfig field, VFChanges field); VLAN, QoS and protocol travel together.
 _VF_FIELDS = {
@@ -256,7 +265,7 @@ class MoveLink:
     def probe(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
     ) -> Observation:
-        link = self.kernel.find_device(self._pci(ctx))
+        link = find_device_in(self.kernel, self._pci(ctx), ctx.payload["to"])
         if link is None:
             return Observation.CHANGED  # the VF disappeared
         target = open_ns(self.kernel, ctx.payload["to"])
@@ -290,7 +299,7 @@ class MoveLink:
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
     ) -> UndoResult:
-        link = self.kernel.find_device(self._pci(ctx))
+        link = find_device_in(self.kernel, self._pci(ctx), ctx.payload["to"])
         if link is None:
             return UndoResult(UndoOutcome.QUARANTINED, f"VF {self._pci(ctx)} disappeared")
         host = self.kernel.host_namespace()
@@ -344,7 +353,7 @@ class RenameLink:
         self.kernel = kernel
 
     def _link(self, ctx: EffectContext) -> Link | None:
-        return self.kernel.find_device(ctx.inputs["link"]["pciAddress"])
+        return locate(self.kernel, ctx.inputs["link"])  # the moved VF, where it was moved
 
     def probe(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
