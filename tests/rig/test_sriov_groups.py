@@ -6,6 +6,8 @@ summary has each group's section beside the totals."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +128,20 @@ def test_the_summary_has_each_groups_section(tmp_path: Path) -> None:
     assert (sections["a1+a2"]["tests_passed"], sections["a1+a2"]["tests_failed"]) == (1, 1)
     assert sections["b1"]["crash_runs_sigkill"] == 5
     assert sections["b1"]["tests_passed"] == 1
+
+
+def test_sizing_the_workers_imports_no_testinfra_before_pytest(url: str) -> None:
+    """The rig reads the inventory before pytest starts; testinfra (a pytest plugin that
+    pytest rewrites) imported then fails the run ('already imported so cannot be
+    rewritten', an error under filterwarnings=error)."""
+    probe = (
+        "import sys\n"
+        "from harness.labs import parse_lab_url\n"
+        "from harness.rig import sriov_groups\n"
+        f"assert sriov_groups(parse_lab_url({url!r})) == ['a1+a2', 'b1']\n"
+        "assert 'testinfra' not in sys.modules, 'testinfra imported'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr

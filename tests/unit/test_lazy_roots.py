@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAZY_ROOTS = ("plugins.sdk", "fakekernel", "plugins.kernel", "plugins.sdk.host")
+LAZY_ROOTS = ("plugins.sdk", "fakekernel", "plugins.kernel", "plugins.sdk.host", "labs.sriov")
 MECHANISM = "first_use_exports"  # what each imports to install its __getattr__, no export
 
 
