@@ -90,7 +90,12 @@ class Kernel(Protocol):
 
     @reads()
     def find_device(self, pci_address: str) -> Link | None:
-        """The netdev of a PCI function, in whichever namespace it currently is."""
+        """The netdev of a PCI function, in the host namespace or in one this backend has
+        opened (``open_namespace``); None if it is in no such namespace, or gone. A caller
+        looking for a device it moved into a namespace opens that namespace first (a
+        service restarted since the move has opened none: ``effects.linux._common``'s
+        ``find_device_in``). The fake model finds it in any namespace (a known gap,
+        docs/fake-kernel-fidelity.md)."""
         ...
 
     @mutates(
