@@ -36,17 +36,26 @@ class SriovLabs:
         self.path = path
         self.inventory: Inventory = load_inventory(path)
         self.labs: dict[tuple[str, ...], SriovLab] = {}
+        # A group whose lab could not be made: every later case of it fails with the
+        # same error at once, as a session fixture's would, not after a boot of its own.
+        self.failed: dict[tuple[str, ...], BaseException] = {}
 
     def groups(self) -> list[tuple[str, ...]]:
         return self.inventory.groups()
 
     def lab_of(self, host: str) -> SriovLab:
         group = self.inventory.group_of(host)
+        if group in self.failed:
+            raise self.failed[group]
         lab = self.labs.get(group)
         if lab is None:
             from labs.sriov import SriovLab
 
-            lab = self.labs[group] = SriovLab(self.path, hosts=group)
+            try:
+                lab = self.labs[group] = SriovLab(self.path, hosts=group)
+            except Exception as exc:
+                self.failed[group] = exc
+                raise
         return lab
 
     def host_lab(self, host: str) -> HostLab:

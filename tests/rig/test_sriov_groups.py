@@ -145,3 +145,27 @@ def test_sizing_the_workers_imports_no_testinfra_before_pytest(url: str) -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_group_whose_lab_cannot_be_made_fails_its_later_cases_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a session fixture's error would: one attempt per group (each is a boot and a
+    provisioning), its error again for every later case of the group; other groups try
+    their own."""
+    import labs.sriov
+    from harness.sriov_labs import SriovLabs
+
+    attempts: list[tuple[str, ...]] = []
+
+    class Unbootable:
+        def __init__(self, path: Path, *, hosts: tuple[str, ...]) -> None:
+            attempts.append(hosts)
+            raise labs.sriov.SriovLabUnavailable(f"{'+'.join(hosts)}: no SSH banner")
+
+    monkeypatch.setattr(labs.sriov, "SriovLab", Unbootable)
+    made = SriovLabs(Path(url.removeprefix("sriov://")))
+    for host in ("a1", "a2", "a1", "b1"):
+        with pytest.raises(labs.sriov.SriovLabUnavailable, match="no SSH banner"):
+            made.lab_of(host)
+    assert attempts == [("a1", "a2"), ("b1",)]
