@@ -349,7 +349,8 @@ def _recorded(request: pytest.FixtureRequest, lab: SriovLab) -> SriovLab:
         assert lab.provisioning is not None
         stats.add("provisioning_changed", lab.provisioning.changed)
         stats.fact(
-            "sriov_groups", sorted({*stats.facts.get("sriov_groups", []), "+".join(lab.testbeds)})
+            "sriov_groups",
+            sorted({*stats.facts.get("sriov_groups", []), group_name(tuple(lab.testbeds))}),
         )
     return lab
 
