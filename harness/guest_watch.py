@@ -16,7 +16,15 @@ such a lab call ``hold``):
   everything built on them (a module's lent VFs, a session's baseline of the guest), so
   the next case that asks boots a fresh guest and builds them again there;
 - the ``MAX_LAB_FAILURES``-th failure of a session, or a lab that cannot be built again,
-  ends the session with one line (pytest's ``Interrupted: ...``).
+  ends the session with one line (pytest's ``Interrupted: ...``);
+- with ``reruns`` (``--lab-reruns N``; the rig asks for 1 on its vm and sriov tiers), the
+  case the lab failed in runs again on the new lab, up to N times. A real kernel under
+  QEMU's emulation has stalled once in CI inside a VF's creation: that is the lab's
+  failure, not a verdict on the code under test, so the case gets a fresh guest before it
+  is judged (as LAVA retries a job on an infrastructure error). The failed attempt is
+  reported as ``rerun`` (pytest's ``R``), with its evidence, and counted
+  (``lab_reruns``); a case whose rerun fails again fails, and that second failure of the
+  session's labs ends the session. A plain ``pytest`` run does not rerun.
 """
 
 from __future__ import annotations
@@ -28,15 +36,18 @@ from typing import Any, TypeVar
 
 import allure
 import pytest
+from _pytest.runner import runtestprotocol  # what pytest-rerunfailures and xdist call too
 
 from labs import AgentLab
 
-__all__ = ["MAX_LAB_FAILURES", "GuestWatch"]
+__all__ = ["MAX_LAB_FAILURES", "RERUN_COUNT", "GuestWatch"]
 
 log = logging.getLogger(__name__)
 
 MAX_LAB_FAILURES = 2  # the first is replaced; a new guest failing again ends the session
 FAILURE_COUNT = "lab_agent_failures"
+RERUN_COUNT = "lab_reruns"
+RERUN = "rerun"  # the outcome of an attempt the lab failed in, run again on a new lab
 Built = TypeVar("Built", bound=AgentLab)
 
 
@@ -61,8 +72,10 @@ class GuestWatch:
         self,
         max_failures: int = MAX_LAB_FAILURES,
         count: Callable[[str], None] | None = None,
+        reruns: int = 0,
     ) -> None:
         self.max_failures = max_failures
+        self.reruns = reruns
         self._count = count  # told FAILURE_COUNT at each failure (the rig's summary counts it)
         self.failures: list[str] = []  # "<nodeid>: <why>", one per failed lab
         self._held: dict[int, _Held] = {}
@@ -95,6 +108,45 @@ class GuestWatch:
         held.fixtures.append((fixturedef, request))
 
     # -- hooks -------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
+        """Run the case, and again on a new lab while a lab failed in it (``reruns``).
+        pytest's own protocol, once per attempt: ``runtestprotocol`` sets up the case's
+        request afresh each time, and the failed lab's fixtures were finished in the
+        attempt's teardown (``_replace``), so the next attempt builds them again."""
+        if self.reruns <= 0:
+            return None
+        attempt = 0
+        while True:
+            item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+            failed_before = len(self.failures)
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            again = (
+                len(self.failures) > failed_before
+                and attempt < self.reruns
+                and not item.session.shouldstop
+            )
+            for report in reports:
+                if again and report.failed:
+                    report.outcome = RERUN  # type: ignore[assignment]
+                item.ihook.pytest_runtest_logreport(report=report)
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            if not again:
+                return True
+            attempt += 1
+            if self._count is not None:
+                self._count(RERUN_COUNT)
+            log.warning("%s: running it again on a new lab (attempt %d)", item.nodeid, attempt + 1)
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        if report.outcome == RERUN:
+            return RERUN, "R", ("RERUN", {"yellow": True})
+        return None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -129,6 +181,16 @@ class GuestWatch:
             terminalreporter.write_sep("=", "labs whose agent stopped answering (closed there)")
         for failure in self.failures:
             terminalreporter.write_line(failure)
+        # A rerun attempt is no failure, so pytest prints nothing of it: its evidence (the
+        # guest's console, the agent's stacks) is what says why the lab stalled.
+        for report in terminalreporter.stats.get(RERUN, []):
+            terminalreporter.write_sep(
+                "_", f"{report.nodeid}: the attempt run again ({report.when})"
+            )
+            for title, text in report.sections:
+                if not title.startswith("Captured"):
+                    terminalreporter.write_sep("-", title)
+                    terminalreporter.write_line(text)
 
     # -- what a failure does -----------------------------------------------------------------
 

@@ -74,6 +74,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "sriov tier needs it); fake:// and netns:// take no options. A lab no selected "
         "test runs on, or one this machine cannot run, fails the run",
     )
+    parser.addoption(
+        "--lab-reruns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a case whose lab's agent stopped answering again on a new lab, up to N "
+        "times (harness.guest_watch; scripts/rig asks for 1 on the vm and sriov tiers)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -93,7 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The report's tree (lab, family, file) and each test's true host label.
     config.pluginmanager.register(ReportLabels(), "dra-networkplugins-report-labels")
     # A lab whose agent stops answering fails its case and is replaced (harness.guest_watch).
-    config.stash[WATCH_KEY] = GuestWatch(count=config.stash[STATS_KEY].add)
+    config.stash[WATCH_KEY] = GuestWatch(
+        count=config.stash[STATS_KEY].add, reruns=config.getoption("lab_reruns", 0)
+    )
     config.pluginmanager.register(config.stash[WATCH_KEY], "dra-networkplugins-guest-watch")
 
 

@@ -106,6 +106,7 @@ def summarize(tier: str, lab: str, collector: _Collector, seconds: float) -> dic
         tests_passed=collector.outcomes["passed"],
         tests_failed=collector.outcomes["failed"],
         tests_skipped=collector.outcomes["skipped"],
+        tests_rerun=collector.outcomes["rerun"],
         seconds=round(seconds, 1),
         crash_runs_per_second=round(runs / seconds, 2) if seconds else 0.0,
     )
@@ -134,6 +135,15 @@ def parallel_args(tier: str, pytest_args: list[str], sriov_groups: int = 1) -> l
     if any(a.startswith(("--dist", "-d")) for a in pytest_args):
         return ["-n", "auto"]
     return ["-n", "auto", "--dist", "worksteal"]
+
+
+def lab_reruns(tier: str, pytest_args: list[str]) -> list[str]:
+    """The machine tiers' cases get one rerun on a new lab should their lab's agent stop
+    answering (``harness.guest_watch``): a real kernel under emulation stalling is the
+    lab's failure, not the code's. A run that says ``--lab-reruns`` itself keeps it."""
+    if tier not in ("vm", "sriov") or any(a.startswith("--lab-reruns") for a in pytest_args):
+        return []
+    return ["--lab-reruns=1"]
 
 
 MEMORY_FS = Path("/dev/shm")
@@ -254,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--alluredir={results}",
                 "-q",
                 *workers,
+                *lab_reruns(spec.tier, args.pytest_args),
                 *basetemp,
                 *args.pytest_args,
             ],

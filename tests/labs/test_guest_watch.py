@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.guest_watch import FAILURE_COUNT
+from harness.guest_watch import FAILURE_COUNT, RERUN_COUNT
 from harness.stats import STATS_DIR_ENV
 
 CONFTEST = """
@@ -253,6 +253,81 @@ def test_a_lab_that_cannot_be_built_again_ends_the_session_with_one_line(tmp_pat
         "(test_not_again.py::test_a_hang: the guest agent left 'hang' unanswered: timed out "
         "after 1 s): the second lab does not boot !"
     ) in out, out
+
+
+RERUNS = """
+import pytest
+
+from fakekernel.client import FakeKernelProtocolError
+
+
+@pytest.fixture(scope="module")
+def built_on(pair_lab):
+    return pair_lab.number
+
+
+def test_hangs_on_the_first_lab(pair_lab, built_on):
+    if pair_lab.number == 1:
+        pair_lab.kernel.hang(30.0)
+    assert built_on == pair_lab.number == 2, "the rerun ran on the failed lab's fixtures"
+
+
+def test_after_it(pair_lab):
+    assert pair_lab.number == 2
+
+
+def test_hangs_on_every_lab(pair_lab):
+    pair_lab.kernel.hang(30.0)
+
+
+def test_never_runs(pair_lab):
+    pass
+"""
+
+
+def test_with_lab_reruns_the_case_a_lab_failed_in_runs_again_on_a_new_lab(tmp_path: Path) -> None:
+    """``--lab-reruns 1``: the failed attempt is a rerun (with its evidence), the second
+    attempt on a new lab passes; a case that fails its rerun too fails, and ends the
+    session (the labs failed twice). Without the option nothing reruns (the test above)."""
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_reruns.py").write_text(RERUNS)
+    results = tmp_path / "allure"
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    options = ("-p", "no:cacheprovider", "-rA", "--lab-reruns=1", "--alluredir", str(results))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, STATS_DIR_ENV: str(stats)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=90,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out  # interrupted: the labs failed twice
+    assert "1 failed, 2 passed, 1 rerun" in out, out
+    # The attempt run again, with its evidence, after the summary's lab failures.
+    rerun = out.split("test_reruns.py::test_hangs_on_the_first_lab: the attempt run again (call)")[
+        1
+    ]
+    assert "the cases that follow run on a new lab" in rerun, out
+    assert "planted hang, lab 1" in rerun.split("short test summary")[0], out
+    assert "FAILED test_reruns.py::test_hangs_on_every_lab" in out, out
+    assert "test_never_runs" not in out.split("short test summary")[-1], out
+    counted = json.loads((stats / "stats-main.json").read_text())["counts"]
+    assert counted[RERUN_COUNT] == 1
+    assert counted[FAILURE_COUNT] == 2
+    # Allure keeps both attempts (one history id: the first is the retry), the failed one
+    # with the lab's evidence.
+    attempts = sorted(
+        (result["start"], result["status"], [a["name"] for a in result.get("attachments", [])])
+        for path in results.glob("*-result.json")
+        if (result := json.loads(path.read_text()))["name"] == "test_hangs_on_the_first_lab"
+    )
+    # broken: the lab's error is no assertion of the case
+    assert [status for _, status, _ in attempts] == ["broken", "passed"], attempts
+    assert "pair lab 1 agent log" in attempts[0][2], attempts
 
 
 def allure_attachments(results: Path) -> dict[str, dict[str, str]]:
