@@ -237,8 +237,23 @@ class NetnsKernel(ForwardingKernel):
                 for ref in spaces
             ],
             "links": rows,
-            "pfs": [],  # VF tables exist on SR-IOV hardware only (the sriov tier)
+            "pfs": self._pf_tables(spaces, links),
         }
+
+    def _pf_tables(self, spaces: list[NsRef], links: dict[str, list[Link]]) -> list[dict[str, Any]]:
+        """The VF tables of the PFs in the lab's namespaces, as the fake's ``pfs`` (an
+        administrator's change through a PF shows nowhere else: the conformance suite's
+        external change on the sriov target). Capabilities are the fake's alone: []."""
+        pfs = []
+        for ref in spaces:
+            for link in links[ref.path]:
+                if link.kind != "device" or link.pci_address is None or link.vf_of is not None:
+                    continue
+                vfs = self.get_vfs(ref, link.ifindex)
+                if vfs:
+                    table = [vf.to_json() for vf in vfs]
+                    pfs.append({"pci": link.pci_address, "capabilities": [], "vfs": table})
+        return sorted(pfs, key=lambda pf: str(pf["pci"]))
 
 
 class NetnsLab(Lab):

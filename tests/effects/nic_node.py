@@ -98,18 +98,6 @@ class NicNode(PluginNode):
         """The lent PFs' names in the session's node."""
         return [name for root, name in self.lend.items() if root in self.machine.pfs]
 
-    def snapshot(self) -> dict[str, Any]:
-        """The session's snapshot, and the lent PFs' VF tables as the fake's ``pfs``."""
-        k = self.kernel
-        host = k.host_namespace()
-        pfs = []
-        for name in self.pfs:
-            pf = k.get_link(host, name=name)
-            assert pf is not None, f"the lent PF {name} is not in the session's node"
-            vfs = [vf.to_json() for vf in k.get_vfs(host, pf.ifindex)]
-            pfs.append({"pci": pf.pci_address, "capabilities": [], "vfs": vfs})
-        return {**self.lab.snapshot(), "pfs": pfs}
-
     def changes(self, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         """``diff`` but VFs' permanent addresses: an igbvf VF that resets (moved while
         up, its MAC changed by a bond) takes a new one from its PF, which nothing can
