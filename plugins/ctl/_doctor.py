@@ -2,9 +2,10 @@
 
 Sockets (there, a socket, mode, answering GetInfo with the token and ready), the socket
 directory's mode and owner, the token file (the service's own rules, ``read_token``),
-the journal (the service's own checks on a private copy), the kernel (reachable), its
-modules (``linux://`` only: the link kinds each service creates) and the SR-IOV PFs'
-VF counts and drivers (the VF service).
+the journal (the service's own checks on a private copy), the versions (store format,
+effect format, topology config: one line, docs/file-formats.md "Versions"), the kernel
+(reachable), its modules (``linux://`` only: the link kinds each service creates) and
+the SR-IOV PFs' VF counts and drivers (the VF service).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from plugins.kernel import Kernel
-from plugins.sdk import NetworkPluginError
+from plugins.sdk import EndpointInfo, NetworkPluginError
 from plugins.sdk.host import PluginCallError, PluginClient, read_token
+from plugins.sdk.store import PLUGIN_JOURNAL
 
 from ._contents import read_contents
 from ._errors import CtlError, failed_call
@@ -72,8 +74,10 @@ def _socket_dir(service: Service) -> Check:
     return Check("socket-dir", str(path), FAIL if problems else OK, detail)
 
 
-def _sockets(service: Service, token: str | None) -> list[Check]:
+def _sockets(service: Service, token: str | None) -> tuple[list[Check], list[EndpointInfo]]:
+    """A check per socket, and what each socket that answered GetInfo said."""
     checks = []
+    infos: list[EndpointInfo] = []
     for reg in service.registrations:
         path = service.socket(reg)
         try:
@@ -88,21 +92,22 @@ def _sockets(service: Service, token: str | None) -> list[Check]:
         if token is None:
             problems.append("not asked: no usable token")
         else:
-            problems += _answers(path, token, reg.name)
+            problems += _answers(path, token, reg.name, infos)
         mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
         checks.append(
             Check("socket", str(path), FAIL if problems else OK, "; ".join(problems) or mode)
         )
-    return checks
+    return checks, infos
 
 
-def _answers(path: Path, token: str, plugin: str) -> list[str]:
+def _answers(path: Path, token: str, plugin: str, infos: list[EndpointInfo]) -> list[str]:
     try:
         with PluginClient(path, token, timeout=GETINFO_TIMEOUT_S) as client:
             info = client.get_info()
     except PluginCallError as exc:
         _, words = failed_call(exc.code, exc.message, peer="service", timeout_s=GETINFO_TIMEOUT_S)
         return [f"GetInfo: {words}"]
+    infos.append(info)
     problems = []
     if info.plugin_name != plugin:
         problems.append(f"answers as plugin {info.plugin_name!r}, not {plugin!r}")
@@ -120,15 +125,54 @@ def _token(service: Service) -> tuple[Check, str | None]:
     return Check("token", str(path), OK, "regular file, owner only"), token
 
 
-def _journal(service: Service) -> Check:
+def _journal(service: Service) -> tuple[Check, tuple[int, tuple[int, ...]] | None]:
+    """The journal check, and the store and effect formats its copy was found at."""
     subject = str(service.config.state_dir)
     try:
         with snapshot(service) as snap:
+            found = snap.store.found_formats
             contents = read_contents(snap)
     except CtlError as exc:
-        return Check("journal", subject, FAIL, exc.reason)
+        return Check("journal", subject, FAIL, exc.reason), None
     how = "service running" if contents.live else "service down"
-    return Check("journal", subject, OK, f"intact, {len(contents.operations)} operations ({how})")
+    detail = f"intact, {len(contents.operations)} operations ({how})"
+    return Check("journal", subject, OK, detail), found
+
+
+def _formats(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values)) or "-"
+
+
+def _versions(
+    service: Service, infos: list[EndpointInfo], found: tuple[int, tuple[int, ...]] | None
+) -> Check:
+    """The three versions on one line: the running service's word (GetInfo) when a socket
+    answered (during an upgrade it may be another build than this CLI's), else the
+    journal's as found and this CLI's build (the release the service runs from)."""
+    if infos:
+        info = infos[0]
+        store, held = info.store_format, info.journal_effect_formats
+        readable, executable = info.readable_store_formats, info.executable_effect_formats
+        writes = info.effect_format
+        configs = [i.topology_config_version for i in infos]
+        source = "GetInfo"
+    else:
+        store, held = found if found is not None else (0, ())
+        readable, executable = PLUGIN_JOURNAL.readable, PLUGIN_JOURNAL.effect_formats
+        writes = PLUGIN_JOURNAL.effect_format
+        configs = [reg.descriptor.config_schema_id for reg in service.registrations]
+        source = "journal and this build: no socket answered"
+    detail = (
+        f"store format {store or '-'} (reads {_formats(readable)}); "
+        f"effect format {writes} (journal holds {_formats(held)}; executes "
+        f"{_formats(executable)}); topology config {', '.join(configs) or '-'} ({source})"
+    )
+    unknown = [f for f in held if f not in executable]
+    if (store and store not in readable) or unknown:
+        return Check("versions", service.name, FAIL, detail)
+    if not store:
+        return Check("versions", service.name, WARN, detail + "; no journal to read")
+    return Check("versions", service.name, OK, detail)
 
 
 def _modules(service: Service) -> list[Check]:
@@ -216,11 +260,14 @@ def doctor(services: tuple[Service, ...]) -> list[dict[str, str]]:
     rows = []
     for service in services:
         token_check, token = _token(service)
+        sockets, infos = _sockets(service, token)
+        journal, found = _journal(service)
         checks = [
             _socket_dir(service),
-            *_sockets(service, token),
+            *sockets,
             token_check,
-            _journal(service),
+            journal,
+            _versions(service, infos, found),
             *_kernel(service),
             *_modules(service),
         ]

@@ -39,6 +39,7 @@ from plugins.sdk.store import (
     ID_NAME,
     LOCK_NAME,
     JournalFault,
+    JournalFormatUnsupported,
     JournalUnavailable,
     Store,
     lease_path,
@@ -91,8 +92,8 @@ def snapshot(service: Service) -> Iterator[Snapshot]:
         live = _copy_journal(service, state_dir, copy_dir)
         try:
             store = Store.open(copy_dir, runtime_dir=copy_run)
-        except JournalUnavailable as exc:
-            raise journal_error(service, exc.reason) from None
+        except (JournalUnavailable, JournalFormatUnsupported) as exc:
+            raise journal_error(service, exc.reason) from None  # the copy's path is no help
         except (JournalFault, NetworkPluginError, OSError, sqlite3.Error) as exc:
             raise journal_error(service, f"cannot read the copy: {exc}") from None
         try:

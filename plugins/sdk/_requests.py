@@ -134,3 +134,14 @@ class EndpointInfo:
 
     Host-side only (not on the wire): a call while ``fault`` is set is ``DATA_LOSS``
     with this text, not the ``UNAVAILABLE`` of a service that is still recovering."""
+    store_format: int = 0
+    """The store format of the journal served from (0: none open); the versions are
+    docs/file-formats.md's "Versions"."""
+    readable_store_formats: tuple[int, ...] = ()
+    effect_format: int = 0
+    """The effect format this build writes."""
+    executable_effect_formats: tuple[int, ...] = ()
+    journal_effect_formats: tuple[int, ...] = ()
+    """The effect formats of the records the journal holds (() with no journal open)."""
+    topology_config_version: str = ""
+    """The config schema a topology step's ``config`` is checked against (``vlan/v1alpha1``)."""

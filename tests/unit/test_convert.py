@@ -207,6 +207,12 @@ infos = st.builds(
     state_namespace=texts,
     ready=st.booleans(),
     descriptor_json=texts,
+    store_format=st.integers(0, 2**32 - 1),
+    readable_store_formats=lists_of(st.integers(0, 2**32 - 1), max_size=3).map(tuple),
+    effect_format=st.integers(0, 2**32 - 1),
+    executable_effect_formats=lists_of(st.integers(0, 2**32 - 1), max_size=3).map(tuple),
+    journal_effect_formats=lists_of(st.integers(0, 2**32 - 1), max_size=3).map(tuple),
+    topology_config_version=texts,
 )
 
 

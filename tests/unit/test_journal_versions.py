@@ -24,7 +24,7 @@ from plugins.sdk.store import (
     PLUGIN_JOURNAL,
     EffectRecord,
     JournalFormat,
-    JournalUnavailable,
+    JournalFormatUnsupported,
     Migration,
     OperationRecord,
     ScopeRecord,
@@ -183,10 +183,10 @@ def test_the_pattern_of_a_migration_test(tmp_path: Path) -> None:
         assert store.damaged == ()
         assert _records(store) == before
     assert _version(state / "journal.db") == following
-    with pytest.raises(JournalUnavailable) as refused:
+    with pytest.raises(JournalFormatUnsupported) as refused:
         Store.open(state)
     assert (
-        f"newer store format (version {following}; this code reads version "
+        f"store format {following} (newer than this build; this build reads store format "
         f"{PLUGIN_JOURNAL.version})"
     ) in str(refused.value)
 
@@ -201,10 +201,10 @@ def test_an_unreleased_older_version_is_refused_naming_both(tmp_path: Path) -> N
         conn.commit()
     finally:
         conn.close()
-    with pytest.raises(JournalUnavailable) as refused:
+    with pytest.raises(JournalFormatUnsupported) as refused:
         Store.open(state)
     assert (
-        f"unreleased or unknown store format (version 1; this code reads version "
+        f"store format 1 (not a released one; this build reads store format "
         f"{PLUGIN_JOURNAL.version})"
     ) in str(refused.value)
     assert _version(state / "journal.db") == 1  # refused before anything was written

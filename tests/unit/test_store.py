@@ -801,15 +801,7 @@ def test_foreign_database_is_unavailable(state_dir: Path) -> None:
     assert_unavailable_untouched(state_dir, match="no meta table")
 
 
-def test_newer_store_format_is_unavailable(state_dir: Path) -> None:
-    closed_journal(state_dir)
-    newer = sqlite3.connect(state_dir / "journal.db")
-    newer.execute(
-        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
-    )
-    newer.commit()
-    newer.close()
-    assert_unavailable_untouched(state_dir, match="newer store format")
+# A newer store format is refused, not unavailable: tests/unit/test_format_versions.py.
 
 
 def test_crash_before_the_id_file_redoes_initialisation(

@@ -649,7 +649,19 @@ def info_to_pb(info: EndpointInfo) -> pb.GetInfoResponse:
         state_namespace=_check_str(info.state_namespace, "state_namespace"),
         ready=bool(info.ready),
         descriptor_json=_check_str(info.descriptor_json, "descriptor_json"),
+        store_format=_check_uint(info.store_format, _UINT32_MAX, "store_format"),
+        readable_store_formats=_uints(info.readable_store_formats, "readable_store_formats"),
+        effect_format=_check_uint(info.effect_format, _UINT32_MAX, "effect_format"),
+        executable_effect_formats=_uints(
+            info.executable_effect_formats, "executable_effect_formats"
+        ),
+        journal_effect_formats=_uints(info.journal_effect_formats, "journal_effect_formats"),
+        topology_config_version=_check_str(info.topology_config_version, "topology_config_version"),
     )
+
+
+def _uints(values: tuple[int, ...], path: str) -> list[int]:
+    return [_check_uint(v, _UINT32_MAX, f"{path}[{i}]") for i, v in enumerate(values)]
 
 
 def info_from_pb(msg: pb.GetInfoResponse) -> EndpointInfo:
@@ -664,4 +676,10 @@ def info_from_pb(msg: pb.GetInfoResponse) -> EndpointInfo:
         state_namespace=msg.state_namespace,
         ready=msg.ready,
         descriptor_json=msg.descriptor_json,
+        store_format=msg.store_format,
+        readable_store_formats=tuple(msg.readable_store_formats),
+        effect_format=msg.effect_format,
+        executable_effect_formats=tuple(msg.executable_effect_formats),
+        journal_effect_formats=tuple(msg.journal_effect_formats),
+        topology_config_version=msg.topology_config_version,
     )

@@ -55,6 +55,7 @@ from .._requests import (
 from .._types import Hook
 from ..store import (
     NO_FAULTS,
+    PLUGIN_JOURNAL,
     EffectRecord,
     JournalUnavailable,
     OperationRecord,
@@ -777,4 +778,10 @@ class Runner:
             ready=self._ready and self._store is not None,
             descriptor_json=canonical_json(d.to_json()),
             fault=self._journal_fault(),
+            store_format=self._store.store_format if self._store is not None else 0,
+            readable_store_formats=PLUGIN_JOURNAL.readable,
+            effect_format=PLUGIN_JOURNAL.effect_format,
+            executable_effect_formats=PLUGIN_JOURNAL.effect_formats,
+            journal_effect_formats=self._store.effect_formats if self._store is not None else (),
+            topology_config_version=d.config_schema_id,
         )

@@ -29,27 +29,40 @@ true:
   would report every earlier attachment absent, and absence from a journal is
   not proof of a clean host.
 * **Versioned format.** A ``meta`` table holds the format marker, journal id
-  and schema version. The plugin journal's first released version is 2; each
-  later change appends a migration (one transaction each) and a journal of every
-  earlier version under ``tests/unit/journals`` that must still open. A journal
-  at any version no migration names (newer, or never released) is refused with
-  both versions in the error, not guessed at. A fresh journal is a copy of an
+  and schema version (the *store format*). The plugin journal's first released
+  version is 2; each later change appends a migration (one transaction each) and a
+  journal of every earlier version under ``tests/unit/journals`` that must still
+  open. A journal at any version no migration names (newer, or never released) is
+  refused (``JournalFormatUnsupported``: one line with the file and both versions),
+  not guessed at, and left byte for byte as it was. A fresh journal is a copy of an
   image those migrations built once per process (``_image``), stamped with its
   own id.
+* **Effect format, apart.** The plugin journal's meta also lists the *effect
+  formats* of the records it holds (``effect_formats``: how plans, before-images and
+  outputs are encoded). A journal holding one this build cannot execute and undo is
+  refused the same way. docs/file-formats.md, "Versions".
 """
 
-from ._errors import JournalFault, JournalUnavailable, StoreClosed, StoreError, StoreLocked
+from ._errors import (
+    JournalFault,
+    JournalFormatUnsupported,
+    JournalUnavailable,
+    StoreClosed,
+    StoreError,
+    StoreLocked,
+)
 from ._faults import NO_FAULTS, SITES, StorageFaults, storage_failure
 from ._integrity import DamagedRecord
 from ._journal import DB_NAME, ID_NAME
 from ._lease import lease_path
 from ._lock import LOCK_NAME
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
-from ._schema import PLUGIN_JOURNAL, SCHEMA_VERSION, JournalFormat, Migration
+from ._schema import EFFECT_FORMAT, PLUGIN_JOURNAL, SCHEMA_VERSION, JournalFormat, Migration
 from ._sqlite import Reader, Store, Txn
 
 __all__ = [
     "DB_NAME",
+    "EFFECT_FORMAT",
     "ID_NAME",
     "LOCK_NAME",
     "NONTERMINAL_STATES",
@@ -61,6 +74,7 @@ __all__ = [
     "EffectRecord",
     "JournalFault",
     "JournalFormat",
+    "JournalFormatUnsupported",
     "JournalUnavailable",
     "Migration",
     "OperationRecord",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._errors import Code, DataLoss, NetworkPluginError, Unavailable
+from .._errors import Code, DataLoss, FailedPrecondition, NetworkPluginError, Unavailable
 
 
 class StoreError(NetworkPluginError):
@@ -47,6 +47,49 @@ class JournalUnavailable(DataLoss):
             details={"state_dir": str(state_dir), "reason": reason},
         )
         self.state_dir = state_dir
+        self.reason = reason
+
+
+class JournalFormatUnsupported(FailedPrecondition):
+    """The journal is intact but written in a format this build cannot serve: refused.
+
+    A store format newer than this build's (or one never released), or records of an
+    effect format this build cannot execute and undo (written by a newer build). Unlike
+    ``JournalUnavailable`` nothing is wrong with the journal: the build is too old for
+    it. So the service does not serve without it (every scope ``DATA_LOSS``) but
+    refuses to start, with this one line, and leaves every byte of it as it was: the
+    release that wrote it (or a later one) serves it again.
+    """
+
+    def __init__(
+        self, db: Path, what: str, found: int | tuple[int, ...], supported: tuple[int, ...]
+    ) -> None:
+        found_text = ", ".join(map(str, found)) if isinstance(found, tuple) else str(found)
+        supported_text = ", ".join(map(str, supported)) or "none"
+        if what == "store format":
+            newest = max(supported, default=0)
+            why = (
+                "newer than this build"
+                if isinstance(found, int) and found > newest
+                else "not a released one"
+            )
+            reason = (
+                f"store format {found_text} ({why}; this build reads store format {supported_text})"
+            )
+        else:
+            reason = (
+                f"records of effect format {found_text} (this build executes and undoes "
+                f"effect format {supported_text})"
+            )
+        super().__init__(
+            f"journal {db}: {reason}; refused, the journal was left unchanged (serve it with "
+            "the release that wrote it or a later one)",
+            details={"journal": str(db), "found": found_text, "supported": supported_text},
+        )
+        self.db = db
+        self.what = what
+        self.found = found
+        self.supported = supported
         self.reason = reason
 
 

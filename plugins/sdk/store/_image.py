@@ -11,9 +11,10 @@ in memory, and a fresh journal is a copy of that image carrying its own id
 The image is made by the very code that upgrades an existing journal (``bootstrap``
 then ``migrate`` from version 0), so a fresh journal cannot differ from a migrated
 one, and it is checked before the first journal is made from it: SQLite's
-``quick_check``, the meta table of this format at its newest version with a commit
-count, every sealed row's checksum, and the placeholder id stored exactly once (so
-stamping the id changes nothing else, and a fresh journal has no damaged record).
+``quick_check``, the meta table of this format at its newest version (and effect
+format) with a commit count, every sealed row's checksum, and the placeholder id stored
+exactly once (so stamping the id changes nothing else, and a fresh journal has no
+damaged record).
 What the image and its per-process cache buy, and the tests that pin them:
 docs/benchmarks.md, "Tricks kept and removed".
 """
@@ -26,7 +27,7 @@ from typing import Final
 
 from ._errors import StoreError
 from ._integrity import damaged_records
-from ._schema import JournalFormat, bootstrap, migrate, read_meta
+from ._schema import EFFECT_FORMATS_KEY, JournalFormat, bootstrap, migrate, read_meta
 
 PLACEHOLDER_ID: Final = "00000000-0000-0000-0000-000000000000"
 """The journal id the image is migrated with, replaced by each journal's own."""
@@ -85,6 +86,8 @@ def _problems(conn: sqlite3.Connection, fmt: JournalFormat) -> list[str]:
     meta = read_meta(conn) or {}
     expected = {"format": fmt.name, "journal_id": PLACEHOLDER_ID}
     expected["schema_version"] = str(fmt.version)
+    if fmt.effect_formats:
+        expected[EFFECT_FORMATS_KEY] = str(fmt.effect_format)
     for key, value in expected.items():
         if meta.get(key) != value:
             problems.append(f"meta {key} is {meta.get(key)!r}, not {value!r}")

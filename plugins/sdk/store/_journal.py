@@ -24,10 +24,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import JournalUnavailable
+from ._errors import JournalFormatUnsupported, JournalUnavailable
 from ._image import fresh_image
 from ._lease import LeaseRecord
-from ._schema import PLUGIN_JOURNAL, JournalFormat, connect, read_meta
+from ._schema import PLUGIN_JOURNAL, JournalFormat, connect, held_effect_formats, read_meta
 
 DB_NAME = "journal.db"
 ID_NAME = "journal.id"
@@ -75,12 +75,14 @@ class Prepared:
     version: int
     created: bool
     """Initialised by this very call: ``fresh_image``'s checked image, nothing else."""
+    effect_formats: tuple[int, ...] = ()
+    """The effect formats of the records it holds (``JournalFormat.effect_formats``)."""
 
 
 def prepare(
     state_dir: Path, known: LeaseRecord | None = None, fmt: JournalFormat = PLUGIN_JOURNAL
 ) -> Prepared:
-    """Make sure ``state_dir`` holds a valid journal; return its id and schema version.
+    """Make sure ``state_dir`` holds a valid journal; return its id and versions.
 
     Initialises a fresh journal only when neither ``journal.id`` nor
     ``journal.db`` exists and no lease of this boot (``known``) says a journal
@@ -113,7 +115,9 @@ def prepare(
         # and checked, written and synced a moment ago under the writer lock (the read-only
         # connection and its quick_check were a quarter of a fresh open's CPU). The
         # writer's connection reads it next, and every later open validates it in full.
-        return Prepared(_initialise(state_dir, fmt, present), fmt.version, created=True)
+        journal_id = _initialise(state_dir, fmt, present)
+        held: tuple[int, ...] = (fmt.effect_format,) if fmt.effect_formats else ()
+        return Prepared(journal_id, fmt.version, created=True, effect_formats=held)
 
     journal_id = _read_journal_id(state_dir)
     if known is not None and known.journal_id != journal_id:
@@ -130,7 +134,8 @@ def prepare(
                 "created here",
             )
         _finish_initialisation(state_dir, journal_id, fmt)
-    return Prepared(journal_id, validate(state_dir, db, journal_id, known, fmt), created=False)
+    version, held = validate_versions(state_dir, db, journal_id, known, fmt)
+    return Prepared(journal_id, version, created=False, effect_formats=held)
 
 
 def _read_journal_id(state_dir: Path) -> str:
@@ -180,16 +185,32 @@ def validate(
     known: LeaseRecord | None = None,
     fmt: JournalFormat = PLUGIN_JOURNAL,
 ) -> int:
-    """Check ``db`` is our intact journal with ``journal_id``; return its schema version.
+    """Check ``db`` is our intact journal with ``journal_id``; return its schema version."""
+    return validate_versions(state_dir, db, journal_id, known, fmt)[0]
+
+
+def validate_versions(
+    state_dir: Path,
+    db: Path,
+    journal_id: str,
+    known: LeaseRecord | None = None,
+    fmt: JournalFormat = PLUGIN_JOURNAL,
+) -> tuple[int, tuple[int, ...]]:
+    """Check ``db`` is our intact journal with ``journal_id`` in a format this build
+    serves; return its store format and the effect formats of its records.
 
     Reads through a read-only connection. SQLite may create empty ``-wal``/``-shm``
-    files even for that; on failure the ones it created are removed again, so an
-    unavailable journal is left exactly as it was found.
+    files even for that, and rewrites the ``-shm`` (its WAL index: the read marks, a
+    rebuilt index after a crash) even though it changes nothing else; on failure the
+    sidecars it created are removed again and the ``-shm`` gets its bytes back, so an
+    unavailable or refused journal is left exactly as it was found.
     """
     reason = _check_header(db)
     if reason is not None:
         raise JournalUnavailable(state_dir, reason)
     existed = {suffix for suffix in _SIDECARS if _exists(_sidecar(db, suffix))}
+    shm = _sidecar(db, "-shm")
+    shm_before = _read_if_small(shm) if "-shm" in existed else None
     try:
         return _validate_contents(state_dir, db, journal_id, known, fmt)
     except BaseException:
@@ -201,12 +222,44 @@ def validate(
                 continue
             with contextlib.suppress(OSError):
                 path.unlink()
+        if shm_before is not None:
+            with contextlib.suppress(OSError):
+                _restore(shm, shm_before)
         raise
+
+
+_SHM_LIMIT = 64 << 20
+"""The largest ``-shm`` kept to be put back (32 KiB per 4,096 WAL frames: a WAL of
+gigabytes). A larger one is left as SQLite made it (it is an index SQLite rebuilds)."""
+
+
+def _read_if_small(path: Path) -> bytes | None:
+    try:
+        if path.stat().st_size > _SHM_LIMIT:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _restore(path: Path, data: bytes) -> None:
+    """Put ``data`` back into ``path`` in place (same inode: SQLite maps the file)."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if os.pread(fd, len(data) + 1, 0) == data:
+            return
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _validate_contents(
     state_dir: Path, db: Path, journal_id: str, known: LeaseRecord | None, fmt: JournalFormat
-) -> int:
+) -> tuple[int, tuple[int, ...]]:
     name = db.name
     try:
         conn = connect(db, "ro")
@@ -238,13 +291,17 @@ def _validate_contents(
     if not raw_version.isdigit():
         raise JournalUnavailable(state_dir, f"{name} has a corrupt schema version {raw_version!r}")
     version = int(raw_version)
+    # Before anything else is judged: a newer build may have changed what follows.
     if version not in fmt.readable:
-        kind = "a newer" if version > fmt.version else "an unreleased or unknown"
+        raise JournalFormatUnsupported(db, "store format", version, fmt.readable)
+    held = held_effect_formats(meta, fmt)
+    if held is None:
         raise JournalUnavailable(
-            state_dir,
-            f"{name} was written by {kind} store format (version {version}; this code "
-            f"reads version {', '.join(map(str, fmt.readable))})",
+            state_dir, f"{name} has a corrupt effect format list {meta.get('effect_formats')!r}"
         )
+    unknown = tuple(f for f in held if f not in fmt.effect_formats)
+    if unknown:
+        raise JournalFormatUnsupported(db, "effect format", unknown, fmt.effect_formats)
     raw_commits = meta.get("commits", "")
     if not raw_commits.isdigit():
         raise JournalUnavailable(state_dir, f"{name} has a corrupt commit count {raw_commits!r}")
@@ -255,7 +312,7 @@ def _validate_contents(
             f"boot (see the journal lease): the -wal file was lost or {name} was replaced by an "
             "older copy",
         )
-    return version
+    return version, held
 
 
 def _discard_staging(state_dir: Path, present: set[str]) -> None:

@@ -94,16 +94,31 @@ class JournalFormat:
     Every table in ``tables`` has a ``checksum`` column over the listed columns, and
     the ``meta`` table holds a ``commits`` counter from the first migration that
     makes the journal usable (the lease compares against it).
+
+    Two versions are kept apart (docs/file-formats.md, "Versions"): the **store
+    format** (``version``: tables, columns, record encoding; meta ``schema_version``)
+    and, for a journal of effect records, the **effect format** (``effect_formats``:
+    the encoding of plans, before-images and outputs a build must still execute and
+    undo; meta ``effect_formats``).
     """
 
     name: str
     migrations: tuple[Migration, ...]
     tables: Tables
+    effect_formats: tuple[int, ...] = ()
+    """The effect formats whose records this build executes and undoes, oldest first;
+    the last is the one it writes. Empty: the journal holds no effect records (the
+    coordinator's), and its meta table has no ``effect_formats`` key."""
 
     @property
     def version(self) -> int:
-        """The newest schema version this code reads and writes."""
+        """The newest schema version (store format) this code reads and writes."""
         return self.migrations[-1].version
+
+    @property
+    def effect_format(self) -> int:
+        """The effect format this build writes its records in (0: none)."""
+        return self.effect_formats[-1] if self.effect_formats else 0
 
     @property
     def readable(self) -> tuple[int, ...]:
@@ -122,11 +137,23 @@ PLUGIN_JOURNAL: Final = JournalFormat(
     FORMAT,
     (Migration(2, _V2),),
     TABLES,
+    effect_formats=(1,),
 )
 """A plugin service's journal (operations, effects, scopes)."""
 
 SCHEMA_VERSION: Final = PLUGIN_JOURNAL.version
 """The newest plugin store format this code reads and writes."""
+
+EFFECT_FORMAT: Final = PLUGIN_JOURNAL.effect_format
+"""The effect format this build writes: plans (``Plan.to_json``), before-images and
+observed outputs as canonical JSON, each effect's payload under its versioned kind."""
+
+EFFECT_FORMATS_KEY: Final = "effect_formats"
+"""The meta key listing the effect formats of the records a journal holds ("1", "1,2")."""
+
+LEGACY_EFFECT_FORMATS: Final = (1,)
+"""What a plugin journal without ``effect_formats`` holds: it was written before the key
+existed, when effect format 1 was the only one."""
 
 _BOOTSTRAP: Final = "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
 
@@ -189,14 +216,15 @@ def configure_reader(conn: sqlite3.Connection) -> None:
 
 
 def bootstrap(conn: sqlite3.Connection, journal_id: str, fmt: JournalFormat) -> None:
-    """Create the meta table of a brand-new journal (schema version 0)."""
+    """Create the meta table of a brand-new journal (schema version 0), with the effect
+    format it will write its records in (a journal of effect records)."""
+    rows = [("format", fmt.name), ("journal_id", journal_id), ("schema_version", "0")]
+    if fmt.effect_formats:
+        rows.append((EFFECT_FORMATS_KEY, str(fmt.effect_format)))
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_BOOTSTRAP)
-        conn.executemany(
-            "INSERT INTO meta (key, value) VALUES (?, ?)",
-            [("format", fmt.name), ("journal_id", journal_id), ("schema_version", "0")],
-        )
+        conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -236,3 +264,43 @@ def migrate(conn: sqlite3.Connection, current: int, fmt: JournalFormat) -> int:
             raise
         current = step.version
     return current
+
+
+def held_effect_formats(meta: dict[str, str], fmt: JournalFormat) -> tuple[int, ...] | None:
+    """The effect formats a journal's meta says its records are in; None if the value is
+    not a list of formats (damage). () for a journal kind without effect records."""
+    if not fmt.effect_formats:
+        return ()
+    raw = meta.get(EFFECT_FORMATS_KEY)
+    if raw is None:
+        return LEGACY_EFFECT_FORMATS
+    parts = raw.split(",")
+    if not all(part.isdigit() and part == str(int(part)) for part in parts):
+        return None
+    formats = tuple(sorted({int(part) for part in parts}))
+    return formats if 0 not in formats else None
+
+
+def record_effect_format(
+    conn: sqlite3.Connection, fmt: JournalFormat, held: tuple[int, ...]
+) -> tuple[int, ...]:
+    """Add the effect format this build writes to a journal that does not list it yet
+    (opened by this build for the first time after an upgrade): from now on its records
+    may be in it, so an older build that cannot execute them refuses the journal. One
+    transaction; a journal already listing it is not written."""
+    if not fmt.effect_formats or fmt.effect_format in held:
+        return held
+    formats = tuple(sorted({*held, fmt.effect_format}))
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (EFFECT_FORMATS_KEY, ",".join(map(str, formats))),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return formats

@@ -39,6 +39,7 @@ from ._schema import (
     configure_writer,
     connect,
     migrate,
+    record_effect_format,
 )
 
 T = TypeVar("T")
@@ -638,8 +639,14 @@ class Store:
         journal_format: JournalFormat = PLUGIN_JOURNAL,
         checkpoint_after: int = CHECKPOINT_AFTER_COMMITS,
         checkpoint_idle_s: float = CHECKPOINT_IDLE_S,
+        effect_formats: tuple[int, ...] | None = None,
+        found: tuple[int, tuple[int, ...]] | None = None,
     ) -> None:
         self._state_dir = state_dir
+        self._effect_formats = (
+            effect_formats if effect_formats is not None else journal_format.effect_formats[-1:]
+        )
+        self._found = found or (journal_format.version, self._effect_formats)
         self._checkpoint_after = checkpoint_after
         self._checkpoint_idle_s = checkpoint_idle_s
         self._format = journal_format
@@ -690,9 +697,10 @@ class Store:
         was replaced, or whose files are gone is refused instead of served or
         recreated. Every record's checksum is verified; ``damaged`` lists failures.
 
-        Raises ``StoreLocked`` if another writer holds it and ``JournalUnavailable``
-        if a journal existed here but is missing, corrupt, foreign, rolled back or
-        too new. ``checkpoint_after`` and ``checkpoint_idle_s``: when the writer
+        Raises ``StoreLocked`` if another writer holds it, ``JournalUnavailable``
+        if a journal existed here but is missing, corrupt, foreign or rolled back, and
+        ``JournalFormatUnsupported`` if it is of a store format this build does not read
+        or holds records of an effect format it cannot execute (nothing changed). ``checkpoint_after`` and ``checkpoint_idle_s``: when the writer
         checkpoints (``CHECKPOINT_AFTER_COMMITS``).
         """
         state_dir = Path(state_dir).absolute()
@@ -713,6 +721,7 @@ class Store:
             # the first commit relies on it.
             fsync_dir(state_dir)
             migrate(conn, journal.version, journal_format)
+            held = record_effect_format(conn, journal_format, journal.effect_formats)
             commits = _durable_commits(conn, state_dir)  # checked against the lease by prepare
             # A journal created just now is the checked image: its rows passed already.
             damaged = [] if journal.created else damaged_records(conn, journal_format.tables)
@@ -730,6 +739,8 @@ class Store:
                 journal_format=journal_format,
                 checkpoint_after=checkpoint_after,
                 checkpoint_idle_s=checkpoint_idle_s,
+                effect_formats=held,
+                found=(journal.version, journal.effect_formats),
             )
         except BaseException:
             if conn is not None:
@@ -794,6 +805,23 @@ class Store:
     @property
     def journal_format(self) -> JournalFormat:
         return self._format
+
+    @property
+    def store_format(self) -> int:
+        """The store format of this journal (migrated to this build's newest at open)."""
+        return self._format.version
+
+    @property
+    def effect_formats(self) -> tuple[int, ...]:
+        """The effect formats of the records this journal holds (this build's among them
+        once opened; () for a journal kind without effect records)."""
+        return self._effect_formats
+
+    @property
+    def found_formats(self) -> tuple[int, tuple[int, ...]]:
+        """The store format and effect formats the journal was at when opened, before an
+        older store format was migrated and this build's effect format added."""
+        return self._found
 
     @property
     def damaged(self) -> tuple[DamagedRecord, ...]:

@@ -983,6 +983,12 @@ class GetInfoResponse(_message.Message):
     STATE_NAMESPACE_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
     DESCRIPTOR_JSON_FIELD_NUMBER: _builtins.int
+    STORE_FORMAT_FIELD_NUMBER: _builtins.int
+    READABLE_STORE_FORMATS_FIELD_NUMBER: _builtins.int
+    EFFECT_FORMAT_FIELD_NUMBER: _builtins.int
+    EXECUTABLE_EFFECT_FORMATS_FIELD_NUMBER: _builtins.int
+    JOURNAL_EFFECT_FORMATS_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     plugin_name: _builtins.str
     """Logical plugin name served on this socket."""
     contract_version: _builtins.str
@@ -997,9 +1003,31 @@ class GetInfoResponse(_message.Message):
     """False while recovering; mutating calls then return UNAVAILABLE."""
     descriptor_json: _builtins.str
     """Complete descriptor (step kinds, schemas, ports, allowed effects) as JSON."""
+    store_format: _builtins.int
+    """Versions, three kinds kept apart (docs/file-formats.md, "Versions"). Store format of
+    the journal this plugin serves from (0: no journal is open).
+    """
+    effect_format: _builtins.int
+    """Effect format this build writes its plans, before-images and outputs in."""
+    topology_config_version: _builtins.str
+    """Version of the user-facing config a topology step gives this plugin: the config
+    schema its pluginRef.contractVersion selects, e.g. "vlan/v1alpha1".
+    """
     @_builtins.property
     def step_kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___StepKind.ValueType]:
         """Step kinds this plugin implements."""
+
+    @_builtins.property
+    def readable_store_formats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Store formats this build opens (every released one up to its own)."""
+
+    @_builtins.property
+    def executable_effect_formats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Effect formats whose records this build executes and undoes."""
+
+    @_builtins.property
+    def journal_effect_formats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Effect formats of the records the journal holds (empty: no journal is open)."""
 
     def __init__(
         self,
@@ -1012,10 +1040,16 @@ class GetInfoResponse(_message.Message):
         state_namespace: _builtins.str = ...,
         ready: _builtins.bool = ...,
         descriptor_json: _builtins.str = ...,
+        store_format: _builtins.int = ...,
+        readable_store_formats: _abc.Iterable[_builtins.int] | None = ...,
+        effect_format: _builtins.int = ...,
+        executable_effect_formats: _abc.Iterable[_builtins.int] | None = ...,
+        journal_effect_formats: _abc.Iterable[_builtins.int] | None = ...,
+        topology_config_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_digest", b"artifact_digest", "contract_digest", b"contract_digest", "contract_version", b"contract_version", "descriptor_json", b"descriptor_json", "plugin_name", b"plugin_name", "ready", b"ready", "state_namespace", b"state_namespace", "step_kinds", b"step_kinds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_digest", b"artifact_digest", "contract_digest", b"contract_digest", "contract_version", b"contract_version", "descriptor_json", b"descriptor_json", "effect_format", b"effect_format", "executable_effect_formats", b"executable_effect_formats", "journal_effect_formats", b"journal_effect_formats", "plugin_name", b"plugin_name", "readable_store_formats", b"readable_store_formats", "ready", b"ready", "state_namespace", b"state_namespace", "step_kinds", b"step_kinds", "store_format", b"store_format", "topology_config_version", b"topology_config_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
