@@ -24,6 +24,7 @@ from harness.k8s.nri_runtime import SimSandbox
 from harness.k8s.wire_node import DRIVER, claim_object, wired_node
 from plugins.coordinator import (
     CoordinatorConfig,
+    Device,
     PublishedDevice,
     load_inventory,
     load_policies,
@@ -334,7 +335,7 @@ def test_the_cluster_role_is_exactly_what_the_coordinator_asks_of_the_api_server
                 load_policies(TOPOLOGIES / "policies.yaml"),
             )
         )
-        grown = wired.k8s.slices.publish(devices + [_vf(i) for i in range(200)])
+        grown = wired.k8s.slices.publish(devices + [extra_vf(i) for i in range(200)])
         shrunk = wired.k8s.slices.publish(devices)
         assert len(grown.slices) == 2
         assert shrunk.deleted == grown.slices[1:]
@@ -344,9 +345,8 @@ def test_the_cluster_role_is_exactly_what_the_coordinator_asks_of_the_api_server
     assert asked == cluster_role_grants()
 
 
-def _vf(index: int) -> PublishedDevice:
-    from plugins.coordinator import Device
-
+def extra_vf(index: int) -> PublishedDevice:
+    """A VF beyond the example node's, to grow its pool past one slice."""
     attributes = {DRIVER: {"type": "vf", "ifName": f"extra{index}", "pfName": "extra"}}
     return PublishedDevice(
         f"extra-vf{index:03d}", Device(f"extra-vf{index:03d}", attributes), None, attributes, {}
