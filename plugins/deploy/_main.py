@@ -19,12 +19,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._pod_setup import PodSetupError, set_up_pod
-from ._probe import not_serving
-from ._render import RenderError, render_manifests, write_manifests
-from ._validate import SchemaMissing, latest_schema_version, manifest_problem
-from ._values import ValuesError
-
 PROG = "python -m plugins.deploy"
 EXIT_REFUSED = 2
 
@@ -56,25 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup.add_argument("--coordinator-config", type=Path, required=True)
     setup.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
-
+    # each command imports what it needs only: the probe runs every few seconds
     if args.command == "render":
-        try:
-            rendered = render_manifests(args.chart, args.values)
-            problems = _validated(rendered.install + rendered.examples, args.validate)
-        except (ValuesError, RenderError, LookupError) as exc:
-            print(f"{PROG} render: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
-        if problems:
-            print(f"{PROG} render: {problems[0]}", file=sys.stderr)
-            return EXIT_REFUSED
-        for path in write_manifests(rendered, args.out):
-            print(f"wrote {path}")
-        return 0
+        return _render(args)
     if args.command == "probe":
+        from ._probe import not_serving
+
         problems = not_serving(args.sockets, args.timeout)
         for line in problems:
             print(f"not ready: {line}", file=sys.stderr)
         return 1 if problems else 0
+    from ._pod_setup import PodSetupError, set_up_pod
+
     try:
         for path in set_up_pod(args.node_name, args.coordinator_config, args.out_dir):
             print(f"wrote {path}")
@@ -84,9 +71,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _render(args: argparse.Namespace) -> int:
+    from ._render import RenderError, render_manifests, write_manifests
+    from ._values import ValuesError
+
+    try:
+        rendered = render_manifests(args.chart, args.values)
+        problems = _validated(rendered.install + rendered.examples, args.validate)
+    except (ValuesError, RenderError, LookupError) as exc:
+        print(f"{PROG} render: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if problems:
+        print(f"{PROG} render: {problems[0]}", file=sys.stderr)
+        return EXIT_REFUSED
+    for path in write_manifests(rendered, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
 def _validated(objects: Sequence[Mapping[str, Any]], versions: Sequence[str]) -> list[str]:
     """Every object's problem against every version (a kind without a schema there is
     said on stderr, not refused: the library has none to check it with)."""
+    from ._validate import SchemaMissing, latest_schema_version, manifest_problem
+
     problems = []
     for version in versions:
         resolved = latest_schema_version() if version == "latest" else version

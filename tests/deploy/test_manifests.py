@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import re
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from concurrent import futures
 from pathlib import Path
@@ -600,6 +602,22 @@ def health_socket(tmp_path: Path) -> Iterator[tuple[str, list[bool]]]:
         yield socket, serving
     finally:
         server.stop(None)
+
+
+def test_the_readiness_probe_imports_grpc_and_not_the_renderer() -> None:
+    """It runs every few seconds in each container: the renderer's templates, topology
+    compiler and CEL would double its start."""
+    probe = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "plugins.deploy", "probe", "/nonexistent.sock"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert probe.returncode == 1, probe.stderr
+    imported = {line.split("|")[-1].strip() for line in probe.stderr.splitlines() if "|" in line}
+    assert "grpc" in imported
+    assert not imported & {"plugins.coordinator", "jinja2", "plugins.deploy._render"}
 
 
 def test_the_readiness_probe_reads_each_sockets_health(
