@@ -243,7 +243,13 @@ def _read_if_small(path: Path) -> bytes | None:
 
 
 def _restore(path: Path, data: bytes) -> None:
-    """Put ``data`` back into ``path`` in place (same inode: SQLite maps the file)."""
+    """Put ``data`` back into ``path`` in place (same inode: SQLite maps the file).
+
+    Safe while this process holds the writer lock: no writer can have appended to the
+    WAL since ``data`` was read, so the index put back describes the same log (or is
+    the stale one a crash left, which the next opener rebuilds, as it would have). A
+    CLI reading in place beside the lock holder in that instant reads the same frames
+    through either index."""
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
         if os.pread(fd, len(data) + 1, 0) == data:
