@@ -10,6 +10,7 @@ byte of it as it was: ``journal.db``, ``journal.id`` and, after a crash, its ``-
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sqlite3
@@ -116,6 +117,28 @@ def test_a_journal_from_before_the_effect_format_key_holds_format_1(tmp_path: Pa
     with Store.open(state) as store:
         assert store.effect_formats == (1,)
     assert "effect_formats" not in meta(state / "journal.db")
+
+
+def test_a_build_of_a_newer_effect_format_marks_the_journal_and_the_older_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """The upgrade: a made-up next build executes format 1 and writes 2; at its first
+    open the journal lists both, so this build, which cannot execute 2, refuses it."""
+    following = EFFECT_FORMAT + 1
+    newer = dataclasses.replace(
+        PLUGIN_JOURNAL, effect_formats=(*PLUGIN_JOURNAL.effect_formats, following)
+    )
+    state = tmp_path / "state"
+    with Store.open(state):
+        pass
+    with Store.open(state, journal_format=newer) as store:
+        assert store.found_formats == (SCHEMA_VERSION, (EFFECT_FORMAT,))
+        assert store.effect_formats == (EFFECT_FORMAT, following)
+    assert meta(state / "journal.db")["effect_formats"] == f"{EFFECT_FORMAT},{following}"
+    with Store.open(state, journal_format=newer) as store:  # already listed: not written again
+        assert store.found_formats == (SCHEMA_VERSION, (EFFECT_FORMAT, following))
+    with pytest.raises(JournalFormatUnsupported, match=f"records of effect format {following} "):
+        Store.open(state)
 
 
 def test_the_coordinator_journal_has_a_store_format_and_no_effect_format(tmp_path: Path) -> None:
