@@ -56,6 +56,9 @@ LAYERS: dict[str, frozenset[str]] = {
         {"plugins.sdk", "plugins.kernel", "plugins.effects", "plugins.services"}
         | {"plugins.coordinator"}
     ),
+    # the DaemonSet's renderer, readiness probe and pod setup: the coordinator's
+    # inventory and contracts are what its DeviceClasses select
+    "plugins.deploy": frozenset({"plugins.sdk", "plugins.coordinator"}),
     "examples": frozenset({"plugins.sdk", "plugins.kernel", "plugins.effects"}),
     # the test kit builds nodes from everything a node runs, never from the rig
     "labs": frozenset(
@@ -75,6 +78,7 @@ _PRODUCT_UNITS = (
     "plugins.coordinator",
     "plugins.services",
     "plugins.ctl",
+    "plugins.deploy",
     "fakekernel",
     "labs",
     "harness",

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAZY_ROOTS = ("plugins.sdk", "fakekernel", "plugins.kernel", "plugins.sdk.host", "labs.sriov")
+LAZY_ROOTS = (
+    "plugins.sdk",
+    "fakekernel",
+    "plugins.kernel",
+    "plugins.sdk.host",
+    "labs.sriov",
+    "plugins.deploy",
+)
 MECHANISM = "first_use_exports"  # what each imports to install its __getattr__, no export
 
 
