@@ -31,6 +31,7 @@ from plugins.sdk.store import (
     StorageFaults,
     Store,
     Txn,
+    WriterLock,
 )
 
 T = TypeVar("T")
@@ -219,10 +220,20 @@ class CoordinatorJournal:
         *,
         runtime_dir: Path | None = None,
         faults: StorageFaults = NO_FAULTS,
+        writer_wait_s: float = 0.0,
+        writer_lock: WriterLock | None = None,
     ) -> None:
+        """``writer_wait_s``: how long to wait for another process holding the writer
+        lock (a previous coordinator still stopping); ``writer_lock``: the lock, taken
+        already by the caller (``plugins.sdk.service.await_writer``)."""
         self.state_dir = state_dir
         self._store = Store.open(
-            state_dir, runtime_dir=runtime_dir, faults=faults, journal_format=COORDINATOR_JOURNAL
+            state_dir,
+            runtime_dir=runtime_dir,
+            faults=faults,
+            journal_format=COORDINATOR_JOURNAL,
+            writer_wait_s=writer_wait_s,
+            lock=writer_lock,
         )
 
     @property

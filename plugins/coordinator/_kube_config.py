@@ -34,6 +34,9 @@ class KubernetesConfig:
     answer_within_seconds: float = DEFAULT_ANSWER_WITHIN_S
     health_interval_seconds: float = 10.0
     """How often the plugins are asked for the kubelet's device health stream."""
+    pod_uid: str | None = None
+    """This pod's UID: the kubelet sockets named per pod (a rolling update's handover);
+    None: the single-instance names."""
 
     @classmethod
     def from_config(cls, section: dict[str, Any], base: Path) -> KubernetesConfig:
@@ -53,4 +56,5 @@ class KubernetesConfig:
                 section.get("answerWithinSeconds", DEFAULT_ANSWER_WITHIN_S)
             ),
             health_interval_seconds=float(section.get("healthIntervalSeconds", 10.0)),
+            pod_uid=section.get("podUID"),
         )

@@ -237,6 +237,7 @@ class KubernetesNode:
             config.plugins_dir,
             config.registry_dir,
             health=self.health,
+            instance=config.pod_uid,
         )
         self.slices = SlicePublisher(self.client, config.driver, config.node_name)
         self.nri = (

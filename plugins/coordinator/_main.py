@@ -8,8 +8,10 @@ names must be configured); ask every plugin socket that answers who it is (GetIn
 plugin name and contract digest against the pinned descriptor: ``_peers``); check the
 state directory (``plugins.sdk.service.check_state_dir``: its parent must exist unless
 ``--init``, never under /run or on a tmpfs unless ``allowVolatileStateDir``), the socket
-and runtime directories; publish the metrics if asked; open the journal (a damaged one is
-served, never recreated: status says why, every request is ``DATA_LOSS``); bind the
+and runtime directories; wait, bounded (``writerLockWaitSeconds``), for a previous instance
+still holding the journal's writer lock (a rolling update's handover; past the deadline one
+line naming the holder, nothing changed); publish the metrics if asked; open the journal (a
+damaged one is served, never recreated: status says why, every request is ``DATA_LOSS``); bind the
 socket (status answers ``ready=false``, health ``NOT_SERVING``); finish what a crash
 interrupted; serve. SIGTERM stops admitting requests, lets a running one finish within
 ``shutdownGraceSeconds``, then the process exits whatever it is doing: the request stays
@@ -39,12 +41,13 @@ from plugins.sdk.service import (
     EXIT_REFUSED,
     EXIT_UNFINISHED,
     StartupRefused,
+    await_writer,
     check_private_dir,
     check_state_dir,
     program_arguments,
 )
 from plugins.sdk.signals import SignalStop
-from plugins.sdk.store import JournalFault, JournalUnavailable
+from plugins.sdk.store import JournalFault, JournalUnavailable, WriterLock
 from plugins.sdk.systemd import notify
 from plugins.sdk.telemetry import configure_logging, log_event
 
@@ -171,9 +174,18 @@ def check_plugins(config: CoordinatorConfig, clients: Mapping[str, CheckedPlugin
             )
 
 
-def _open_journal(config: CoordinatorConfig) -> tuple[CoordinatorJournal | None, str]:
+def _open_journal(
+    config: CoordinatorConfig, writer_lock: WriterLock | None = None
+) -> tuple[CoordinatorJournal | None, str]:
+    """The journal (``writer_lock``: its lock, taken already by ``await_writer``)."""
     try:
-        return CoordinatorJournal(config.state_dir, runtime_dir=config.lease_dir), ""
+        journal = CoordinatorJournal(
+            config.state_dir,
+            runtime_dir=config.lease_dir,
+            writer_wait_s=config.writer_wait,
+            writer_lock=writer_lock,
+        )
+        return journal, ""
     except JournalUnavailable as exc:  # served damaged: status says why
         log.error("%s", _one_line(str(exc)))
         return None, _one_line(str(exc))
@@ -203,6 +215,7 @@ def serve(
     allocator, topologies = load_manifests(config, descriptors)
     clients = plugin_clients(config, descriptors)
     publisher = None
+    writer_lock = None
     try:
         # Before anything is created: who answers on the plugin sockets, then the directories.
         check_plugins(config, clients)
@@ -210,9 +223,14 @@ def serve(
         check_private_dir("socket directory", config.socket.parent, follow_symlinks=False)
         if config.runtime_dir is not None:
             check_private_dir("runtime directory", config.runtime_dir)
+        # A previous instance still stopping holds the journal, its metrics port, its
+        # sockets: wait for it before binding any of them.
+        writer_lock = await_writer(config.state_dir, config.writer_wait)
         metrics, publisher = _publish_metrics(config)
-        journal, fault = _open_journal(config)
+        journal, fault = _open_journal(config, writer_lock)
     except BaseException:
+        if writer_lock is not None:
+            writer_lock.release()  # idempotent: the journal released it if it failed to open
         _unpublish(publisher)
         for client in clients.values():
             client.close()

@@ -19,7 +19,7 @@ from typing import Any, Final, NoReturn
 
 from plugins.sdk import DocumentError, DocumentSchema, YAMLLoadError, load_yaml_mapping
 from plugins.sdk.host import MAX_SOCKET_PATH, SOCKET_NAME, STAGING_EXTRA, socket_path_fits
-from plugins.sdk.service import StartupRefused, unexpanded_path
+from plugins.sdk.service import StartupRefused, default_writer_wait, unexpanded_path
 from plugins.sdk.telemetry import LogFormat, MetricsConfig
 
 from ._kube_config import KubernetesConfig
@@ -52,6 +52,7 @@ class CoordinatorConfig:
     call_timeout_seconds: float = 60.0
     plugin_wait_seconds: float = 30.0
     shutdown_grace_seconds: float = 10.0
+    writer_lock_wait_seconds: float | None = None  # None: default_writer_wait(grace)
     allow_volatile_state_dir: bool = False  # a journal on tmpfs or under /run: test rigs only
     log_format: LogFormat = "text"
     metrics: MetricsConfig | None = None  # None (the default): no metrics at all
@@ -62,6 +63,14 @@ class CoordinatorConfig:
     def where(self) -> str:
         """``coordinator config FILE``: how a refusal names this config."""
         return f"coordinator config {self.path}" if self.path is not None else "coordinator config"
+
+    @property
+    def writer_wait(self) -> float:
+        """How long startup waits for another process holding the journal's writer lock
+        (a previous instance still stopping) before it refuses."""
+        if self.writer_lock_wait_seconds is not None:
+            return self.writer_lock_wait_seconds
+        return default_writer_wait(self.shutdown_grace_seconds)
 
     @property
     def lease_dir(self) -> Path:
@@ -117,6 +126,9 @@ class CoordinatorConfig:
             call_timeout_seconds=float(data.get("callTimeoutSeconds", 60.0)),
             plugin_wait_seconds=float(data.get("pluginWaitSeconds", 30.0)),
             shutdown_grace_seconds=float(data.get("shutdownGraceSeconds", 10.0)),
+            writer_lock_wait_seconds=(
+                float(data["writerLockWaitSeconds"]) if "writerLockWaitSeconds" in data else None
+            ),
             allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
             log_format=data.get("logFormat", "text"),
             metrics=MetricsConfig.from_config(data.get("metrics"), base),

@@ -35,7 +35,7 @@ from ._yaml import YAMLLoadError, load_yaml_documents
 from .host import Host, check_socket_paths, read_token
 from .runner import NO_CRASH, CrashPoints, EffectRegistry, Runner
 from .signals import SignalStop
-from .store import JournalFault, JournalUnavailable
+from .store import JournalFault, JournalUnavailable, WriterLock
 from .systemd import notify
 from .telemetry import (
     LOG_FORMATS,
@@ -61,6 +61,15 @@ EXIT_UNFINISHED = 1
 """Exit status of a shutdown that ended the process with calls still running."""
 EXIT_MARGIN_S = 0.5
 """After ``grace + EXIT_MARGIN_S`` seconds of stopping, the process exits regardless."""
+WRITER_WAIT_MARGIN_S = 5.0
+"""The default wait for a previous instance's writer lock is its shutdown grace plus
+this: what the DaemonSet gives the old pod (``terminationGracePeriodSeconds``), and a
+previous instance exits at most ``EXIT_MARGIN_S`` after its grace."""
+
+
+def default_writer_wait(shutdown_grace_seconds: float) -> float:
+    """How long a new instance waits for the writer lock of its previous one, by default."""
+    return shutdown_grace_seconds + WRITER_WAIT_MARGIN_S
 
 
 class StartupRefused(NetworkPluginError):
@@ -81,10 +90,19 @@ class ServiceConfig:
     metrics: MetricsConfig | None = None  # None (the default): no metrics at all
     log_format: LogFormat = "text"
     allow_volatile_state_dir: bool = False  # a journal on tmpfs or under /run: test rigs only
+    writer_lock_wait_seconds: float | None = None  # None: default_writer_wait(grace)
 
     def __post_init__(self) -> None:
         if self.runtime_dir == Path():
             object.__setattr__(self, "runtime_dir", self.socket_dir)
+
+    @property
+    def writer_wait(self) -> float:
+        """How long startup waits for another process holding the state directory's
+        writer lock (a previous instance still stopping) before it refuses."""
+        if self.writer_lock_wait_seconds is not None:
+            return self.writer_lock_wait_seconds
+        return default_writer_wait(self.shutdown_grace_seconds)
 
     @classmethod
     def load(cls, path: Path) -> ServiceConfig:
@@ -129,6 +147,9 @@ class ServiceConfig:
             metrics=MetricsConfig.from_config(data.get("metrics"), base),
             log_format=data.get("logFormat", "text"),
             allow_volatile_state_dir=bool(data.get("allowVolatileStateDir", False)),
+            writer_lock_wait_seconds=(
+                float(data["writerLockWaitSeconds"]) if "writerLockWaitSeconds" in data else None
+            ),
         )
 
 
@@ -386,8 +407,11 @@ def _open_runner(
     kernel_boot_id: str,
     crash: CrashPoints,
     metrics: Metrics = NO_METRICS,
+    writer_lock: WriterLock | None = None,
 ) -> Runner:
-    """The runner over the journal; a damaged journal is served (every scope unavailable)."""
+    """The runner over the journal; a damaged journal is served (every scope unavailable).
+
+    ``writer_lock``: the state directory's, taken already (``await_writer``)."""
     state_dir = config.state_dir
     try:
         runner = Runner.open(
@@ -399,6 +423,8 @@ def _open_runner(
             crash=crash,
             runtime_dir=config.runtime_dir,
             metrics=metrics,
+            writer_wait_s=config.writer_wait,
+            writer_lock=writer_lock,
         )
     except (OSError, sqlite3.Error, JournalFault) as exc:  # read-only, full, not writable
         raise StartupRefused(
@@ -407,6 +433,25 @@ def _open_runner(
     if runner.store is None:
         log.error("%s", runner.unavailable_reason)
     return runner
+
+
+def await_writer(state_dir: Path, wait_s: float) -> WriterLock | None:
+    """The writer lock of ``state_dir``, once a previous instance holding it let it go
+    (up to ``wait_s``; then ``StoreLocked``, one line naming the holder, nothing
+    changed); None if the directory never had one (nothing created).
+
+    Taken before the program binds anything the previous instance may still hold (its
+    metrics port, its sockets): a rolling update's new instance starts while the old
+    one stops (docs/runner.md, "The writer lock and handover")."""
+    try:
+        return WriterLock.await_holder(state_dir, wait_s=wait_s)
+    except OSError as exc:
+        raise StartupRefused(f"state directory {state_dir}: {_os_cause(exc)}") from None
+
+
+def _release(lock: WriterLock | None) -> None:
+    if lock is not None:
+        lock.release()
 
 
 def _store_cause(exc: BaseException, state_dir: Path) -> str:
@@ -453,13 +498,7 @@ def serve(
     # Every socket path must fit before the journal, its lease or metrics exist.
     check_socket_paths(config.socket_dir, [r.endpoint.socket_name for r in registrations])
     check_directories(config, init=init)
-    metrics, publisher = _publish_metrics(config.metrics)
-    try:
-        effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
-        runner = _open_runner(config, registrations, effects, kernel_boot_id, crash, metrics)
-    except BaseException:
-        _unpublish(publisher)
-        raise
+    runner, publisher = _open(config, registrations, make_effects, crash)
     try:
         host = Host(config.socket_dir, token)
         # From the first socket on, SIGTERM stops gracefully (also during recovery). Not
@@ -504,10 +543,41 @@ def serve(
     stop.wait()
     notify("STOPPING=1")
     try:
-        return _stop(host, runner, config.shutdown_grace_seconds, exit_process=exit_process)
+        code = _stop(host, config.shutdown_grace_seconds, exit_process=exit_process)
     finally:
         signals.close()
         _unpublish(publisher)
+    if code == 0:
+        # The journal, and its writer lock, go last: a new instance waiting for the lock
+        # binds at once what this one had (its metrics port, its sockets).
+        runner.close()
+    return code
+
+
+def _open(
+    config: ServiceConfig,
+    registrations: Sequence[Registration],
+    make_effects: EffectsFactory,
+    crash: CrashPoints,
+) -> tuple[Runner, MetricsPublisher | None]:
+    """Wait for a previous instance's writer lock, publish the metrics, open the kernel
+    and the journal; on a failure, nothing of it is left held."""
+    writer_lock = await_writer(config.state_dir, config.writer_wait)
+    try:
+        metrics, publisher = _publish_metrics(config.metrics)
+    except BaseException:
+        _release(writer_lock)
+        raise
+    try:
+        effects, kernel_boot_id = _open_kernel(make_effects, config.kernel, crash)
+        runner = _open_runner(
+            config, registrations, effects, kernel_boot_id, crash, metrics, writer_lock
+        )
+    except BaseException:
+        _release(writer_lock)  # idempotent: the store released it if it failed to open
+        _unpublish(publisher)
+        raise
+    return runner, publisher
 
 
 def _publish_metrics(config: MetricsConfig | None) -> tuple[Metrics, MetricsPublisher | None]:
@@ -531,13 +601,14 @@ def _unpublish(publisher: MetricsPublisher | None) -> None:
         publisher.stop()
 
 
-def _stop(host: Host, runner: Runner, grace: float, *, exit_process: bool) -> int:
+def _stop(host: Host, grace: float, *, exit_process: bool) -> int:
     """Stop admitting, drain for ``grace`` s; exit without waiting for what still runs.
 
     A call still running after the grace period (typically blocked in a kernel call)
     is not waited for: its operation stays ``Running`` and its effect ``Applying`` in
     the journal, exactly as after SIGKILL, and the next start recovers it by probe.
-    Nothing is committed on its behalf on the way out.
+    Nothing is committed on its behalf on the way out. The caller closes the runner
+    (0: every call finished).
     """
     host.stop(grace)  # stop admitting; in-flight calls finish or are cancelled at grace
     running = host.in_flight()
@@ -546,7 +617,6 @@ def _stop(host: Host, runner: Runner, grace: float, *, exit_process: bool) -> in
         if exit_process:
             _exit_now(EXIT_UNFINISHED)
         return EXIT_UNFINISHED
-    runner.close()
     return 0
 
 
@@ -660,9 +730,11 @@ __all__ = [
     "ServiceConfig",
     "StartupRefused",
     "artifact_digest",
+    "await_writer",
     "check_directories",
     "check_private_dir",
     "check_state_dir",
+    "default_writer_wait",
     "main",
     "package_version",
     "program_arguments",

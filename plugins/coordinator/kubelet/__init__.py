@@ -3,7 +3,8 @@ registers through its plugin watcher.
 
 ``KubeletPlugin`` serves the kubelet's DRA service (v1 and v1beta1) on
 ``<plugins_dir>/<driver>/dra.sock``, then ``pluginregistration.Registration`` on
-``<registry_dir>/<driver>-reg.sock``; optionally ``v1alpha1.DRAResourceHealth`` from a
+``<registry_dir>/<driver>-reg.sock`` (with the pod's UID, ``dra-<uid>.sock`` and
+``<driver>-<uid>-reg.sock``: the kubelet's rolling-update naming); optionally ``v1alpha1.DRAResourceHealth`` from a
 ``HealthSource`` (``DeviceHealthBoard`` is one). The kubelet's calls reach a
 ``ClaimPreparer`` as ``ClaimRef`` values, version-neutral, and its answers
 (``PrepareOutcome`` of ``PreparedDevice``) go back per claim: no claim, malformed
@@ -27,7 +28,14 @@ from ._health import (
     HealthSource,
     health_response,
 )
-from ._plugin import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, KubeletPlugin, check_driver_name
+from ._plugin import (
+    DEFAULT_PLUGINS_DIR,
+    DEFAULT_REGISTRY_DIR,
+    KubeletPlugin,
+    check_driver_name,
+    dra_socket_path,
+    registration_socket_path,
+)
 from ._registration import (
     PLUGIN_TYPE,
     SUPPORTED_VERSIONS,
@@ -56,5 +64,7 @@ __all__ = [
     "RegistrationServicer",
     "check_driver_name",
     "checked_claims",
+    "dra_socket_path",
     "health_response",
+    "registration_socket_path",
 ]

@@ -13,6 +13,19 @@ the file we linked is removed. Directories we create are 0750 (the kubelet reads
 as root; group for an operator's tools); existing ones are left as they are, being the
 kubelet's.
 
+**Rolling updates.** With an ``instance`` (the pod's UID) both sockets are named per
+instance, as the upstream helper's ``RollingUpdate`` option names them:
+``<registry_dir>/<driver>-<instance>-reg.sock`` and ``<plugins_dir>/<driver>/dra-<instance>.sock``.
+A new coordinator's sockets then never replace the old one's: a kubelet that supports
+rolling updates (1.33 and later) keeps every registered instance of a driver, calls the
+most recently registered, and falls back to another when one's socket goes. Once the
+kubelet has registered this instance, the sockets of other instances of the driver that
+nobody answers on (left by a coordinator that was killed) are removed, so the kubelet
+forgets them; one that answers is left alone. Not before: the kubelet keeps calling the
+newest instance it registered, and a dead one removed first would leave it none until
+this one is registered. Without an instance the names are ``<driver>-reg.sock`` and
+``dra.sock``.
+
 Out of scope: a registration socket deleted while we run is not re-created (the kubelet
 would deregister us; restart the coordinator). The health service is served only when
 a ``HealthSource`` is given; a kubelet with resource health on then logs Unimplemented.
@@ -58,6 +71,9 @@ _DIR_MODE: Final = 0o750
 # A DRA driver name is a DNS subdomain of at most 63 characters (resource.k8s.io).
 _DRIVER_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_DRIVER_NAME: Final = 63
+# A pod UID, as the API server assigns them (RFC 4122, lowercase). Only names of this
+# shape are taken for another instance's sockets: a driver named "<ours>-x" is not ours.
+_INSTANCE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def check_driver_name(driver: str) -> None:
@@ -73,6 +89,47 @@ def check_driver_name(driver: str) -> None:
             f"DRA driver name {driver!r} is not a DNS subdomain (lowercase "
             "letters, digits, '-' and '.', starting and ending alphanumeric)"
         )
+
+
+def registration_socket_path(
+    registry_dir: Path | str, driver: str, instance: str | None = None
+) -> Path:
+    """Where the registration socket of ``driver`` (of this ``instance``) is served."""
+    middle = f"-{instance}" if instance else ""
+    return Path(registry_dir) / f"{driver}{middle}-reg.sock"
+
+
+def dra_socket_path(plugins_dir: Path | str, driver: str, instance: str | None = None) -> Path:
+    """Where the DRA service of ``driver`` (of this ``instance``) is served."""
+    suffix = f"-{instance}" if instance else ""
+    return Path(plugins_dir) / driver / f"dra{suffix}.sock"
+
+
+def _instances(directory: Path, prefix: str, suffix: str) -> list[Path]:
+    """The sockets in ``directory`` named ``<prefix>[-<instance>]<suffix>``."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(suffix)):
+            continue
+        middle = name[len(prefix) : len(name) - len(suffix)]
+        if middle == "" or (middle.startswith("-") and _INSTANCE.fullmatch(middle[1:])):
+            found.append(directory / name)
+    return sorted(found)
+
+
+def _clear_stale_instances(ours: Path, others: list[Path], what: str) -> None:
+    """Remove the sockets of other instances that nobody answers on; leave live ones."""
+    for path in others:
+        if path == ours:
+            continue
+        try:
+            clear_stale_socket(path, serving=what)
+        except RegistrationError as exc:  # alive (a previous instance still stopping)
+            log.info("leaving %s: %s", path, exc.message)
 
 
 def _make_dirs(d: Path) -> None:
@@ -129,8 +186,10 @@ class KubeletPlugin:
     """Serve ``preparer`` to the kubelet as the DRA driver ``driver``.
 
     The DRA socket is ``<plugins_dir>/<driver>/dra.sock``, the registration socket
-    ``<registry_dir>/<driver>-reg.sock``. Nothing is created before ``start``; a bad
-    driver name or a socket path too long to bind is refused at construction.
+    ``<registry_dir>/<driver>-reg.sock``; with an ``instance`` (the pod's UID)
+    ``dra-<instance>.sock`` and ``<driver>-<instance>-reg.sock``, so that two instances
+    coexist during a rolling update. Nothing is created before ``start``; a bad driver
+    name or instance, or a socket path too long to bind, is refused at construction.
     """
 
     def __init__(
@@ -142,11 +201,18 @@ class KubeletPlugin:
         health: HealthSource | None = None,
         *,
         max_workers: int = 4,
+        instance: str | None = None,
     ) -> None:
         check_driver_name(driver)
+        if instance is not None and not _INSTANCE.fullmatch(instance):
+            raise ValueError(
+                f"instance {instance!r} is not a pod UID (a lowercase RFC 4122 UUID, "
+                "the downward API's metadata.uid)"
+            )
         self.driver = driver
-        self.dra_socket = Path(plugins_dir) / driver / "dra.sock"
-        self.registration_socket = Path(registry_dir) / f"{driver}-reg.sock"
+        self.instance = instance
+        self.dra_socket = dra_socket_path(plugins_dir, driver, instance)
+        self.registration_socket = registration_socket_path(registry_dir, driver, instance)
         for path in (self.dra_socket, self.registration_socket):
             if not path.is_absolute():
                 raise ValueError(
@@ -203,6 +269,7 @@ class KubeletPlugin:
         def add_registration(server: grpc.Server) -> None:
             registration_grpc.add_RegistrationServicer_to_server(self._registration, server)
 
+        self._registration.on_first_registered(self._clear_stale_instances)
         self._dra = _serve(self.dra_socket, "DRA service", add_dra, self._max_workers)
         self._health = health
         try:
@@ -212,6 +279,17 @@ class KubeletPlugin:
         except BaseException:
             self.stop(None)
             raise
+
+    def _clear_stale_instances(self) -> None:
+        """Remove the sockets of other instances of this driver nobody answers on."""
+        _clear_stale_instances(
+            self.registration_socket,
+            _instances(self.registration_socket.parent, self.driver, "-reg.sock"),
+            "plugin registration",
+        )
+        _clear_stale_instances(
+            self.dra_socket, _instances(self.dra_socket.parent, "dra", ".sock"), "DRA service"
+        )
 
     def stop(self, grace: float | None = 5.0) -> None:
         """Remove the registration socket, then stop serving DRA and remove its socket.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -51,6 +52,12 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         )
         self._changed = threading.Condition()
         self._events: list[RegistrationEvent] = []
+        self._on_first_registered: Callable[[], None] | None = None
+
+    def on_first_registered(self, action: Callable[[], None]) -> None:
+        """Run ``action`` in a thread of its own once the kubelet first registers us."""
+        with self._changed:
+            self._on_first_registered = action
 
     @property
     def events(self) -> tuple[RegistrationEvent, ...]:
@@ -97,6 +104,11 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
             self._events.append(event)
             failures = sum(1 for e in self._events if not e.registered)
             self._changed.notify_all()
+            action = self._on_first_registered if event.registered else None
+            if action is not None:
+                self._on_first_registered = None
+        if action is not None:  # not on the kubelet's call: it waits for our answer
+            threading.Thread(target=action, name="registered", daemon=True).start()
         if event.registered:
             log.info("the kubelet registered DRA driver %s", self._info.name)
         else:

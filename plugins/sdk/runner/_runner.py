@@ -64,6 +64,7 @@ from ..store import (
     StorageFaults,
     Store,
     Txn,
+    WriterLock,
 )
 from ..telemetry import NO_METRICS, JournalGauges, Metrics
 from . import _transitions as tr
@@ -187,8 +188,13 @@ class Runner:
         runtime_dir: Path | None = None,
         faults: StorageFaults = NO_FAULTS,
         metrics: Metrics = NO_METRICS,
+        writer_wait_s: float = 0.0,
+        writer_lock: WriterLock | None = None,
     ) -> Runner:
         """Open the journal in ``state_dir`` and build the runner that owns it.
+
+        ``writer_wait_s`` and ``writer_lock``: ``Store.open``'s (a writer lock held by
+        another process waited for, or one the caller took already).
 
         A journal that is damaged, lost or rolled back (``JournalUnavailable``) does not
         stop the service: the runner serves without a store, every scope answers
@@ -201,7 +207,13 @@ class Runner:
         if isinstance(registrations, Registry):
             registrations = registrations.seal()
         try:
-            store: Store | None = Store.open(state_dir, runtime_dir=runtime_dir, faults=faults)
+            store: Store | None = Store.open(
+                state_dir,
+                runtime_dir=runtime_dir,
+                faults=faults,
+                writer_wait_s=writer_wait_s,
+                lock=writer_lock,
+            )
             reason = ""
         except JournalUnavailable as exc:
             store, reason = None, " ".join(str(exc).split())

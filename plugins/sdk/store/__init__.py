@@ -20,7 +20,9 @@ true:
   the store's lifetime; a second opener (same or another process) gets
   ``StoreLocked`` naming the holder's pid. Two writers could each believe they
   own a resource; the lock also makes "the old process is stopped" checkable
-  (the kernel drops it when the holder dies).
+  (the kernel drops it when the holder dies). A program's new instance waits for
+  it, bounded (``writer_wait_s``, ``WriterLock.await_holder``): the handover of a
+  rolling update, docs/runner.md "The writer lock and handover".
 * **A lost journal is never recreated.** ``journal.id`` holds a random id that
   is also in the database. It is written once, after the schema commit, and
   the database only becomes ``journal.db`` after it. From then on a missing,
@@ -55,7 +57,7 @@ from ._faults import NO_FAULTS, SITES, StorageFaults, storage_failure
 from ._integrity import DamagedRecord
 from ._journal import DB_NAME, ID_NAME
 from ._lease import lease_path
-from ._lock import LOCK_NAME
+from ._lock import LOCK_NAME, WriterLock
 from ._records import NONTERMINAL_STATES, EffectRecord, OperationRecord, ScopeRecord
 from ._schema import EFFECT_FORMAT, PLUGIN_JOURNAL, SCHEMA_VERSION, JournalFormat, Migration
 from ._sqlite import Reader, Store, Txn
@@ -86,6 +88,7 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "Txn",
+    "WriterLock",
     "lease_path",
     "storage_failure",
 ]

@@ -14,16 +14,24 @@ class StoreError(NetworkPluginError):
 
 
 class StoreLocked(StoreError):
-    """Another writer (this process or another one) holds the state directory."""
+    """Another writer (this process or another one) holds the state directory.
 
-    def __init__(self, state_dir: Path, holder_pid: int | None) -> None:
+    ``waited_s``: how long the opener waited for it (0: it did not wait)."""
+
+    def __init__(self, state_dir: Path, holder_pid: int | None, *, waited_s: float = 0.0) -> None:
         holder = f"pid {holder_pid}" if holder_pid is not None else "an unknown pid"
+        waited = (
+            f"; still held after waiting {waited_s:g}s for it, nothing was changed"
+            if waited_s > 0
+            else ""
+        )
         super().__init__(
-            f"journal store {state_dir} is already open by another writer ({holder})",
+            f"journal store {state_dir} is already open by another writer ({holder}){waited}",
             details={"state_dir": str(state_dir), "holder_pid": str(holder_pid or "")},
         )
         self.state_dir = state_dir
         self.holder_pid = holder_pid
+        self.waited_s = waited_s
 
 
 class StoreClosed(StoreError):

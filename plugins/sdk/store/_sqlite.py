@@ -689,8 +689,15 @@ class Store:
         journal_format: JournalFormat = PLUGIN_JOURNAL,
         checkpoint_after: int = CHECKPOINT_AFTER_COMMITS,
         checkpoint_idle_s: float = CHECKPOINT_IDLE_S,
+        writer_wait_s: float = 0.0,
+        lock: WriterLock | None = None,
     ) -> Store:
         """Lock ``state_dir`` (created 0700 if missing), validate or create its journal.
+
+        ``writer_wait_s``: how long to wait for another process holding the writer lock
+        (an instance still stopping) before ``StoreLocked``; 0 refuses at once. ``lock``:
+        the writer lock of ``state_dir``, already taken by the caller (``WriterLock``);
+        the store owns it from now on, and releases it if opening fails.
 
         With ``runtime_dir`` (a tmpfs, e.g. under ``/run``) the store keeps a lease
         there (see ``_lease``): a journal that lost acknowledged commits in this boot,
@@ -704,8 +711,11 @@ class Store:
         checkpoints (``CHECKPOINT_AFTER_COMMITS``).
         """
         state_dir = Path(state_dir).absolute()
-        ensure_state_dir(state_dir)
-        lock = WriterLock.acquire(state_dir)
+        if lock is None:
+            ensure_state_dir(state_dir)
+            lock = WriterLock.acquire(state_dir, wait_s=writer_wait_s)
+        elif not lock.held or lock.path.parent.absolute() != state_dir:
+            raise StoreError(f"the writer lock {lock.path} is not a held lock of {state_dir}")
         conn: sqlite3.Connection | None = None
         lease: Lease | None = None
         try:
