@@ -1,0 +1,387 @@
+"""Upgrades between releases with real processes: the previous release built from its
+git tag, its services on a node's state directories, then this tree's on the same ones.
+
+``previous_release()`` makes the release of a tag runnable: a ``git worktree`` of the
+tagged commit and the venv of its own lock (``uv sync --locked --no-dev``), in a cache
+directory keyed by the commit (``$DRANP_RELEASE_CACHE``, default
+``~/.cache/dranp-releases``). Built once per machine and reused; never required: a clone
+without the tag, or a machine without uv, gets ``ReleaseUnavailable`` with one line.
+
+``ReleaseKernelLab`` is the node's kernel across the upgrade: the previous release's fake
+kernel server, which a rolling update of the services never restarts (a node's kernel is
+not upgraded with them). Both releases reach it: the old services over ``fake://`` (its
+scheme then), this tree's over ``kernel+unix://``; the old server ignores the protocol
+version this tree's client sends, while this tree's server refuses a request without it,
+so the previous release's server is the one both can drive. Its node starts with the
+previous release's services (``ReleaseServiceProcess``); ``hand_over`` stops one as a
+rolling update does (SIGTERM, or finds it SIGKILLed) and starts this tree's on the same
+state directory, socket directory and token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from fakekernel.client import FakeKernelClient, FakeKernelProcess
+from labs import Lab, Node, ProcessServices, ReadyListener, ServiceProcess, ServiceSpec
+from plugins.api.networkplugin.v1alpha1 import pb
+from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
+
+REPO = Path(__file__).resolve().parent.parent
+PREVIOUS_RELEASE = "v0.1.0"
+CACHE_ENV = "DRANP_RELEASE_CACHE"
+DEFAULT_CACHE = Path.home() / ".cache" / "dranp-releases"
+LAUNCHER = "labs.crashing_service"  # the previous release's launcher has the same name
+BUILD_TIMEOUT_S = 600
+_NETWORK_PLUGIN = pb.DESCRIPTOR.services_by_name["NetworkPlugin"].full_name
+
+# Variables of this tree's environment that would make a previous release's interpreter
+# import this tree, or uv build into this tree's venv.
+_FOREIGN_ENV = ("PYTHONPATH", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONDONTWRITEBYTECODE")
+
+
+class ReleaseUnavailable(Exception):
+    """The previous release cannot be built here (one line: why)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A built release: its tag, the commit it names, its source tree with its venv."""
+
+    tag: str
+    commit: str
+    src: Path
+
+    @property
+    def python(self) -> Path:
+        return self.src / ".venv" / "bin" / "python"
+
+    def env(self, extra: Mapping[str, str] = {}) -> dict[str, str]:
+        """This process's environment without what would mix this tree into the release."""
+        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+        return {**env, **extra}
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0:
+        raise ReleaseUnavailable(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def release_cache() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+def previous_release(tag: str = PREVIOUS_RELEASE) -> Release:
+    """The release ``tag`` names, built (or found built) in the cache."""
+    try:
+        commit = _git("rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}")
+    except ReleaseUnavailable:
+        raise ReleaseUnavailable(
+            f"the release tag {tag} is not in this clone (git fetch --tags)"
+        ) from None
+    uv = shutil.which("uv")
+    if uv is None:
+        raise ReleaseUnavailable(f"uv is not on PATH: the venv of {tag} cannot be built")
+    root = release_cache() / commit
+    root.mkdir(parents=True, exist_ok=True)
+    release = Release(tag, commit, root / "src")
+    # One build per commit at a time (xdist workers, two clones): the others wait for it.
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "built").exists():
+            _build(release, uv)
+            (root / "built").write_text(f"{tag} {commit}\n")
+    return release
+
+
+def _build(release: Release, uv: str) -> None:
+    """A worktree of the tagged commit and the venv of its lock (a half-built one from an
+    interrupted run is replaced: ``built`` is written only after both)."""
+    if release.src.exists():
+        with contextlib.suppress(ReleaseUnavailable):
+            _git("worktree", "remove", "--force", str(release.src))
+        shutil.rmtree(release.src, ignore_errors=True)
+    # --force: a worktree registered at this path whose directory is gone is taken over.
+    _git("worktree", "add", "--detach", "--force", str(release.src), release.commit)
+    done = subprocess.run(
+        [uv, "sync", "--locked", "--no-dev", "--quiet"],
+        cwd=release.src,
+        env=release.env(),
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseUnavailable(f"uv sync --locked of {release.tag} failed: {last}")
+
+
+class ReleaseKernelProcess(FakeKernelProcess):
+    """The previous release's fake kernel server (its lab file, as it was released)."""
+
+    def __init__(self, release: Release, socket_path: Path) -> None:
+        super().__init__(socket_path, None, python=str(release.python))
+        self.release = release
+
+    def start(self) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(self.release.python), "-m", "fakekernel", "--socket", str(self.socket_path)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=self.release.env(),
+            cwd=self.release.src,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+
+class ReleaseServiceProcess(ServiceProcess):
+    """A service of ``release`` on this node's config, state and token: the command of the
+    release's own launcher and interpreter, run from its source tree."""
+
+    publishes_metrics = False  # the rig's scrape adds up this tree's services
+
+    def __init__(
+        self,
+        release: Release,
+        name: str,
+        command: Sequence[str],
+        root: Path,
+        socket_dir: Path,
+        kernel_url: str,
+        sockets: Sequence[str],
+    ) -> None:
+        super().__init__(name, command, root, socket_dir, kernel_url, sockets)
+        self.release = release
+
+    def start(
+        self,
+        crash_at: CrashPoint | None = None,
+        trace: Path | None = None,
+        timeout: float = 30,
+        *,
+        wait_ready: bool = True,
+    ) -> None:
+        self.launch(None if crash_at is None else str(crash_at), trace, timeout)
+
+    def launch(
+        self, armed: str | None = None, trace: Path | None = None, timeout: float = 30
+    ) -> None:
+        """Start it (``armed``: SIGKILL at this point, named as the release names points;
+        ``trace``: the points it reaches, one a line) and wait until every socket is ready."""
+        extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
+        if trace is not None:
+            extra[ENV_TRACE] = str(trace)
+        env = {k: v for k, v in self.release.env().items() if k not in (ENV_ARM, ENV_TRACE)}
+        program = [LAUNCHER, *self.command] if extra else self.command
+        deadline = time.monotonic() + timeout
+        with ReadyListener() as listener:
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        str(self.release.python),
+                        "-m",
+                        *program,
+                        "--config",
+                        str(self.config),
+                        "--log-level",
+                        self.log_level,
+                    ],
+                    cwd=self.release.src,
+                    env={**env, **extra, **listener.env()},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            listener.wait(self.proc, timeout)
+        for socket in self.sockets:
+            with self.client(socket) as client:
+                self._wait_serving(client, max(deadline - time.monotonic(), 0.001), wait_ready=True)
+
+
+class ReleaseKernelLab(Lab):
+    """A node's kernel that outlives an upgrade of its services: the previous release's
+    fake kernel server. A node built on it starts the previous release's services."""
+
+    tier = "fake"
+
+    def __init__(self, release: Release) -> None:
+        self.release = release
+        self.start_seed = 0  # the release's lab file as written: no random starting state
+        self.short_dir = Path(tempfile.mkdtemp(prefix="upgrade-", dir="/tmp"))
+        self.socket = self.short_dir / "kernel.sock"
+        self.process = ReleaseKernelProcess(release, self.socket)
+        self.process.start()
+        self.client = FakeKernelClient(self.socket)
+
+    @property
+    def kernel(self) -> FakeKernelClient:
+        return self.client
+
+    @property
+    def kernel_url(self) -> str:
+        """This tree's scheme for a kernel behind a Unix socket."""
+        return f"kernel+unix://{self.socket}"
+
+    @property
+    def release_kernel_url(self) -> str:
+        """The previous release's scheme for the same socket."""
+        return f"fake://{self.socket}"
+
+    def process_services(
+        self, root: Path, specs: Sequence[ServiceSpec], socket_dir: Path
+    ) -> ProcessServices:
+        services = ProcessServices(self, root, specs, socket_dir)
+        for spec in specs:
+            services.processes[spec.name] = ReleaseServiceProcess(
+                self.release,
+                spec.name,
+                spec.command,
+                root / spec.name,
+                socket_dir / f"{spec.name}.sock.d",
+                self.release_kernel_url,
+                spec.sockets,
+            )
+        return services
+
+    def close(self) -> None:
+        self.client.close()
+        self.process.stop()
+        shutil.rmtree(self.short_dir, ignore_errors=True)
+
+
+def hand_over(node: Node, name: str, *, stopped: bool = False) -> int | None:
+    """A rolling update of service ``name``: the running release stops on SIGTERM (its
+    exit status; ``stopped``: it is already dead, None) and this tree's program starts on
+    the same state directory, socket directory and token, recovering before it is
+    ready; the coordinator's clients reconnect."""
+    old = node.processes.processes[name]
+    code = None if stopped else old.stop()
+    spec = next(s for s in node.processes.specs if s.name == name)
+    url = node.lab.kernel_url
+    assert url is not None
+    new = ServiceProcess(name, spec.command, old.root, old.socket_dir, url, spec.sockets)
+    new.token = old.token  # the same secret file, as the DaemonSet's pod mounts it
+    (old.root / "token").write_text(old.token)
+    node.processes.processes[name] = new
+    new.start()
+    node.reconnect()
+    return code
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """One operation of a plugin journal as the file holds it."""
+
+    operation_id: str
+    hook: str
+    scope: str
+    state: str
+    cleanup_status: str | None
+
+
+def journal_records(state_dir: Path) -> list[JournalRecord]:
+    """Every operation of the journal in ``state_dir``, read from a copy (its ``-wal``
+    with it), so the reading can neither change nor checkpoint the journal."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for suffix in ("", "-wal"):
+            source = state_dir / f"journal.db{suffix}"
+            if source.exists():
+                shutil.copyfile(source, Path(tmp) / f"journal.db{suffix}")
+        conn = sqlite3.connect(Path(tmp) / "journal.db")
+        try:
+            rows = conn.execute(
+                "SELECT operation_id, hook, scope, state, cleanup_status FROM operations "
+                "ORDER BY seq"
+            ).fetchall()
+        finally:
+            conn.close()
+    return [JournalRecord(*row) for row in rows]
+
+
+def journal_bytes(state_dir: Path) -> dict[str, bytes]:
+    """The journal's files, byte for byte (those present)."""
+    names = ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id")
+    return {n: (state_dir / n).read_bytes() for n in names if (state_dir / n).exists()}
+
+
+def raw_call(process: ServiceProcess, socket: str, rpc: str, request: bytes) -> bytes:
+    """One NetworkPlugin RPC with the request's bytes as given and the response's bytes
+    as the service sent them (no decoding on either side)."""
+    with grpc.insecure_channel(f"unix://{process.socket_dir / socket}") as channel:
+        call = channel.unary_unary(
+            f"/{_NETWORK_PLUGIN}/{rpc}", request_serializer=None, response_deserializer=None
+        )
+        answer: bytes = call(
+            request, metadata=(("authorization", f"Bearer {process.token}"),), timeout=30
+        )
+        return answer
+
+
+class RecordingClient:
+    """A coordinator's plugin client that keeps the wire bytes of each NodePrepare and
+    ConnectNetwork request it sends, by operation id (to replay them later as they were)."""
+
+    def __init__(self, client: Any, sent: dict[str, tuple[str, bytes]]) -> None:
+        self._client = client
+        self._sent = sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def node_prepare(self, req: Any) -> Any:
+        from plugins.sdk.host import prepare_request_to_pb
+
+        wire = prepare_request_to_pb(req).SerializeToString(deterministic=True)
+        self._sent[req.envelope.operation_id] = ("NodePrepare", wire)
+        return self._client.node_prepare(req)
+
+    def connect_network(self, req: Any) -> Any:
+        from plugins.sdk.host import connect_request_to_pb
+
+        wire = connect_request_to_pb(req).SerializeToString(deterministic=True)
+        self._sent[req.envelope.operation_id] = ("ConnectNetwork", wire)
+        return self._client.connect_network(req)
+
+
+def record_requests(node: Node, sent: dict[str, tuple[str, bytes]]) -> None:
+    """Make the node's coordinator keep its requests' bytes in ``sent`` (again after each
+    ``reconnect``, which gives it new clients)."""
+    clients: dict[str, Any] = node.coordinator.clients  # PluginClient's calls, by duck type
+    for plugin, client in list(clients.items()):
+        if not isinstance(client, RecordingClient):
+            clients[plugin] = RecordingClient(client, sent)
+
+
+@contextlib.contextmanager
+def previous_release_node(
+    release: Release, root: Path, services: Sequence[ServiceSpec]
+) -> Iterator[Node]:
+    """A node of ``services`` of ``release`` on its own kernel server (no pod yet)."""
+    lab = ReleaseKernelLab(release)
+    try:
+        with Node(lab, root, services=services, processes=True, pod=None) as node:
+            yield node
+    finally:
+        lab.close()
