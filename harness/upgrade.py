@@ -24,21 +24,35 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
-from labs import Lab, Node, ProcessServices, ReadyListener, ServiceProcess, ServiceSpec
+from labs import (
+    PROJECT_SERVICES,
+    Lab,
+    Node,
+    ProcessServices,
+    ReadyListener,
+    ServiceProcess,
+    ServiceSpec,
+)
 from plugins.api.networkplugin.v1alpha1 import pb
+from plugins.coordinator import StepFailed
+from plugins.kernel import LinkSpec
+from plugins.sdk import CleanupStatus, SandboxHandle
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
+
+from .scenarios import Lifecycle
 
 REPO = Path(__file__).resolve().parent.parent
 PREVIOUS_RELEASE = "v0.1.0"
@@ -385,3 +399,138 @@ def previous_release_node(
             yield node
     finally:
         lab.close()
+
+
+# -- the previous release leaves operations in every state ------------------------------
+
+TOPOLOGY = "macvlan"
+SERVICE = "networkplugin-links"
+SOCKET = "macvlan.sock"
+LINKS = tuple(s for s in PROJECT_SERVICES if s.name == SERVICE)
+REFERENCE, SUCCEEDED, IN_FLIGHT, QUARANTINED = 0, 1, 2, 3
+"""Each run's number: its claim ``claim-<n>``, attachment ``att-<n>`` and pod ``pod-<n>``."""
+QUARANTINED_SCOPES = (f"att-{QUARANTINED}", f"claim-{QUARANTINED}.secondary")
+
+
+@dataclass
+class Pod:
+    """A lifecycle's view of the node with a pod of its own (``Lifecycle`` asks its
+    ``lab`` for the coordinator and the sandbox)."""
+
+    node: Node
+    name: str
+
+    @property
+    def coordinator(self) -> Any:
+        return self.node.coordinator
+
+    @property
+    def lab(self) -> Any:
+        return self.node.lab
+
+    def sandbox(self, name: str = "") -> SandboxHandle:
+        return self.node.sandbox(self.name)
+
+
+def lifecycle(node: Node, n: int) -> Lifecycle:
+    return Lifecycle(TOPOLOGY, Pod(node, f"pod-{n}"), claim=f"claim-{n}", attachment=f"att-{n}")
+
+
+def old_process(node: Node) -> ReleaseServiceProcess:
+    process = node.processes.processes[SERVICE]
+    assert isinstance(process, ReleaseServiceProcess), "the service was handed over already"
+    return process
+
+
+@dataclass
+class LeftBehind:
+    """What the previous release left: claim 0's lifecycle run to its end, claim 1
+    prepared and connected, claim 3's remove quarantined, claim 2's connect SIGKILLed at
+    ``point``; the old release's answers to claim 1's requests (by operation id), and
+    every request's bytes as the coordinator sent them (``sent``, kept up to date)."""
+
+    lifecycles: dict[int, Lifecycle]
+    point: str
+    answers: dict[str, bytes]
+    sent: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+
+
+def restart_old(node: Node, sent: dict[str, tuple[str, bytes]], **launch: Any) -> None:
+    """SIGKILL the old service and start it again (``launch``'s arguments)."""
+    old = old_process(node)
+    old.kill()
+    old.launch(**launch)
+    node.reconnect()
+    record_requests(node, sent)
+
+
+def connect_points(trace: Path, reference: int) -> list[str]:
+    """The previous release's points of run ``reference``'s connect, as it names them, at
+    which a record of the connect exists (from its intent's commit on)."""
+    points = [
+        p
+        for p in trace.read_text().splitlines()
+        if p.startswith(f"ConnectNetwork/att-{reference}:")
+    ]
+    first = next(p for p in points if p.endswith("/intent.after-commit"))
+    return points[points.index(first) :]
+
+
+def renamed(point: str, reference: int, n: int) -> str:
+    return point.replace(f"att-{reference}:", f"att-{n}:").replace(
+        f"claim-{reference}.", f"claim-{n}."
+    )
+
+
+def quarantine_remove(node: Node, life: Lifecycle) -> None:
+    """An administrator replaces our macvlan in the pod by a dummy carrying our marker:
+    the remove cannot tell it from ours and must quarantine, never delete it."""
+    ns = node.kernel.open_namespace(life.lab.sandbox().namespace)
+    ours = node.kernel.get_link(ns, name="secondary0")
+    assert ours is not None, "the connect left no secondary0"
+    assert ours.alias, "our link carries no marker"
+    node.kernel.delete_link(ns, ours.ifindex)
+    node.kernel.create_link(ns, LinkSpec(name="secondary0", kind="dummy", alias=ours.alias))
+    removed = life.phase("remove")()
+    statuses = [r.status for r in removed.values()]
+    assert statuses == [CleanupStatus.QUARANTINED], statuses
+
+
+def administrator_clears(node: Node, pod: SandboxHandle) -> None:
+    """The administrator takes back the dummy that made the remove quarantine."""
+    ns = node.kernel.open_namespace(pod.namespace)
+    planted = node.kernel.get_link(ns, name="secondary0")
+    assert planted is not None, "the planted dummy is gone"
+    assert planted.kind == "dummy", planted
+    node.kernel.delete_link(ns, planted.ifindex)
+
+
+def leave_every_state(node: Node, trace: Path, pick: Callable[[list[str]], str]) -> LeftBehind:
+    """Drive ``node``'s previous-release service into every state an upgrade can meet;
+    ``pick`` chooses the in-flight connect's point among the reference run's
+    (``connect_points``). Returns with the service dead by SIGKILL at that point."""
+    sent: dict[str, tuple[str, bytes]] = {}
+    restart_old(node, sent, trace=trace)
+    runs = {n: lifecycle(node, n) for n in (REFERENCE, SUCCEEDED, QUARANTINED, IN_FLIGHT)}
+    runs[REFERENCE].run()
+    runs[SUCCEEDED].run(0, 2)
+    answers = {
+        op: raw_call(old_process(node), SOCKET, rpc, wire)
+        for op, (rpc, wire) in sent.items()
+        if op.startswith((f"claim-{SUCCEEDED}.", f"att-{SUCCEEDED}:"))
+    }
+    assert len(answers) == 2, answers  # the prepare's and the connect's
+    runs[QUARANTINED].run(0, 2)
+    quarantine_remove(node, runs[QUARANTINED])
+    point = renamed(pick(connect_points(trace, REFERENCE)), REFERENCE, IN_FLIGHT)
+    restart_old(node, sent, armed=point)
+    runs[IN_FLIGHT].run(0, 1)
+    try:
+        runs[IN_FLIGHT].phase("connect")()
+    except StepFailed:
+        pass
+    else:
+        raise AssertionError(f"the connect was not killed at {point}")
+    code = old_process(node).wait_exit()
+    assert code == -signal.SIGKILL, f"{SERVICE} exited {code} at {point}, not by SIGKILL"
+    return LeftBehind(runs, point, answers, sent)
