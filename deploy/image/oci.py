@@ -208,7 +208,14 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "schemaVersion": 2,
         "mediaType": MEDIA_INDEX,
         "manifests": [
-            manifest.descriptor(annotations={"org.opencontainers.image.ref.name": args.ref_name})
+            manifest.descriptor(
+                annotations={
+                    # the tag: podman load, skopeo's oci-archive:FILE:TAG
+                    "org.opencontainers.image.ref.name": args.tag,
+                    # the whole name: ctr images import names the image with it
+                    "io.containerd.image.name": f"{args.repository}:{args.tag}",
+                }
+            )
         ],
     }
     (layout / "index.json").write_bytes(canonical(index))
@@ -234,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="the repository's URL")
     parser.add_argument("--debian", required=True, help="the Debian suite of the root")
     parser.add_argument("--user", required=True, help="the default user, uid:gid")
-    parser.add_argument("--ref-name", required=True, help="the tag in index.json")
+    parser.add_argument("--repository", required=True, help="the image's name in index.json")
+    parser.add_argument("--tag", required=True, help="the image's tag in index.json")
     parser.add_argument("--layout", type=Path, required=True, help="a new directory")
     parser.add_argument("--archive", type=Path, required=True, help="the OCI archive to write")
     args = parser.parse_args(argv)

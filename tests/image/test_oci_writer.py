@@ -49,7 +49,7 @@ def write(root: Path, out: Path, version: str = "0.1.0") -> dict[str, object]:
             str(WRITER),
             *("--root", str(root), "--epoch", str(EPOCH), "--version", version),
             *("--revision", "0" * 40, "--source", "urn:test", "--debian", "bookworm"),
-            *("--user", "65532:65532", "--ref-name", f"{version}-test"),
+            *("--user", "65532:65532", "--repository", "localhost/test", "--tag", version),
             *("--layout", str(out / "layout"), "--archive", str(out / "image.oci.tar")),
         ],
         capture_output=True,
@@ -121,7 +121,12 @@ def test_the_config_names_user_labels_and_times(tmp_path: Path) -> None:
     assert labels["org.opencontainers.image.revision"] == "0" * 40
     assert config["rootfs"]["diff_ids"] == [record["diff_id"]]
     index = json.loads((tmp_path / "out/layout/index.json").read_text())
-    assert index["manifests"][0]["digest"] == record["digest"]
+    (manifest,) = index["manifests"]
+    assert manifest["digest"] == record["digest"]
+    assert manifest["annotations"] == {
+        "org.opencontainers.image.ref.name": "0.1.0",
+        "io.containerd.image.name": "localhost/test:0.1.0",
+    }
 
 
 def test_a_device_node_in_the_root_is_refused(tmp_path: Path) -> None:
@@ -134,7 +139,8 @@ def test_a_device_node_in_the_root_is_refused(tmp_path: Path) -> None:
         [
             *(sys.executable, str(WRITER), "--root", str(tmp_path / "root"), "--epoch", "1"),
             *("--version", "v", "--revision", "r", "--source", "s", "--debian", "d"),
-            *("--user", "0:0", "--ref-name", "n", "--layout", str(tmp_path / "l")),
+            *("--user", "0:0", "--repository", "r", "--tag", "t"),
+            *("--layout", str(tmp_path / "l")),
             *("--archive", str(tmp_path / "a.tar")),
         ],
         capture_output=True,
