@@ -37,6 +37,7 @@ import contextlib
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -231,6 +232,7 @@ class KubeletPlugin:
         self._max_workers = max_workers
         self._dra: _Served | None = None
         self._registry: _Served | None = None
+        self._stale_cleared = threading.Event()
 
     @property
     def registration_events(self) -> tuple[RegistrationEvent, ...]:
@@ -290,6 +292,12 @@ class KubeletPlugin:
         _clear_stale_instances(
             self.dra_socket, _instances(self.dra_socket.parent, "dra", ".sock"), "DRA service"
         )
+        self._stale_cleared.set()
+
+    def wait_stale_cleared(self, timeout: float) -> bool:
+        """Wait until the sockets of killed instances were removed (after the kubelet's
+        first registration of this one); False on timeout."""
+        return self._stale_cleared.wait(timeout)
 
     def stop(self, grace: float | None = 5.0) -> None:
         """Remove the registration socket, then stop serving DRA and remove its socket.
