@@ -21,6 +21,7 @@ state directory, socket directory and token.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -311,8 +312,14 @@ class JournalRecord:
     operation_id: str
     hook: str
     scope: str
+    step: str
+    generation: int
+    epoch: int
     state: str
     cleanup_status: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def journal_records(state_dir: Path) -> list[JournalRecord]:
@@ -326,7 +333,8 @@ def journal_records(state_dir: Path) -> list[JournalRecord]:
         conn = sqlite3.connect(Path(tmp) / "journal.db")
         try:
             rows = conn.execute(
-                "SELECT operation_id, hook, scope, state, cleanup_status FROM operations "
+                "SELECT operation_id, hook, scope, step, generation, epoch, state, cleanup_status "
+                "FROM operations "
                 "ORDER BY seq"
             ).fetchall()
         finally:
