@@ -163,6 +163,27 @@ class AgentLab(Lab):
             tables[pf] = k.get_vfs(host, link.ifindex)
         return tables
 
+    def unlearn_vf_addresses(self, before: dict[str, list[VFConfig]]) -> None:
+        """Give back a PF's not knowing its VFs' addresses (``before``: ``vf_tables``).
+        igb lists a VF's MAC once the VF has told it through the PF's mailbox, which works
+        only while the PF is up: a VF reset with its PF up (a bond setting its MAC, a VLAN
+        set through the PF) leaves the table listing it where the lab had made the VFs
+        with the PFs down. The next test on the machine must find the tables as they were,
+        so an entry that went from none to a MAC is set back to none through the PF (igb
+        takes the zero MAC as "no address set by the PF": the VF netdev keeps its own)."""
+        from plugins.kernel import VFChanges
+
+        k = self.kernel
+        host = k.host_namespace()
+        for pf, vfs in self.vf_tables().items():
+            was = {vf.vf_index: vf for vf in before.get(pf, [])}
+            link = k.get_link(host, name=pf)
+            assert link is not None, f"{pf} is not in the machine's root namespace"
+            for vf in vfs:
+                old = was.get(vf.vf_index)
+                if old is not None and old.mac == NO_MAC and vf.mac != NO_MAC:
+                    k.set_vf(host, link.ifindex, vf.vf_index, VFChanges(mac=NO_MAC))
+
     def furnish_sandbox(self, ns: NsRef) -> None:
         """The pod's own ``eth0``, its peer in the node, as the other labs plant it."""
         from fakekernel.lab import plant_pod_interface

@@ -106,6 +106,8 @@ def restore_vf_tables(nic_lab: AgentLab, tables: dict[str, Any]) -> None:
         for vf in vfs:
             changes = VFChanges(vlan=vf.vlan, qos=vf.qos, spoofchk=vf.spoofchk, trust=vf.trust)
             k.set_vf(host, link.ifindex, vf.vf_index, changes)
+    # A VLAN set through an up PF resets the VF, which then tells the PF its address.
+    nic_lab.unlearn_vf_addresses(tables)
 
 
 @pytest.fixture(scope="module")

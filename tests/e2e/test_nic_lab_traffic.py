@@ -22,7 +22,7 @@ import pytest
 
 from harness.pytest_plugin import RigStats
 from labs import AgentLab, Lab
-from plugins.kernel import LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
+from plugins.kernel import LinkChanges, LinkSpec, NsRef
 from plugins.sdk import CleanupStatus
 
 from .node import Node, compiled
@@ -30,7 +30,6 @@ from .node import Node, compiled
 # Documentation addresses (RFC 5737): the packets never leave the machines' NICs.
 POD_ADDRESS, PEER_ADDRESS, PREFIX = "192.0.2.1", "192.0.2.2", 24
 PEER_NAME = "peer0"  # the peer port's name in its session's node
-NO_MAC = "00:00:00:00:00:00"  # a VF table's MAC of a VF whose address the PF never learned
 FIRST_REPLIES = 3  # answered pings that prove the path (the first waits on ARP)
 AFTER_FAILOVER = 5  # replies through the new active member
 # ARP and the first echo through igb under TCG take seconds. Each wait is one agent call,
@@ -160,25 +159,5 @@ def test_a_ping_crosses_the_bond_and_survives_failover(
     for lab in labs:
         root_before, tables_before = before[id(lab)]
         assert lab.changes_since(root_before) == [], f"{lab.tier}: the machine changed"
-        unlearn_vf_addresses(lab, tables_before)
+        lab.unlearn_vf_addresses(tables_before)
         assert lab.vf_tables() == tables_before, f"{lab.tier}: a PF's VF table changed"
-
-
-def unlearn_vf_addresses(lab: AgentLab, before: dict[str, list[VFConfig]]) -> None:
-    """Give back a PF's not knowing its VFs' addresses. igb lists a VF's MAC once the VF
-    has told it (through the PF's mailbox, which works only while the PF is up); the
-    bond set and restored the VFs' MACs with the PFs up, where the lab had made the VFs
-    with the PFs down, so the PFs now list them. The next test on the machine must find
-    the tables as they were (seen: the VF-removal check failing on the learned MACs), so
-    an entry that went from none to a MAC is set back to none through the PF (igb takes
-    the zero MAC as "no address set by the PF": the VF netdev keeps its own)."""
-    k = lab.kernel
-    host = k.host_namespace()
-    for pf, vfs in lab.vf_tables().items():
-        was = {vf.vf_index: vf for vf in before.get(pf, [])}
-        link = k.get_link(host, name=pf)
-        assert link is not None, f"{pf} is not in the machine's root namespace"
-        for vf in vfs:
-            old = was.get(vf.vf_index)
-            if old is not None and old.mac == NO_MAC and vf.mac != NO_MAC:
-                k.set_vf(host, link.ifindex, vf.vf_index, VFChanges(mac=NO_MAC))
