@@ -103,6 +103,16 @@ def snapshot(host: LabHost, remote: Any) -> HostState:
     return HostState(host.name, tuple(pfs))
 
 
+NO_MAC = "00:00:00:00:00:00"
+
+
+def _learned(key: str, was: Any, now: Any) -> bool:
+    """igb lists a VF's own address once the VF driver tells the PF (at a VF reset with
+    the PF up, whenever the driver gets to it): the NIC's doing, neither a provisioning's
+    nor a plugin's, so it is no change of the host's (``AgentLab.changes_since``)."""
+    return key == "address" and NO_MAC in (was, now)
+
+
 def changes_since(before: HostState, after: HostState) -> list[str]:
     problems = []
     for old, new in zip(before.pfs, after.pfs, strict=True):
@@ -112,7 +122,11 @@ def changes_since(before: HostState, after: HostState) -> list[str]:
             )
             continue
         for was, now in zip(old.vfs, new.vfs, strict=True):
-            changed = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
+            changed = sorted(
+                k
+                for k in was.keys() | now.keys()
+                if was.get(k) != now.get(k) and not _learned(k, was.get(k), now.get(k))
+            )
             for key in changed:
                 problems.append(
                     f"{after.host}: PF {new.pci} VF {was.get('vf')}: {key} is "
