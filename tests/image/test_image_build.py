@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import resource
 import subprocess
 import tomllib
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE_DIR = Path("/var/lib/dranp/image")  # scripts/build-image's default
+IMAGE_DIR = Path(os.environ.get("DRANP_IMAGE_DIR", "/var/lib/dranp/image"))  # the script's
 NONROOT_UID = 65532
 # The issue's podman notes: runc (crun refuses these machines' hybrid cgroups), cgroupfs,
 # and limits below the hard ones (podman's defaults exceed them).
