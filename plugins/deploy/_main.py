@@ -7,8 +7,8 @@
   2, and nothing written.
 - ``probe SOCKET...``: exit 0 when every socket's health service says ``SERVING``, else
   1 with one line per socket that does not.
-- ``pod-setup --node-name N --coordinator-config FILE --out-dir DIR``: the pod's tokens
-  and the coordinator's config with this node's name.
+- ``pod-setup --node-name N [--pod-uid UID] --coordinator-config FILE --out-dir DIR``:
+  the pod's tokens and the coordinator's config with this node's name (and this pod's UID).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument("--timeout", type=float, default=3.0, help="seconds per socket")
     setup = commands.add_parser("pod-setup", help="the pod's tokens and coordinator config")
     setup.add_argument("--node-name", required=True)
+    setup.add_argument("--pod-uid", default=None, help="the pod's metadata.uid")
     setup.add_argument("--coordinator-config", type=Path, required=True)
     setup.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._pod_setup import PodSetupError, set_up_pod
 
     try:
-        for path in set_up_pod(args.node_name, args.coordinator_config, args.out_dir):
+        for path in set_up_pod(args.node_name, args.coordinator_config, args.out_dir, args.pod_uid):
             print(f"wrote {path}")
     except PodSetupError as exc:
         print(f"{PROG} pod-setup: {exc}", file=sys.stderr)

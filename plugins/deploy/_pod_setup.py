@@ -7,7 +7,9 @@
   volume, and never leave the pod. A token already there is kept (an init container that
   runs again must not make the running programs' tokens wrong).
 - The coordinator's config: the ConfigMap's, with ``kubernetes.nodeName`` set to this
-  node (the downward API's ``spec.nodeName``): the programs expand no variables.
+  node (the downward API's ``spec.nodeName``) and ``kubernetes.podUID`` to this pod (its
+  ``metadata.uid``: the kubelet sockets of each pod have names of their own, so the old
+  and the new pod of a rolling update coexist): the programs expand no variables.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ class PodSetupError(ValueError):
     """The pod cannot be set up: one line naming what is wrong."""
 
 
-def set_up_pod(node_name: str, coordinator_config: Path, out_dir: Path) -> list[Path]:
+def set_up_pod(
+    node_name: str, coordinator_config: Path, out_dir: Path, pod_uid: str | None = None
+) -> list[Path]:
     """Write the tokens that are missing and the coordinator's config into ``out_dir``;
-    the files written."""
+    the files written. ``pod_uid``: this pod's (None: the kubelet sockets' plain names)."""
     if not node_name:
         raise PodSetupError("node name is empty (the downward API's spec.nodeName)")
     try:
@@ -47,6 +51,8 @@ def set_up_pod(node_name: str, coordinator_config: Path, out_dir: Path) -> list[
         )
     config = documents[0]
     config["kubernetes"]["nodeName"] = node_name
+    if pod_uid is not None:
+        config["kubernetes"]["podUID"] = pod_uid
     written = []
     for name in TOKENS:
         token = out_dir / f"{name}.token"

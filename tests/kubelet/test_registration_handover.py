@@ -30,10 +30,12 @@ from harness.k8s.apiserver import FakeAPIServer
 from harness.k8s.kubelet import KubeletSim, PodClaim
 from plugins.api.kubelet.pluginregistration.v1 import registration_pb2 as reg_pb
 from plugins.api.kubelet.pluginregistration.v1 import registration_pb2_grpc as reg_grpc
+from plugins.coordinator import CoordinatorConfig
 from plugins.coordinator.kubelet import (
     dra_socket_path,
     registration_socket_path,
 )
+from plugins.deploy import render_manifests, set_up_pod
 
 from .test_plugin import DRIVER, FakePreparer, Node
 
@@ -404,3 +406,28 @@ def test_past_the_deadline_the_next_coordinator_exits_with_one_line(
     finally:
         for program in started:
             program.kill()
+
+
+# -- the DaemonSet ---------------------------------------------------------------------------
+
+
+def test_the_daemonsets_pod_names_its_kubelet_sockets_after_its_uid(tmp_path: Path) -> None:
+    manifests = render_manifests(REPO / "deploy" / "kubernetes")
+    (daemonset,) = [o for o in manifests.install if o["kind"] == "DaemonSet"]
+    (setup,) = daemonset["spec"]["template"]["spec"]["initContainers"]
+    command = setup["command"]
+    assert command[command.index("--pod-uid") + 1] == "$(POD_UID)"
+    env = {e["name"]: e.get("valueFrom") for e in setup["env"]}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    (configmap,) = [o for o in manifests.install if o["kind"] == "ConfigMap"]
+    template = tmp_path / "coordinator.yaml"
+    template.write_text(configmap["data"]["coordinator.yaml"])
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    set_up_pod("node-1", template, pod, NEW)
+    kubernetes = CoordinatorConfig.load(pod / "coordinator.yaml").kubernetes
+    assert kubernetes is not None
+    assert kubernetes.pod_uid == NEW
+    assert registration_socket_path(kubernetes.registry_dir, kubernetes.driver, NEW).name == (
+        f"{kubernetes.driver}-{NEW}-reg.sock"
+    )
