@@ -199,13 +199,20 @@ class ReleaseServiceProcess(ServiceProcess):
         *,
         wait_ready: bool = True,
     ) -> None:
-        self.launch(None if crash_at is None else str(crash_at), trace, timeout)
+        armed = None if crash_at is None else str(crash_at)
+        self.launch(armed, trace, timeout, wait_ready=wait_ready)
 
     def launch(
-        self, armed: str | None = None, trace: Path | None = None, timeout: float = 30
+        self,
+        armed: str | None = None,
+        trace: Path | None = None,
+        timeout: float = 30,
+        *,
+        wait_ready: bool = True,
     ) -> None:
         """Start it (``armed``: SIGKILL at this point, named as the release names points;
-        ``trace``: the points it reaches, one a line) and wait until every socket is ready."""
+        ``trace``: the points it reaches, one a line) and wait until every socket is ready
+        (``wait_ready=False``: until each answers, ready or not)."""
         extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
         if trace is not None:
             extra[ENV_TRACE] = str(trace)
@@ -225,14 +232,17 @@ class ReleaseServiceProcess(ServiceProcess):
                         self.log_level,
                     ],
                     cwd=self.release.src,
-                    env={**env, **extra, **listener.env()},
+                    # Not waiting for it: no socket to notify that closes before it would.
+                    env={**env, **extra, **(listener.env() if wait_ready else {})},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
-            listener.wait(self.proc, timeout)
+            if wait_ready:
+                listener.wait(self.proc, timeout)
         for socket in self.sockets:
             with self.client(socket) as client:
-                self._wait_serving(client, max(deadline - time.monotonic(), 0.001), wait_ready=True)
+                left = max(deadline - time.monotonic(), 0.001)
+                self._wait_serving(client, left, wait_ready=wait_ready)
 
 
 class ReleaseKernelLab(Lab):
