@@ -178,12 +178,21 @@ class _BlockingLock:
 
     def wait(self, timeout: float) -> bool:
         """True once the lock is ours (on ``self.fd``); False past ``timeout`` (the
-        thread's descriptor is then its own to close)."""
-        if not self._done.wait(timeout):
+        thread's descriptor is then its own to close). Interrupted (a signal's
+        exception), nothing is left held either."""
+        interrupted = True
+        try:
+            self._done.wait(timeout)
+            interrupted = False
+        finally:
             with self._decided:
-                if not self._done.is_set():
+                taken = self._done.is_set()
+                if not taken:
                     self._abandoned = True
-                    return False
+                elif interrupted:
+                    os.close(self.fd)
+        if not taken:
+            return False
         if self._failure is not None:
             os.close(self.fd)
             raise self._failure
