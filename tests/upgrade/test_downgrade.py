@@ -44,6 +44,8 @@ from plugins.sdk.host import PluginCallError
 from plugins.sdk.service import EXIT_REFUSED
 from plugins.sdk.store import EFFECT_FORMAT, PLUGIN_JOURNAL, SCHEMA_VERSION
 
+pytestmark = pytest.mark.timeout(300)  # the first run on a machine builds v0.1.0's venv
+
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "journals" / "v0.1.0" / SERVICE
 SUCCEEDED_CONNECT = ("att-1:secondary:ConnectNetwork:g1", "att-1")
 
