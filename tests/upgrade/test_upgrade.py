@@ -159,3 +159,12 @@ def test_old_records_are_read_from_a_copy(tmp_path: Path) -> None:
     before = journal_bytes(tmp_path / "state")
     assert journal_records(tmp_path / "state") == []
     assert journal_bytes(tmp_path / "state") == before
+
+
+def test_a_clone_without_the_release_tag_gets_one_line() -> None:
+    """What the upgrade tests skip with where the tag was not fetched (a shallow clone)."""
+    with pytest.raises(ReleaseUnavailable) as missing:
+        previous_release("v0.0.0-never")
+    assert (
+        str(missing.value) == "the release tag v0.0.0-never is not in this clone (git fetch --tags)"
+    )
