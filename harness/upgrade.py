@@ -30,7 +30,7 @@ import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from plugins.api.networkplugin.v1alpha1 import pb
 from plugins.coordinator import StepFailed
 from plugins.kernel import LinkSpec
 from plugins.sdk import CleanupStatus, SandboxHandle
+from plugins.sdk.host import connect_request_to_pb, prepare_request_to_pb
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
 
 from .scenarios import Lifecycle
@@ -65,7 +66,15 @@ _NETWORK_PLUGIN = pb.DESCRIPTOR.services_by_name["NetworkPlugin"].full_name
 
 # Variables of this tree's environment that would make a previous release's interpreter
 # import this tree, or uv build into this tree's venv.
-_FOREIGN_ENV = ("PYTHONPATH", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONDONTWRITEBYTECODE")
+_FOREIGN_ENV = (
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "UV_PROJECT_ENVIRONMENT",
+    "PYTHONDONTWRITEBYTECODE",
+    ENV_ARM,
+    ENV_MODE,
+    ENV_TRACE,
+)
 
 
 class ReleaseUnavailable(Exception):
@@ -84,10 +93,10 @@ class Release:
     def python(self) -> Path:
         return self.src / ".venv" / "bin" / "python"
 
-    def env(self, extra: Mapping[str, str] = {}) -> dict[str, str]:
-        """This process's environment without what would mix this tree into the release."""
-        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
-        return {**env, **extra}
+    def env(self) -> dict[str, str]:
+        """This process's environment without what would mix this tree into the release
+        (nor arm a crash point the caller did not ask for)."""
+        return {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
 
 
 def _git(*args: str) -> str:
@@ -111,7 +120,7 @@ def previous_release(tag: str = PREVIOUS_RELEASE) -> Release:
         raise ReleaseUnavailable(
             f"the release tag {tag} is not in this clone (git fetch --tags)"
         ) from None
-    uv = shutil.which("uv")
+    uv = os.environ.get("UV") or shutil.which("uv")  # uv run names itself in $UV
     if uv is None:
         raise ReleaseUnavailable(f"uv is not on PATH: the venv of {tag} cannot be built")
     root = release_cache() / commit
@@ -216,7 +225,7 @@ class ReleaseServiceProcess(ServiceProcess):
         extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
         if trace is not None:
             extra[ENV_TRACE] = str(trace)
-        env = {k: v for k, v in self.release.env().items() if k not in (ENV_ARM, ENV_TRACE)}
+        env = self.release.env()
         program = [LAUNCHER, *self.command] if extra else self.command
         deadline = time.monotonic() + timeout
         with ReadyListener() as listener:
@@ -383,15 +392,11 @@ class RecordingClient:
         return getattr(self._client, name)
 
     def node_prepare(self, req: Any) -> Any:
-        from plugins.sdk.host import prepare_request_to_pb
-
         wire = prepare_request_to_pb(req).SerializeToString(deterministic=True)
         self._sent[req.envelope.operation_id] = ("NodePrepare", wire)
         return self._client.node_prepare(req)
 
     def connect_network(self, req: Any) -> Any:
-        from plugins.sdk.host import connect_request_to_pb
-
         wire = connect_request_to_pb(req).SerializeToString(deterministic=True)
         self._sent[req.envelope.operation_id] = ("ConnectNetwork", wire)
         return self._client.connect_network(req)
