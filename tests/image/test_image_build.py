@@ -98,3 +98,26 @@ def test_the_image_built_twice_is_the_same_and_runs_as_nonroot(image_tier: None)
         "networkplugin-links",
         version,
     ]
+    # Every module of the product imports from the image's venv alone (no test kit, no
+    # build tool), and every program of the wheel starts, on the read-only root.
+    assert podman_run(by_digest, "python", "-c", IMPORT_EVERY_MODULE).strip() == "[]"
+    programs = " ".join(PROGRAMS)
+    started = podman_run(
+        by_digest, "sh", "-c", f"for p in {programs}; do $p --help >/dev/null && echo $p; done"
+    )
+    assert started.split() == list(PROGRAMS)
+
+
+# The wheel's programs, from where the wheel gets them.
+PROGRAMS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, plugins
+failed = []
+for module in pkgutil.walk_packages(plugins.__path__, "plugins."):
+    if not module.name.endswith("__main__"):  # a __main__ runs its program
+        try:
+            importlib.import_module(module.name)
+        except Exception as error:
+            failed.append(f"{module.name}: {error!r}")
+print(failed)
+"""
