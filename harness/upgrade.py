@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -380,12 +380,25 @@ def raw_call(process: ServiceProcess, socket: str, rpc: str, request: bytes) -> 
         return answer
 
 
+class SentRequest(NamedTuple):
+    """A request as the coordinator sent it: to which plugin, which RPC, its bytes."""
+
+    plugin: str
+    rpc: str
+    wire: bytes
+
+
+Sent = dict[str, SentRequest]
+"""The coordinator's NodePrepare and ConnectNetwork requests, by operation id."""
+
+
 class RecordingClient:
     """A coordinator's plugin client that keeps the wire bytes of each NodePrepare and
-    ConnectNetwork request it sends, by operation id (to replay them later as they were)."""
+    ConnectNetwork request it sends (to replay them later as they were)."""
 
-    def __init__(self, client: Any, sent: dict[str, tuple[str, bytes]]) -> None:
+    def __init__(self, client: Any, plugin: str, sent: Sent) -> None:
         self._client = client
+        self._plugin = plugin
         self._sent = sent
 
     def __getattr__(self, name: str) -> Any:
@@ -393,22 +406,30 @@ class RecordingClient:
 
     def node_prepare(self, req: Any) -> Any:
         wire = prepare_request_to_pb(req).SerializeToString(deterministic=True)
-        self._sent[req.envelope.operation_id] = ("NodePrepare", wire)
+        self._sent[req.envelope.operation_id] = SentRequest(self._plugin, "NodePrepare", wire)
         return self._client.node_prepare(req)
 
     def connect_network(self, req: Any) -> Any:
         wire = connect_request_to_pb(req).SerializeToString(deterministic=True)
-        self._sent[req.envelope.operation_id] = ("ConnectNetwork", wire)
+        self._sent[req.envelope.operation_id] = SentRequest(self._plugin, "ConnectNetwork", wire)
         return self._client.connect_network(req)
 
 
-def record_requests(node: Node, sent: dict[str, tuple[str, bytes]]) -> None:
+def record_requests(node: Node, sent: Sent) -> None:
     """Make the node's coordinator keep its requests' bytes in ``sent`` (again after each
     ``reconnect``, which gives it new clients)."""
     clients: dict[str, Any] = node.coordinator.clients  # PluginClient's calls, by duck type
     for plugin, client in list(clients.items()):
         if not isinstance(client, RecordingClient):
-            clients[plugin] = RecordingClient(client, sent)
+            clients[plugin] = RecordingClient(client, plugin, sent)
+
+
+def replay(node: Node, request: SentRequest) -> bytes:
+    """``request`` sent again, as it was, to whichever program serves its plugin now; the
+    answer's bytes as sent."""
+    return raw_call(
+        node.processes.of(request.plugin), f"{request.plugin}.sock", request.rpc, request.wire
+    )
 
 
 @contextlib.contextmanager
@@ -455,12 +476,12 @@ class Pod:
         return self.node.sandbox(self.name)
 
 
-def lifecycle(node: Node, n: int) -> Lifecycle:
-    return Lifecycle(TOPOLOGY, Pod(node, f"pod-{n}"), claim=f"claim-{n}", attachment=f"att-{n}")
+def lifecycle(node: Node, n: int, topology: str = TOPOLOGY) -> Lifecycle:
+    return Lifecycle(topology, Pod(node, f"pod-{n}"), claim=f"claim-{n}", attachment=f"att-{n}")
 
 
-def old_process(node: Node) -> ReleaseServiceProcess:
-    process = node.processes.processes[SERVICE]
+def old_process(node: Node, service: str = SERVICE) -> ReleaseServiceProcess:
+    process = node.processes.processes[service]
     assert isinstance(process, ReleaseServiceProcess), "the service was handed over already"
     return process
 
@@ -475,12 +496,12 @@ class LeftBehind:
     lifecycles: dict[int, Lifecycle]
     point: str
     answers: dict[str, bytes]
-    sent: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    sent: Sent = field(default_factory=dict)
 
 
-def restart_old(node: Node, sent: dict[str, tuple[str, bytes]], **launch: Any) -> None:
-    """SIGKILL the old service and start it again (``launch``'s arguments)."""
-    old = old_process(node)
+def restart_old(node: Node, sent: Sent, service: str = SERVICE, **launch: Any) -> None:
+    """SIGKILL an old service and start it again (``launch``'s arguments)."""
+    old = old_process(node, service)
     old.kill()
     old.launch(**launch)
     node.reconnect()
@@ -532,14 +553,14 @@ def leave_every_state(node: Node, trace: Path, pick: Callable[[list[str]], str])
     """Drive ``node``'s previous-release service into every state an upgrade can meet;
     ``pick`` chooses the in-flight connect's point among the reference run's
     (``connect_points``). Returns with the service dead by SIGKILL at that point."""
-    sent: dict[str, tuple[str, bytes]] = {}
+    sent: Sent = {}
     restart_old(node, sent, trace=trace)
     runs = {n: lifecycle(node, n) for n in (REFERENCE, SUCCEEDED, QUARANTINED, IN_FLIGHT)}
     runs[REFERENCE].run()
     runs[SUCCEEDED].run(0, 2)
     answers = {
-        op: raw_call(old_process(node), SOCKET, rpc, wire)
-        for op, (rpc, wire) in sent.items()
+        op: replay(node, request)
+        for op, request in sent.items()
         if op.startswith((f"claim-{SUCCEEDED}.", f"att-{SUCCEEDED}:"))
     }
     assert len(answers) == 2, answers  # the prepare's and the connect's

@@ -19,12 +19,14 @@ neither cleaned nor reported as quarantined: must be 0).
 from __future__ import annotations
 
 import random
+import signal
 from pathlib import Path
 
 import pytest
 
 from harness.invariants import violations
 from harness.pytest_plugin import RigStats
+from harness.scenarios import compiled
 from harness.upgrade import (
     IN_FLIGHT,
     LINKS,
@@ -36,7 +38,9 @@ from harness.upgrade import (
     JournalRecord,
     Release,
     ReleaseUnavailable,
+    Sent,
     administrator_clears,
+    connect_points,
     hand_over,
     journal_bytes,
     journal_records,
@@ -45,11 +49,13 @@ from harness.upgrade import (
     old_process,
     previous_release,
     previous_release_node,
-    raw_call,
     record_requests,
+    renamed,
+    replay,
     restart_old,
 )
-from labs import start_state_seed
+from labs import PROJECT_SERVICES, start_state_seed
+from plugins.coordinator import StepFailed
 from plugins.sdk import CleanupStatus
 from plugins.sdk.store import Store
 
@@ -104,7 +110,7 @@ def test_an_upgrade_recovers_cleans_or_reports_every_record_of_the_previous_rele
         assert reported[quarantined_op].cleanup is CleanupStatus.QUARANTINED
 
         # The previous release's answers, replayed by this tree, byte for byte.
-        replayed = {op: raw_call(new, SOCKET, *left.sent[op]) for op in left.answers}
+        replayed = {op: replay(node, left.sent[op]) for op in left.answers}
         assert replayed == left.answers
 
         # This tree finishes and cleans what the old one left.
@@ -138,6 +144,99 @@ def test_an_upgrade_recovers_cleans_or_reports_every_record_of_the_previous_rele
     # claim 0's four, claim 1's two, claim 3's three, claim 2's prepare and connect
     assert len(old_records) == 11, old_records
     assert newly_cleaned, "the upgrade cleaned nothing the old release left"
+
+
+VF_TOPOLOGY = "vf-bond-vlan"
+VF_SERVICE = "networkplugin-vf"
+
+
+def plugin_of_step(topology: str, step: str) -> str:
+    return compiled(topology).steps[step].plugin
+
+
+def test_an_upgrade_of_every_service_with_vfs_in_pods(
+    release: Release, tmp_path: Path, rig_stats: RigStats
+) -> None:
+    """The three services of the previous release (VFs moved into a pod, bonded, a VLAN
+    on the bond): a lifecycle done, then a claim prepared whose connect networkplugin-vf
+    is SIGKILLed in at a seeded point of its own (the topology's VFs are exclusive: one
+    claim at a time), the other two services stopped by SIGTERM; this tree's three take
+    over, report every record, replay the old prepare's answers byte for byte, finish
+    the connect and clean everything."""
+    reference, in_flight = 4, 6
+    with previous_release_node(release, tmp_path / "node", PROJECT_SERVICES) as node:
+        for n in (reference, in_flight):
+            node.sandbox(f"pod-{n}")
+        baseline = node.snapshot()
+        sent: Sent = {}
+        record_requests(node, sent)
+        trace = tmp_path / "trace"
+        restart_old(node, sent, VF_SERVICE, trace=trace)
+        runs = {n: lifecycle(node, n, VF_TOPOLOGY) for n in (reference, in_flight)}
+        runs[reference].run()
+        runs[in_flight].run(0, 1)
+        answers = {
+            op: replay(node, request)
+            for op, request in sent.items()
+            if op.startswith(f"claim-{in_flight}.")
+        }
+        assert len(answers) == 2  # the two VFs' prepares (the bond and the VLAN have none)
+        # Only networkplugin-vf was traced: its points, the VF moves among them.
+        point = renamed(seeded(connect_points(trace, reference)), reference, in_flight)
+        rig_stats.fact("upgrade_vf_crash_point", point)
+        restart_old(node, sent, VF_SERVICE, armed=point)
+        with pytest.raises(StepFailed):
+            runs[in_flight].phase("connect")()
+        assert old_process(node, VF_SERVICE).wait_exit() == -signal.SIGKILL, point
+
+        states = {
+            name: node.processes.processes[name].root / "state" for name in node.processes.processes
+        }
+        old_records = {name: journal_records(state) for name, state in states.items()}
+        for name in node.processes.processes:
+            code = hand_over(node, name, stopped=name == VF_SERVICE)
+            assert code in (None, 0)
+        record_requests(node, sent)
+
+        reported: dict[str, bool] = {}
+        for records in old_records.values():
+            for r in records:
+                plugin = plugin_of_step(VF_TOPOLOGY, r.step)
+                with node.processes.of(plugin).client(f"{plugin}.sock") as client:
+                    reported[r.operation_id] = client.inspect(r.operation_id, r.scope).found
+        missing = [op for op, found in reported.items() if not found]
+        assert {op: replay(node, sent[op]) for op in answers} == answers
+
+        runs[in_flight].run(1)
+        problems = violations(
+            baseline, node.kernel, node.journal, dict(node.coordinator.clients), f"pod-{in_flight}"
+        )
+        for process in node.processes.processes.values():
+            assert process.stop() == 0
+        after = {
+            name: {r.operation_id: r for r in journal_records(state)}
+            for name, state in states.items()
+        }
+
+    lost = missing + [
+        r.operation_id
+        for name, records in old_records.items()
+        for r in records
+        if r.operation_id not in after[name] or not cleaned(after[name][r.operation_id])
+    ]
+    newly_cleaned = [
+        r
+        for name, records in old_records.items()
+        for r in records
+        if not cleaned(r) and cleaned(after[name][r.operation_id])
+    ]
+    rig_stats.add("upgrade_records", sum(len(r) for r in old_records.values()))
+    rig_stats.add("upgrade_cleaned", len(newly_cleaned))
+    rig_stats.add("upgrade_lost", len(lost))
+    rig_stats.add("invariant_violations", len(problems))
+    assert lost == []
+    assert problems == []
+    assert newly_cleaned
 
 
 def test_the_kernel_check_sees_a_link_left_behind(release: Release, tmp_path: Path) -> None:
