@@ -45,6 +45,13 @@ def at_create(points: list[str]) -> str:
 
 def main(argv: list[str]) -> int:
     tag = argv[0] if argv else PREVIOUS_RELEASE
+    if (DATA / tag).exists():
+        print(
+            f"{DATA / tag} exists: a release's golden journals are written once (remove the "
+            "directory to write them again)",
+            file=sys.stderr,
+        )
+        return 2
     release = previous_release(tag)
     out = DATA / tag / SERVICE
     with (
@@ -53,8 +60,6 @@ def main(argv: list[str]) -> int:
     ):
         state = old_process(node).root / "state"
         left = leave_every_state(node, Path(tmp) / "trace", at_create)
-        if out.exists():
-            shutil.rmtree(out)
         out.mkdir(parents=True)
         for name in JOURNAL_FILES:
             shutil.copyfile(state / name, out / name)
