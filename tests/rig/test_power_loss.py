@@ -68,6 +68,7 @@ def test_pulling_the_plug_loses_no_acknowledged_operation(
     rig_stats.add("power_loss_leaks", len(outcome.leaks))
     rig_stats.add("journals_refused", len(outcome.refused))
     rig_stats.add("power_loss_acks_checked", outcome.acked_operations)
+    rig_stats.add("power_loss_emulator_aborts", len(outcome.emulator_aborts))
     rig_stats.fact("power_loss_seed", outcome.seed)
     rig_stats.fact("power_loss_seconds", outcome.wall_s)
     print(
