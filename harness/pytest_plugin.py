@@ -37,11 +37,16 @@ if TYPE_CHECKING:  # testinfra and ansible-runner load only for a run of the sri
     from labs.sriov import Inventory, SriovLab
 
 LAB_MARKERS = ("netns", "vm", "sriov")
+# Tiers that are no lab but need root and minutes, so they are not fake either; each runs
+# only when -m names it (its fixture skips otherwise: tests/image/conftest.py).
+OPT_IN_MARKERS = ("image",)
 MARKERS = {
     "fake": "needs neither root nor a lab (unit tests and the fake-kernel tier)",
     "netns": "real Linux network namespaces on this kernel (root)",
     "vm": "the QEMU VM lab booting Debian's kernel",
     "sriov": "real SR-IOV NIC hosts from an Ansible inventory",
+    "image": "builds and runs the OCI image (scripts/build-image: root, podman, minutes); "
+    "opt-in: runs only under -m image",
 }
 STATS_KEY = pytest.StashKey["RigStats"]()
 LAB_KEY = pytest.StashKey["LabSpec | None"]()
@@ -148,7 +153,7 @@ carries to the controller): how the rig's summary counts each group's outcomes."
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if not any(item.get_closest_marker(m) for m in LAB_MARKERS):
+        if not any(item.get_closest_marker(m) for m in (*LAB_MARKERS, *OPT_IN_MARKERS)):
             item.add_marker(pytest.mark.fake)
         group = item.get_closest_marker("xdist_group")
         if group is not None and item.get_closest_marker("sriov") is not None:

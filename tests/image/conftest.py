@@ -1,7 +1,8 @@
 """The image tier: tests that build the OCI image with scripts/build-image (root, podman,
 minutes). Opt-in: they run only when asked (``pytest -m image``); otherwise each skips
 with one line. Asked for on a machine that cannot run them, they fail saying what is
-missing (the tier rules of harness.pytest_plugin)."""
+missing (the tier rules of harness.pytest_plugin, which registers the marker and keeps
+its tests out of ``-m fake``)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,6 @@ import pytest
 from harness.pytest_plugin import explicitly_requested, require_lab
 
 TIER = "image"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{TIER}: builds the OCI image (scripts/build-image: root, podman, minutes); "
-        f"opt-in: runs only under -m {TIER}",
-    )
 
 
 def missing() -> str | None:
@@ -36,5 +29,5 @@ def missing() -> str | None:
 def image_tier(request: pytest.FixtureRequest) -> None:
     """Skips (one line) unless the run asked for the tier; fails if asked and it cannot run."""
     if not explicitly_requested(request.config, TIER):
-        pytest.skip(f"{TIER} tier: opt-in (builds the image twice, minutes): pytest -m {TIER}")
+        pytest.skip(f"{TIER} tier: opt-in (builds and runs the image, minutes): pytest -m {TIER}")
     require_lab(request.config, TIER, missing())
