@@ -158,8 +158,10 @@ def start_unit(
         if proc.poll() is None:
             proc.kill()
         status = proc.wait(30)
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         raise RuntimeError(
-            f"{unit_file.name} ({instance}) {outcome} with status {status}: see {log}"
+            f"{unit_file.name} ({instance}) {outcome} with status {status}: see {log}, "
+            f"last lines:\n{tail}"
         )
     return proc
 
@@ -171,11 +173,19 @@ def _mount(*arguments: str) -> None:
 
 
 def _mount_points() -> list[str]:
+    """The mount points this namespace can reach: a mount under a path that a later
+    mount covers (the host's ``/run/netns``, which ``ip netns`` and podman make a mount
+    point, under the sandbox's own ``/run``) is hidden, and remounting its path would
+    name the covering mount's directory instead."""
     points = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4]
         points.append(point.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\"))
-    return points
+    return [
+        point
+        for index, point in enumerate(points)
+        if not any(_under(point, [later]) for later in points[index + 1 :])
+    ]
 
 
 def _under(path: str, tops: Sequence[str]) -> bool:
