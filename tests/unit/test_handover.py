@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 
-from fakekernel.client import FakeKernelProcess
 from plugins.sdk.service import ServiceConfig, await_writer, default_writer_wait
 from plugins.sdk.store import LOCK_NAME, ScopeRecord, Store, StoreLocked, Txn, WriterLock
 
@@ -319,16 +318,6 @@ def test_instances_started_together_never_write_the_same_journal(tmp_path: Path)
 
 
 # -- the service programs ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kernel_url() -> Iterator[str]:
-    short = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
-    try:
-        with FakeKernelProcess(short / "kernel.sock"):
-            yield f"kernel+unix://{short / 'kernel.sock'}"
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 @dataclass

@@ -25,23 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fakekernel.client import FakeKernelProcess
 from plugins.sdk.service import ServiceConfig
 
 PROG = "networkplugin-links"
 SCRIPT = Path(sys.executable).with_name(PROG)
 NOBODY = 65534
-
-
-@pytest.fixture(scope="module")
-def kernel_url() -> Iterator[str]:
-    """A fake kernel that answers, so that only the thing under test is wrong."""
-    short = Path(tempfile.mkdtemp(prefix="np-", dir="/tmp"))
-    try:
-        with FakeKernelProcess(short / "kernel.sock"):
-            yield f"kernel+unix://{short / 'kernel.sock'}"
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 @dataclass
