@@ -5,7 +5,9 @@ git tag, its services on a node's state directories, then this tree's on the sam
 tagged commit and the venv of its own lock (``uv sync --locked --no-dev``), in a cache
 directory keyed by the commit (``$DRANP_RELEASE_CACHE``, default
 ``~/.cache/dranp-releases``). Built once per machine and reused; never required: a clone
-without the tag, or a machine without uv, gets ``ReleaseUnavailable`` with one line.
+without the release's commit (shallow), or a machine without uv, gets
+``ReleaseUnavailable`` with one line. A clone without tags uses the commit ``RELEASES``
+records.
 
 ``ReleaseKernelLab`` is the node's kernel across the upgrade: the previous release's fake
 kernel server, which a rolling update of the services never restarts (a node's kernel is
@@ -58,6 +60,11 @@ from .scenarios import Lifecycle
 
 REPO = Path(__file__).resolve().parent.parent
 PREVIOUS_RELEASE = "v0.1.0"
+RELEASES = {"v0.1.0": "6eb5d1aab468f03f40417f2f59cbc46e7669ade4"}
+"""Each release's tag and the commit it names (CHANGELOG.md). A clone made without tags
+(``--no-tags``, or a CI that pushes one branch) still has the commits of main's history:
+the recorded commit is used where the tag is missing, and a tag naming another commit is
+refused rather than trusted."""
 CACHE_ENV = "DRANP_RELEASE_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "dranp-releases"
 LAUNCHER = "labs.crashing_service"  # the previous release's launcher has the same name
@@ -99,9 +106,9 @@ class Release:
         return {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, repo: Path = REPO) -> str:
     done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60, check=False
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60, check=False
     )
     if done.returncode != 0:
         raise ReleaseUnavailable(f"git {' '.join(args)}: {done.stderr.strip()}")
@@ -114,12 +121,7 @@ def release_cache() -> Path:
 
 def previous_release(tag: str = PREVIOUS_RELEASE) -> Release:
     """The release ``tag`` names, built (or found built) in the cache."""
-    try:
-        commit = _git("rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}")
-    except ReleaseUnavailable:
-        raise ReleaseUnavailable(
-            f"the release tag {tag} is not in this clone (git fetch --tags)"
-        ) from None
+    commit = release_commit(tag)
     uv = os.environ.get("UV") or shutil.which("uv")  # uv run names itself in $UV
     if uv is None:
         raise ReleaseUnavailable(f"uv is not on PATH: the venv of {tag} cannot be built")
@@ -133,6 +135,31 @@ def previous_release(tag: str = PREVIOUS_RELEASE) -> Release:
             _build(release, uv)
             (root / "built").write_text(f"{tag} {commit}\n")
     return release
+
+
+def release_commit(tag: str, repo: Path = REPO) -> str:
+    """The commit of release ``tag`` in the clone at ``repo``: its tag's, else the one
+    ``RELEASES`` records."""
+    recorded = RELEASES.get(tag)
+    try:
+        tagged: str | None = _git(
+            "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}", repo=repo
+        )
+    except ReleaseUnavailable:
+        tagged = None
+    if tagged is not None and recorded is not None and tagged != recorded:
+        raise ReleaseUnavailable(
+            f"the release tag {tag} names {tagged[:12]}, not the released {recorded[:12]}"
+        )
+    commit = tagged or recorded
+    if commit is None:
+        raise ReleaseUnavailable(f"the release tag {tag} is not in this clone (git fetch --tags)")
+    try:
+        return _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", repo=repo)
+    except ReleaseUnavailable:
+        raise ReleaseUnavailable(
+            f"release {tag}'s commit {commit[:12]} is not in this clone (a shallow clone?)"
+        ) from None
 
 
 def _build(release: Release, uv: str) -> None:

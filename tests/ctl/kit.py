@@ -138,6 +138,9 @@ def clone(node: Node, dest: Path) -> Path:
                     "tokenFile": str(token),
                     "kernel": node.lab.kernel_url,
                     "runtimeDir": str(root / "run"),
+                    # The rig keeps pytest's temporary files on /dev/shm, where a service
+                    # refuses a journal unless told it may (labs' ServiceProcess does too).
+                    "allowVolatileStateDir": True,
                 }
             )
         )

@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ import yaml
 
 from labs import Node
 from plugins.ctl import Exit
-from plugins.sdk.host import PluginClient
+from plugins.sdk import EndpointInfo
+from plugins.sdk.host import PluginCallError, PluginClient
 from plugins.sdk.store import EFFECT_FORMAT, PLUGIN_JOURNAL, SCHEMA_VERSION
 
 from .kit import LINKS, SERVICES, clone, ctl, state_files
@@ -63,6 +65,19 @@ def test_doctor_has_one_versions_line_per_service_down(
     assert state_files(tmp_path) == before
 
 
+def _ready_while_running(client: PluginClient, proc: subprocess.Popen[bytes]) -> EndpointInfo:
+    """GetInfo once ready, within 60 s; a service that exits first fails at once, with its log."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return client.wait_ready(1)
+        except PluginCallError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                _, err = proc.communicate(timeout=60)
+                pytest.fail(f"the service is not ready (exit {proc.returncode}):\n{err.decode()}")
+
+
 def test_doctor_reads_the_running_services_versions_from_getinfo(
     crashed: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,7 +95,7 @@ def test_doctor_reads_the_running_services_versions_from_getinfo(
         infos = []
         for name in sockets:
             with PluginClient(socket_dir / name, "a-token", timeout=30) as client:
-                infos.append(client.wait_ready(60))
+                infos.append(_ready_while_running(client, proc))
         run = ctl(config, ["doctor", "-o", "json"], capsys)
     finally:
         proc.terminate()

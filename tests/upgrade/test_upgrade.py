@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,11 @@ from harness.scenarios import compiled
 from harness.upgrade import (
     IN_FLIGHT,
     LINKS,
+    PREVIOUS_RELEASE,
     QUARANTINED,
     QUARANTINED_SCOPES,
+    RELEASES,
+    REPO,
     SERVICE,
     SOCKET,
     SUCCEEDED,
@@ -50,6 +54,7 @@ from harness.upgrade import (
     previous_release,
     previous_release_node,
     record_requests,
+    release_commit,
     renamed,
     replay,
     restart_old,
@@ -260,10 +265,45 @@ def test_old_records_are_read_from_a_copy(tmp_path: Path) -> None:
     assert journal_bytes(tmp_path / "state") == before
 
 
-def test_a_clone_without_the_release_tag_gets_one_line() -> None:
-    """What the upgrade tests skip with where the tag was not fetched (a shallow clone)."""
+def test_an_unknown_release_without_its_tag_gets_one_line() -> None:
+    """What the upgrade tests skip with where a release is neither tagged nor recorded."""
     with pytest.raises(ReleaseUnavailable) as missing:
         previous_release("v0.0.0-never")
     assert (
         str(missing.value) == "the release tag v0.0.0-never is not in this clone (git fetch --tags)"
+    )
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
+
+
+def test_a_clone_without_tags_finds_the_release_by_its_recorded_commit(tmp_path: Path) -> None:
+    """CI clones main without its tags: the release is still the commit RELEASES records."""
+    clone = tmp_path / "clone"
+    _git("clone", "--quiet", "--no-tags", str(REPO), str(clone))
+    assert _git("-C", str(clone), "tag") == ""
+    assert release_commit(PREVIOUS_RELEASE, clone) == RELEASES[PREVIOUS_RELEASE]
+
+
+def test_a_moved_tag_is_refused_and_a_shallow_clone_named(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    _git("clone", "--quiet", "--no-tags", str(REPO), str(clone))
+    _git("-C", str(clone), "tag", PREVIOUS_RELEASE, "HEAD")
+    head = _git("-C", str(clone), "rev-parse", "HEAD")
+    with pytest.raises(ReleaseUnavailable) as moved:
+        release_commit(PREVIOUS_RELEASE, clone)
+    assert str(moved.value) == (
+        f"the release tag {PREVIOUS_RELEASE} names {head[:12]}, "
+        f"not the released {RELEASES[PREVIOUS_RELEASE][:12]}"
+    )
+    shallow = tmp_path / "shallow"
+    _git("clone", "--quiet", "--no-tags", "--depth", "1", f"file://{REPO}", str(shallow))
+    with pytest.raises(ReleaseUnavailable) as missing:
+        release_commit(PREVIOUS_RELEASE, shallow)
+    assert str(missing.value) == (
+        f"release {PREVIOUS_RELEASE}'s commit {RELEASES[PREVIOUS_RELEASE][:12]} "
+        "is not in this clone (a shallow clone?)"
     )
