@@ -470,6 +470,7 @@ class PodNetworks:
                 return
             if found is not None and found[0] in ("removing", "stopped", "removed"):
                 raise FailedPrecondition(f"sandbox {sandbox.id} is {found[0]}")
+            self._finish_removals_holding(sandbox.id, {c.uid for c in claims})
             attachments = {c.uid: attachment_for(sandbox.id, c.uid) for c in claims}
             detail: dict[str, Any] = {
                 "pod": {
@@ -542,6 +543,25 @@ class PodNetworks:
             return
         self._set(unit, SANDBOX_KIND, "", "stopped", {**detail, "error": ""})
         self.counters.removed += 1
+
+    def _finish_removals_holding(self, sandbox_id: str, claim_uids: set[str]) -> None:
+        """Remove again every other sandbox still ``removing`` one of these claims.
+
+        A connect that failed because its service died is undone at once, and that undo
+        fails too while the service is down: the sandbox stays ``removing``, its claim's
+        root still attached, and the plugin refuses the root to any other attachment.
+        The kubelet's next sandbox of the pod finishes the removal first, so it connects
+        once the service is back (and is refused, naming what is left, while it is not).
+        """
+        for unit, (state, detail) in self._journal.units(SANDBOX_KIND).items():
+            other = unit.partition(":")[2]
+            if other == sandbox_id or state != "removing":
+                continue
+            if not claim_uids & set(detail["attachments"]):
+                continue
+            log.info("sandbox %s: finishing the removal of sandbox %s first", sandbox_id, other)
+            self._remove_sandbox(other, state, detail)
+            self._raise_if_left(other)
 
     def _raise_if_left(self, sandbox_id: str) -> None:
         found = self._journal.unit(sandbox_unit(sandbox_id))

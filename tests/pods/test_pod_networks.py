@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from plugins.coordinator import ClaimProblem, GateRefused
-from plugins.sdk import NetworkPluginError
+from plugins.sdk import NetworkPluginError, Unavailable
 
 from .kit import pod_node, sandbox_of, scheduled
 
@@ -121,3 +122,51 @@ def test_a_container_in_a_namespace_other_than_the_one_connected_is_refused(
         pods.create_container(sandbox, "c-1")
         pods.stop_pod_sandbox(sandbox)
         pods.unprepare("default", "net", "uid-1")
+
+
+class _DiesAfterConnecting:
+    """A service that connects, dies before it answers, and stays down: every later call
+    (the coordinator's undo among them) finds nothing on the socket."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def connect_network(self, req: Any) -> Any:
+        self._real.connect_network(req)
+        raise Unavailable("the service died before it answered")
+
+    def __getattr__(self, name: str) -> Any:
+        def down(*_args: Any) -> Any:
+            raise Unavailable("nothing serves the socket")
+
+        return down
+
+
+def test_the_next_sandbox_finishes_a_removal_its_service_was_down_for(tmp_path: Path) -> None:
+    """A connect whose service died is undone, and the undo fails while the service is
+    down: the sandbox stays removing, its claim's root attached. The kubelet's next
+    sandbox of the pod is refused, naming that, while the service is down, and connects
+    once it is back; the node ends clean."""
+    with pod_node(tmp_path) as (node, pods, claims):
+        before = node.snapshot()
+        claims.claims[("default", "net")] = scheduled("sdk-macvlan", "uid-1", pod="pod-1")
+        pods.prepare("default", "net", "uid-1")
+        endpoints: dict[str, Any] = node.services.endpoints  # the LocalClients look here
+        real = endpoints["macvlan"]
+        endpoints["macvlan"] = _DiesAfterConnecting(real)
+        with pytest.raises(NetworkPluginError, match="died before it answered"):
+            pods.run_pod_sandbox(sandbox_of(node, "sb-1", "pod-1"))
+        assert node.journal.unit("sandbox:sb-1")[0] == "removing"  # type: ignore[index]
+        retried = sandbox_of(node, "sb-2", "pod-1")
+        with pytest.raises(NetworkPluginError, match="sandbox sb-1: networks not removed yet"):
+            pods.run_pod_sandbox(retried)
+        assert node.journal.unit("sandbox:sb-2") is None
+        endpoints["macvlan"] = real  # the service is back
+        pods.run_pod_sandbox(retried)
+        assert node.journal.unit("sandbox:sb-1")[0] == "stopped"  # type: ignore[index]
+        pods.create_container(retried, "c-1")
+        for sandbox in (sandbox_of(node, "sb-1", "pod-1"), retried):
+            pods.stop_pod_sandbox(sandbox)
+            pods.remove_pod_sandbox(sandbox)
+        pods.unprepare("default", "net", "uid-1")
+        assert node.snapshot() == before
