@@ -374,9 +374,11 @@ class CoordinatorJournal:
         rows = self.read(lambda r: r.select("units", {"unit": unit}))
         return None if not rows else (rows[0]["state"], json.loads(rows[0]["detail_json"]))
 
-    def units(self, kind: str) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Every unit of one kind: unit -> (state, detail), in unit order."""
-        rows = self.read(lambda r: r.select("units", {"kind": kind}, order_by="unit"))
+    def units(self, kind: str, state: str | None = None) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Every unit of one kind (in ``state`` only, if given): unit -> (state, detail),
+        in unit order."""
+        where = {"kind": kind} if state is None else {"kind": kind, "state": state}
+        rows = self.read(lambda r: r.select("units", where, order_by="unit"))
         return {r["unit"]: (r["state"], json.loads(r["detail_json"])) for r in rows}
 
     # -- claims -----------------------------------------------------------------------------

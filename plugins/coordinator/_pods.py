@@ -553,9 +553,10 @@ class PodNetworks:
         The kubelet's next sandbox of the pod finishes the removal first, so it connects
         once the service is back (and is refused, naming what is left, while it is not).
         """
-        for unit, (state, detail) in self._journal.units(SANDBOX_KIND).items():
+        # Only the removing units are read: removed sandboxes stay in the journal.
+        for unit, (state, detail) in self._journal.units(SANDBOX_KIND, "removing").items():
             other = unit.partition(":")[2]
-            if other == sandbox_id or state != "removing":
+            if other == sandbox_id:
                 continue
             if not claim_uids & set(detail["attachments"]):
                 continue
