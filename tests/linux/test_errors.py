@@ -160,7 +160,7 @@ def test_invalid_names_and_addresses(kernel: LinuxKernel, ns_a: NsRef, va: int) 
     with pytest.raises(KernelError) as garbage:
         kernel.set_link(ns_a, va, LinkChanges(mac="not-a-mac"))
     with pytest.raises(KernelError) as pattern:
-        kernel.create_link(ns_a, LinkSpec(kind="veth", name="v%d"))
+        kernel.create_link(ns_a, LinkSpec(kind="veth", name="v%d%d"))  # one %d only
     assert [code_of(e) for e in (slash, multicast, garbage, pattern)] == [
         errno.EINVAL,
         errno.EADDRNOTAVAIL,

@@ -71,6 +71,7 @@ import errno
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -587,13 +588,17 @@ class LinuxKernel:
 
     @_call
     def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        if "%" in spec.name:
-            # The kernel would pick a name we could not find again in another namespace.
-            raise netlink_error(errno.EINVAL, f"name patterns are not supported: {spec.name!r}")
+        """A name template (``dum%d``) or no name (``""``: the kernel's ``<kind>%d``) is
+        the kernel's to resolve; the link is then the new one whose name it fits."""
         target = self._resolve(ns)
+        template = _template(spec.name, spec.kind)
+        before = self._ifindexes(target) if template is not None else set()
         with contextlib.ExitStack() as fds:
             self._newlink(target, spec, lambda space: fds.enter_context(_borrow_fd(space)))
-        created = self._get_msg(target, name=spec.name)
+        if template is not None:
+            created = self._new_link_named(target, before, template)
+        else:
+            created = self._get_msg(target, name=spec.name)
         if created is None:
             raise netlink_error(errno.ENODEV, f"{spec.name} vanished right after creation")
         if spec.alias is not None:
@@ -618,7 +623,8 @@ class LinuxKernel:
                 # Sent in the parent's namespace, where IFLA_LINK is looked up; the child
                 # is registered directly in the target namespace.
                 via, extra = parent_space, w.nla_u32(w.IFLA_NET_NS_FD, fd_of(target))
-        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)]
+        # no IFLA_IFNAME: the kernel names it "<kind>%d" (rtnl_newlink_create)
+        attrs = [w.nla_str(w.IFLA_IFNAME, spec.name)] if spec.name else []
         if spec.mac is not None:
             attrs.append(w.nla_mac(w.IFLA_ADDRESS, spec.mac))
         if spec.mtu is not None:
@@ -681,7 +687,9 @@ class LinuxKernel:
     ) -> Link:
         src = self._resolve(ns)
         dst = self._resolve(target)
-        name = new_name
+        name = new_name or None  # an empty IFLA_IFNAME renames nothing (do_setlink)
+        template = _template(name, "") if name is not None and "%" in name else None
+        before = self._ifindexes(dst) if template is not None else set()
         if name is None:
             current = self._get_msg(src, ifindex=ifindex)
             if current is None:
@@ -694,6 +702,8 @@ class LinuxKernel:
             if alias is not None:
                 attrs.append(w.nla_raw_str(w.IFLA_IFALIAS, alias))
             self._setlink(src, ifindex, attrs)
+        if template is not None:
+            return self._link(dst, target, self._new_link_named(dst, before, template))
         moved = self._get_msg(dst, name=name)
         if moved is None:
             raise netlink_error(errno.ENODEV, f"{name} is not in the target namespace")
@@ -968,6 +978,30 @@ class LinuxKernel:
     def _link(self, space: _Namespace, ref: NsRef, msg: Any) -> Link:
         return to_link(msg, ref, lambda nsid: self._resolve_nsid(space, nsid))
 
+    def _ifindexes(self, space: _Namespace) -> set[int]:
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
+        replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
+        return {int(decode_link(r)["index"]) for r in replies}
+
+    def _new_link_named(
+        self, space: _Namespace, before: set[int], template: re.Pattern[str]
+    ) -> Any:
+        """The link that arrived in ``space`` since ``before`` (its ifindexes) under a name
+        ``template`` fits: the kernel chose it (__dev_alloc_name). Of a veth pair named
+        by one template, the first end: veth_newlink registers the peer first, so the
+        first end has the higher ifindex."""
+        body = w.ifinfomsg() + w.nla_u32(w.IFLA_EXT_MASK, w.RTEXT_FILTER_SKIP_STATS)
+        replies = self._request(space, w.RTM_GETLINK, w.NLM_F_DUMP, body)
+        fits = [
+            msg
+            for msg in map(decode_link, replies)
+            if int(msg["index"]) not in before
+            and template.fullmatch(str(msg.get_attr("IFLA_IFNAME")))
+        ]
+        if not fits:
+            raise netlink_error(errno.ENODEV, f"no new link named like {template.pattern!r}")
+        return max(fits, key=lambda msg: int(msg["index"]))
+
     def _get_msg(
         self,
         space: _Namespace,
@@ -1063,6 +1097,16 @@ def _process_netns_paths(proc_dir: str) -> list[str]:
 
 
 # -- encoding checks the kernel would make, for values that cannot even be encoded -------
+
+
+def _template(name: str | None, kind: str) -> re.Pattern[str] | None:
+    """The names the kernel may choose for ``name`` (a "%d" template; "" is
+    "<kind>%d"), or None for a plain name. A malformed template is left to the kernel
+    (EINVAL)."""
+    if name is None or (name and "%d" not in name):
+        return None
+    head, _, tail = (name or f"{kind}%d").partition("%d")
+    return re.compile(re.escape(head) + r"\d+" + re.escape(tail))
 
 
 def _u32(value: int, what: str) -> int:
