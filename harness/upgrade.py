@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,15 +49,25 @@ from labs import (
     ReadyListener,
     ServiceProcess,
     ServiceSpec,
+    project_descriptors,
 )
 from plugins.api.networkplugin.v1alpha1 import pb
-from plugins.coordinator import StepFailed
-from plugins.kernel import LinkSpec
+from plugins.coordinator import (
+    AllocatedDevice,
+    Allocator,
+    CompiledTopology,
+    StepFailed,
+    load_policies,
+    load_yaml_file,
+    parse_topology,
+    validate_topology,
+)
+from plugins.kernel import LinkSpec, VFChanges
 from plugins.sdk import CleanupStatus, SandboxHandle
 from plugins.sdk.host import connect_request_to_pb, prepare_request_to_pb
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
 
-from .scenarios import Lifecycle
+from .scenarios import TOPOLOGY_DIR, Lifecycle, compiled, lab_inventory
 
 REPO = Path(__file__).resolve().parent.parent
 PREVIOUS_RELEASE = "v0.1.0"
@@ -474,13 +485,147 @@ def previous_release_node(
 
 # -- the previous release leaves operations in every state ------------------------------
 
-TOPOLOGY = "macvlan"
-SERVICE = "networkplugin-links"
-SOCKET = "macvlan.sock"
-LINKS = tuple(s for s in PROJECT_SERVICES if s.name == SERVICE)
 REFERENCE, SUCCEEDED, IN_FLIGHT, QUARANTINED = 0, 1, 2, 3
 """Each run's number: its claim ``claim-<n>``, attachment ``att-<n>`` and pod ``pod-<n>``."""
-QUARANTINED_SCOPES = (f"att-{QUARANTINED}", f"claim-{QUARANTINED}.secondary")
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """How one service of the previous release is left in every state: the services its
+    node runs (``services``, the topology's), the topology its lifecycles run
+    (``topology``: a file of topologies/, or ``document``, derived from one), the
+    logical plugin whose journal is kept (served by ``service``), the suffix of the
+    in-flight connect's crash point (``in_flight_at``), and what an administrator does
+    (``quarantine``, given the node and the run) to make claim 3's cleanup quarantine
+    in ``quarantined_phase``: the remove, or (a plugin whose remove cannot meet an
+    external change it must keep) the unprepare."""
+
+    service: str
+    plugin: str
+    topology: str
+    services: tuple[str, ...]
+    in_flight_at: str
+    quarantine: Callable[[Node, Lifecycle], None]
+    claim_step: str | None
+    """The Allocation step of ``plugin`` (its claims' scopes are ``claim-<n>.<step>``);
+    None: the plugin prepares nothing (an operation like bond)."""
+    quarantined_phase: str = "remove"
+    document: Callable[[], dict[str, Any]] | None = None
+
+    @property
+    def socket(self) -> str:
+        return f"{self.plugin}.sock"
+
+    @property
+    def specs(self) -> tuple[ServiceSpec, ...]:
+        return tuple(s for s in PROJECT_SERVICES if s.name in self.services)
+
+    @property
+    def quarantined_scope(self) -> str:
+        """The scope whose cleanup quarantined (its records stay ``Quarantined``)."""
+        if self.quarantined_phase == "remove":
+            return f"att-{QUARANTINED}"
+        return f"claim-{QUARANTINED}.{self.claim_step}"
+
+    @property
+    def held_scopes(self) -> tuple[str, ...]:
+        """Scopes the plugin refuses to clean while the quarantined one stays: the claim
+        of a quarantined attachment (``FAILED_PRECONDITION``)."""
+        if self.quarantined_phase != "remove" or self.claim_step is None:
+            return ()
+        return (f"claim-{QUARANTINED}.{self.claim_step}",)
+
+    @property
+    def quarantined_scopes(self) -> tuple[str, ...]:
+        """Every scope left unclean: the quarantined one, then the ones it holds."""
+        return (self.quarantined_scope, *self.held_scopes)
+
+    def compiled(self) -> CompiledTopology:
+        if self.document is None:
+            return compiled(self.topology)
+        policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
+        return validate_topology(
+            parse_topology(self.document(), self.topology), project_descriptors(), policies
+        )
+
+
+def replace_marked_link(node: Node, life: Lifecycle, name: str) -> None:
+    """An administrator replaces our link ``name`` in the pod by a dummy carrying our
+    marker: a remove cannot tell it from ours and must quarantine, never delete it."""
+    ns = node.kernel.open_namespace(life.lab.sandbox().namespace)
+    ours = node.kernel.get_link(ns, name=name)
+    assert ours is not None, f"the connect left no {name}"
+    assert ours.alias, f"our {name} carries no marker"
+    node.kernel.delete_link(ns, ours.ifindex)
+    node.kernel.create_link(ns, LinkSpec(name=name, kind="dummy", alias=ours.alias))
+
+
+def retag_vf(node: Node, life: Lifecycle, vlan: int = 42) -> None:
+    """An administrator gives claim 3's VF a VLAN of their own while it is attached: the
+    VF comes home cleanly, but its unprepare finds a setting neither ours nor its
+    before-image and must quarantine rather than overwrite it. (v0.1.0's remove of a
+    VF quarantines only a VF that vanished, which no kernel lab can do to a VF.)"""
+    vf = life.allocations["vf0"].attributes
+    host = node.kernel.host_namespace()
+    pf = node.kernel.get_link(host, name=str(vf["pfName"]))
+    assert pf is not None, vf
+    node.kernel.set_vf(host, pf.ifindex, int(vf["vfIndex"]), VFChanges(vlan=vlan))
+
+
+def vf_alone() -> dict[str, Any]:
+    """topologies/vf-bond.yaml's first VF alone: one exclusive VF moved into the pod."""
+    (doc,) = load_yaml_file(TOPOLOGY_DIR / "vf-bond.yaml")
+    assert isinstance(doc, dict)
+    doc["metadata"]["name"] = "upgrade-vf"
+    doc["spec"]["steps"] = [s for s in doc["spec"]["steps"] if s["name"] == "vf0"]
+    doc["spec"]["exports"] = {"data": {"from": {"step": "vf0", "output": "interface"}}}
+    return doc
+
+
+LEAVING = {
+    "networkplugin-links": Leaving(
+        service="networkplugin-links",
+        plugin="macvlan",
+        topology="macvlan",
+        services=("networkplugin-links",),
+        # The macvlan exists in the pod and its effect record says Applying.
+        in_flight_at="create-child/kernel#1.create_link.after",
+        quarantine=partial(replace_marked_link, name="secondary0"),
+        claim_step="secondary",
+    ),
+    "networkplugin-vf": Leaving(
+        service="networkplugin-vf",
+        plugin="sriov",
+        topology="upgrade-vf",
+        services=("networkplugin-vf",),
+        # The VF is in the pod under its temporary name, marked; its move is Applying
+        # (its settings, applied by the prepare, keep their before-images).
+        in_flight_at="move-vf.move/kernel#1.move_link.after",
+        quarantine=retag_vf,
+        claim_step="vf0",
+        quarantined_phase="unprepare",
+        document=vf_alone,
+    ),
+    "networkplugin-bond": Leaving(
+        service="networkplugin-bond",
+        plugin="bond",
+        topology="vf-bond",
+        services=("networkplugin-vf", "networkplugin-bond"),
+        # The bond exists in the pod with its first VF enslaved; that enslaving is
+        # Applying, the second VF not yet touched.
+        in_flight_at="attach-member-0/kernel#2.set_link.after",
+        quarantine=partial(replace_marked_link, name="bond0"),
+        claim_step=None,
+    ),
+}
+"""Every service's way of being left in every state, by service name."""
+
+LINKS_LEAVING = LEAVING["networkplugin-links"]
+TOPOLOGY = LINKS_LEAVING.topology
+SERVICE = LINKS_LEAVING.service
+SOCKET = LINKS_LEAVING.socket
+LINKS = LINKS_LEAVING.specs
+QUARANTINED_SCOPES = LINKS_LEAVING.quarantined_scopes
 
 
 @dataclass
@@ -505,6 +650,39 @@ class Pod:
 
 def lifecycle(node: Node, n: int, topology: str = TOPOLOGY) -> Lifecycle:
     return Lifecycle(topology, Pod(node, f"pod-{n}"), claim=f"claim-{n}", attachment=f"att-{n}")
+
+
+@dataclass
+class TopologyLifecycle(Lifecycle):
+    """A lifecycle of a topology compiled by the caller (``given``), on devices the
+    caller allocated (``devices``)."""
+
+    given: CompiledTopology | None = None
+    devices: dict[str, AllocatedDevice] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.given is not None, "TopologyLifecycle needs its compiled topology"
+        self.compiled = self.given
+        self.allocations = self.devices
+
+
+def lifecycles(node: Node, leaving: Leaving, runs: Sequence[int]) -> dict[int, Lifecycle]:
+    """One lifecycle per run of ``leaving``'s topology, each on devices of its own (one
+    allocator for all of them: exclusive VFs are not handed out twice)."""
+    topology = leaving.compiled()
+    policies = load_policies(TOPOLOGY_DIR / "policies.yaml")
+    allocator = Allocator(lab_inventory(node.lab), policies)
+    return {
+        n: TopologyLifecycle(
+            leaving.topology,
+            Pod(node, f"pod-{n}"),
+            claim=f"claim-{n}",
+            attachment=f"att-{n}",
+            given=topology,
+            devices=allocator.allocate(topology),
+        )
+        for n in runs
+    }
 
 
 def old_process(node: Node, service: str = SERVICE) -> ReleaseServiceProcess:
@@ -553,18 +731,20 @@ def renamed(point: str, reference: int, n: int) -> str:
     )
 
 
-def quarantine_remove(node: Node, life: Lifecycle) -> None:
-    """An administrator replaces our macvlan in the pod by a dummy carrying our marker:
-    the remove cannot tell it from ours and must quarantine, never delete it."""
-    ns = node.kernel.open_namespace(life.lab.sandbox().namespace)
-    ours = node.kernel.get_link(ns, name="secondary0")
-    assert ours is not None, "the connect left no secondary0"
-    assert ours.alias, "our link carries no marker"
-    node.kernel.delete_link(ns, ours.ifindex)
-    node.kernel.create_link(ns, LinkSpec(name="secondary0", kind="dummy", alias=ours.alias))
-    removed = life.phase("remove")()
-    statuses = [r.status for r in removed.values()]
-    assert statuses == [CleanupStatus.QUARANTINED], statuses
+def quarantine_remove(node: Node, life: Lifecycle, leaving: Leaving = LINKS_LEAVING) -> None:
+    """An administrator's change (``leaving.quarantine``) the cleanup cannot tell from
+    ours: ``leaving.quarantined_phase`` quarantines the plugin's step, never undoes it
+    (a remove before it cleans)."""
+    leaving.quarantine(node, life)
+    for phase in ("remove", "unprepare"):
+        receipts = life.phase(phase)()
+        statuses = {step: r.status for step, r in receipts.items()}
+        quarantined = {s for s, status in statuses.items() if status is CleanupStatus.QUARANTINED}
+        if phase == leaving.quarantined_phase:
+            assert quarantined, statuses
+            assert {life.compiled.steps[s].plugin for s in quarantined} == {leaving.plugin}
+            return
+        assert set(statuses.values()) == {CleanupStatus.CLEANED}, statuses
 
 
 def administrator_clears(node: Node, pod: SandboxHandle) -> None:
@@ -576,25 +756,32 @@ def administrator_clears(node: Node, pod: SandboxHandle) -> None:
     node.kernel.delete_link(ns, planted.ifindex)
 
 
-def leave_every_state(node: Node, trace: Path, pick: Callable[[list[str]], str]) -> LeftBehind:
-    """Drive ``node``'s previous-release service into every state an upgrade can meet;
-    ``pick`` chooses the in-flight connect's point among the reference run's
-    (``connect_points``). Returns with the service dead by SIGKILL at that point."""
+def leave_every_state(
+    node: Node,
+    trace: Path,
+    pick: Callable[[list[str]], str],
+    leaving: Leaving = LINKS_LEAVING,
+) -> LeftBehind:
+    """Drive ``node``'s previous-release service ``leaving.service`` into every state an
+    upgrade can meet; ``pick`` chooses the in-flight connect's point among the reference
+    run's (``connect_points``). Returns with the service dead by SIGKILL at that point."""
     sent: Sent = {}
-    restart_old(node, sent, trace=trace)
-    runs = {n: lifecycle(node, n) for n in (REFERENCE, SUCCEEDED, QUARANTINED, IN_FLIGHT)}
+    service = leaving.service
+    restart_old(node, sent, service, trace=trace)
+    runs = lifecycles(node, leaving, (REFERENCE, SUCCEEDED, QUARANTINED, IN_FLIGHT))
     runs[REFERENCE].run()
     runs[SUCCEEDED].run(0, 2)
     answers = {
         op: replay(node, request)
         for op, request in sent.items()
-        if op.startswith((f"claim-{SUCCEEDED}.", f"att-{SUCCEEDED}:"))
+        if request.plugin == leaving.plugin
+        and op.startswith((f"claim-{SUCCEEDED}.", f"att-{SUCCEEDED}:"))
     }
-    assert len(answers) == 2, answers  # the prepare's and the connect's
+    assert answers, "no request of claim 1 reached the plugin"
     runs[QUARANTINED].run(0, 2)
-    quarantine_remove(node, runs[QUARANTINED])
+    quarantine_remove(node, runs[QUARANTINED], leaving)
     point = renamed(pick(connect_points(trace, REFERENCE)), REFERENCE, IN_FLIGHT)
-    restart_old(node, sent, armed=point)
+    restart_old(node, sent, service, armed=point)
     runs[IN_FLIGHT].run(0, 1)
     try:
         runs[IN_FLIGHT].phase("connect")()
@@ -602,6 +789,6 @@ def leave_every_state(node: Node, trace: Path, pick: Callable[[list[str]], str])
         pass
     else:
         raise AssertionError(f"the connect was not killed at {point}")
-    code = old_process(node).wait_exit()
-    assert code == -signal.SIGKILL, f"{SERVICE} exited {code} at {point}, not by SIGKILL"
+    code = old_process(node, service).wait_exit()
+    assert code == -signal.SIGKILL, f"{service} exited {code} at {point}, not by SIGKILL"
     return LeftBehind(runs, point, answers, sent)
