@@ -91,6 +91,9 @@ class World:
 
     def __init__(self) -> None:
         self.log: list[dict[str, Any]] = []
+        # from the last observe(): label -> link name -> ifindex, and -> kind
+        self.last_ifindex: dict[str, dict[str, int]] = {}
+        self.last_kind: dict[str, dict[str, str]] = {}
         self._refs: dict[str, NsRef] = {}  # live namespaces by label, creation order
         self._dead: list[tuple[str, NsRef]] = []  # killed namespaces, for labels in the log
         # MAC tokens for the whole run, so that an address that comes back (a released
@@ -102,6 +105,14 @@ class World:
     @property
     def host(self) -> NsRef:
         return self._refs[HOST]
+
+    def labels(self) -> list[str]:
+        """The live namespaces' labels, host first, then in creation order."""
+        return list(self._refs)
+
+    def ref(self, label: str) -> NsRef:
+        """The live namespace labelled ``label``."""
+        return self._refs[label]
 
     def ns(self, label: str) -> NsRef:
         """Create a new namespace labelled ``label`` (the label may be reused after a kill)."""
@@ -316,9 +327,22 @@ class World:
             for label, ref in self._refs.items()
         }
 
-    def observe(self) -> dict[str, Any]:
-        """Every live namespace of this world: its links, normalized and sorted by name."""
+    def observe(self, *, full: bool = False) -> dict[str, Any]:
+        """Every live namespace of this world: its links, normalized and sorted by name.
+
+        ``full`` (the generated runs, tests/differential/generated.py): every field the
+        protocol reports, the permanent address of every link (not only of devices), and
+        the PFs' VF tables: ``{"links": <as without full>, "vfs": {pf: [entry, ...]}}``.
+        Either way the links' ifindexes by name are kept in ``last_ifindex``, so a caller
+        that observes after every call resolves names without a round trip.
+        """
         dumps = self._dump()
+        self.last_ifindex = {
+            label: {lk.name: index for index, lk in links.items()} for label, links in dumps.items()
+        }
+        self.last_kind = {
+            label: {lk.name: lk.kind for lk in links.values()} for label, links in dumps.items()
+        }
         macs = self._macs
 
         def mac_token(mac: str) -> str:
@@ -382,7 +406,31 @@ class World:
                         **({"device": device} if device is not None else {}),
                     }
                 )
+                if full:
+                    perm = lk.perm_mac
+                    rows[-1]["perm_mac"] = None if perm is None else mac_token(perm)
             out[label] = rows
+        if not full:
+            return out
+        tables = {
+            pf: [
+                {**vf.to_json(), "mac": None if vf.mac is None else mac_token(vf.mac)}
+                for vf in sorted(vfs, key=lambda vf: vf.vf_index)
+            ]
+            for pf, vfs in sorted(self._vf_tables(dumps).items())
+        }
+        return {"links": out, "vfs": tables}
+
+    def _vf_tables(self, dumps: dict[str, dict[int, Link]]) -> dict[str, list[VFConfig]]:
+        """The VF table of every PF in the host namespace that has VFs, by PF name."""
+        out: dict[str, list[VFConfig]] = {}
+        for index, lk in dumps.get(HOST, {}).items():
+            if lk.kind == "device" and lk.pci_address is not None and lk.vf_of is None:
+                if lk.name == "lo":
+                    continue
+                table = self.kernel.get_vfs(self.host, index)
+                if table:
+                    out[lk.name] = table
         return out
 
 
@@ -419,7 +467,7 @@ class FakeWorld(World):
         ref = self._refs[label]
         return NamespaceHandle(ref.path, ref.device, ref.inode, ref.boot_id)
 
-    def observe(self) -> dict[str, Any]:
+    def observe(self, *, full: bool = False) -> dict[str, Any]:
         snap = self.model.snapshot()["links"]
         by_id = {row["id"]: row for row in snap}
         labels = {ref.path: label for label, ref in self._refs.items()}
@@ -429,7 +477,7 @@ class FakeWorld(World):
                 peer = by_id[row["peer"]]
                 where = (labels[row["ns"]], row["ifindex"])
                 self._peers[where] = (labels.get(peer["ns"], "?"), peer["ifindex"])
-        return super().observe()
+        return super().observe(full=full)
 
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
         return self._peers.get((label, link.ifindex))
@@ -519,9 +567,9 @@ class LinuxWorld(World):
         for path in self._made:
             delete_namespace(path, missing_ok=True)
 
-    def observe(self) -> dict[str, Any]:
+    def observe(self, *, full: bool = False) -> dict[str, Any]:
         self._peers = self._veth_peers()
-        return super().observe()
+        return super().observe(full=full)
 
     def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
         GuestSide("").change_link(ns.path, link, option, value)
@@ -605,6 +653,7 @@ class VmWorld(World):
         self._refs[HOST] = kernel.host_namespace()
         self._names: dict[str, str] = {}
         self._peers: dict[tuple[str, int], tuple[str, int]] = {}
+        self._pf_rows: list[dict[str, Any]] = []  # the last snapshot's VF tables
 
     def _new_namespace(self, label: str) -> NsRef:
         name = self._names.setdefault(label, f"{self.prefix}{label}")
@@ -632,7 +681,9 @@ class VmWorld(World):
     def _dump(self) -> dict[str, dict[int, Link]]:
         """One snapshot (one round trip) instead of a dump per namespace; veth peers
         come with it."""
-        rows = self.vm.snapshot()["links"]
+        snap = self.vm.snapshot()
+        rows = snap["links"]
+        self._pf_rows = snap.get("pfs", [])
         by_path = {ref.path: (label, ref) for label, ref in self._refs.items()}
         out: dict[str, dict[int, Link]] = {label: {} for label in self._refs}
         self._peers = {}
@@ -649,6 +700,15 @@ class VmWorld(World):
 
     def _peer_of(self, label: str, link: Link) -> tuple[str, int] | None:
         return self._peers.get((label, link.ifindex))
+
+    def _vf_tables(self, dumps: dict[str, dict[int, Link]]) -> dict[str, list[VFConfig]]:
+        """From the snapshot ``_dump`` took (its ``pfs``): no round trip of its own."""
+        pf_names = {str(lk.pci_address): lk.name for lk in dumps.get(HOST, {}).values()}
+        return {
+            pf_names.get(pf["pci"], pf["pci"]): [VFConfig(**vf) for vf in pf["vfs"]]
+            for pf in self._pf_rows
+            if pf["vfs"]
+        }
 
     def close(self) -> None:
         """Delete the world's namespaces, put the node back, and check it is as found."""
@@ -786,7 +846,7 @@ def restore_guest(kernel: VmKernel, baseline: GuestBaseline) -> None:
             with contextlib.suppress(KernelError):  # gone with another one already
                 kernel.delete_link(host, link.ifindex)
     for link in kernel.list_links(host):
-        was = baseline.devices.get(link.pci_address)
+        was = baseline.devices.get(link.pci_address or "")
         if was is None or link.name == "lo":
             continue
         if (link.name, link.mtu, link.mac, link.alias, link.up, link.master) == (

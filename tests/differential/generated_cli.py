@@ -1,0 +1,131 @@
+"""A long generated differential session on the VM lab (``scripts/fidelity-session``).
+
+Boots the guest of ``--kernel``, runs ``--steps`` generated steps in lockstep with the
+model of the same lab (``--seed``; printed), prints the agreement figures, and for
+each distinct divergence shrinks its steps (ddmin, bounded by ``--shrink-seconds``
+in all) and writes it as a regression scenario to ``--regressions`` (to review and
+move into tests/differential/regressions.py). Every step goes to ``--log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from labs.vm import KERNELS, VmLab
+
+from .generated_session import Session, run_session
+from .generated_shrink import regression_source, shrink
+from .world import GUEST_PFS, FakeWorld, GuestBaseline, VmWorld, vm_like_model
+
+
+@contextlib.contextmanager
+def prepared_guest(lab: VmLab) -> Iterator[GuestBaseline]:
+    """The guest with no VFs (as the corpus's ``guest`` fixture has it), put back after."""
+    kernel = lab.kernel
+    found = {pf: kernel.sriov(pf)["numvfs"] for pf in GUEST_PFS}
+    for pf, count in found.items():
+        if count:
+            kernel.set_sriov_numvfs(pf, 0)
+    try:
+        yield GuestBaseline(kernel)
+    finally:
+        for pf, count in found.items():
+            if count:
+                kernel.set_sriov_numvfs(pf, count)
+
+
+def make_session(
+    lab: VmLab, guest: GuestBaseline, steps: int, log: Callable[[str], None]
+) -> Session:
+    rename = guest.live_rename
+    return Session(
+        lambda: FakeWorld(live_rename=rename, model=vm_like_model(live_rename=rename)),
+        lambda: VmWorld(lab.kernel, guest),
+        steps=steps,
+        log=log,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/fidelity-session", description=__doc__)
+    parser.add_argument("--kernel", choices=sorted(KERNELS), default="6.1")
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one")
+    parser.add_argument("--log", type=Path, default=None, help="every step (default: none)")
+    parser.add_argument("--shrink-seconds", type=float, default=900.0)
+    parser.add_argument("--regressions", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--json", type=Path, default=None, help="the figures, as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, not {args.steps}")
+    seed = random.SystemRandom().getrandbits(32) if args.seed is None else args.seed
+    print(f"generated: seed {seed}, {args.steps} steps, kernel {args.kernel}", flush=True)
+    sink = args.log.open("w") if args.log is not None else None
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        if sink is not None:
+            sink.write(line + "\n")
+        if line.startswith("divergence"):
+            print(f"  [{time.monotonic() - started:7.0f} s] {line}", flush=True)
+
+    lab = VmLab(args.kernel)
+    try:
+        with prepared_guest(lab) as guest:
+            print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")
+            session = make_session(lab, guest, args.steps, log)
+            run_session(session, seed)
+            lines = session.figures.lines(guest.release)
+            print("\n".join(lines), flush=True)
+            found = sorted(session.divergences.values(), key=lambda d: -d.count)
+            for d in found:
+                print(f"  {d.count:5d}x {d.signature} (first after {len(d.trace)} steps)")
+            sources = []
+            deadline = time.monotonic() + args.shrink_seconds
+            for i, d in enumerate(found):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    print(f"shrink: out of time, {len(found) - i} divergences left unshrunk")
+                    break
+                fresh = make_session(lab, guest, 0, log)
+                steps = shrink(fresh.make_fake, fresh.make_real, d.trace, d.signature, left)
+                print(f"shrink: {d.signature}: {len(d.trace)} -> {len(steps)} steps")
+                sources.append(regression_source(d.signature, steps, guest.release, seed, i))
+            if args.regressions is not None:
+                args.regressions.write_text("\n\n".join(sources))
+            if args.json is not None:
+                figures = session.figures
+                args.json.write_text(
+                    json.dumps(
+                        {
+                            "release": guest.release,
+                            "seed": seed,
+                            "steps": figures.steps,
+                            "outcome_agree": figures.outcome_agree,
+                            "state_agree": figures.state_agree,
+                            "classes": dict(figures.classes),
+                            "guest_s": figures.guest_s,
+                            "reset_s": figures.reset_s,
+                            "divergences": [
+                                {"signature": str(d.signature), "count": d.count} for d in found
+                            ],
+                        },
+                        indent=1,
+                    )
+                )
+    finally:
+        lab.close()
+        if sink is not None:
+            sink.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
