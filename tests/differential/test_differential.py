@@ -24,6 +24,7 @@ from harness.pytest_plugin import RigStats
 from labs import VmLab
 from labs.vm import BOOT_DEADLINE_S
 
+from . import regressions  # noqa: F401  (registers the generated runs' regression scenarios)
 from .conftest import RealKernel, Stats
 from .known_divergences import KNOWN_DIVERGENCES, kernel_series
 from .scenarios import SCENARIOS, Scenario
