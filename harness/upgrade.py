@@ -32,7 +32,7 @@ import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from fakekernel import diff
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from labs import (
     PROJECT_SERVICES,
@@ -62,7 +63,7 @@ from plugins.coordinator import (
     parse_topology,
     validate_topology,
 )
-from plugins.kernel import LinkSpec, VFChanges
+from plugins.kernel import BondInfo, Link, LinkChanges, LinkSpec, NsRef, VFChanges
 from plugins.sdk import CleanupStatus, SandboxHandle
 from plugins.sdk.host import connect_request_to_pb, prepare_request_to_pb
 from plugins.sdk.runner import ENV_ARM, ENV_MODE, ENV_TRACE, CrashPoint
@@ -792,3 +793,153 @@ def leave_every_state(
     code = old_process(node, service).wait_exit()
     assert code == -signal.SIGKILL, f"{service} exited {code} at {point}, not by SIGKILL"
     return LeftBehind(runs, point, answers, sent)
+
+
+# -- the kernel a golden journal was left on --------------------------------------------
+
+
+def comparable(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """A fake kernel's snapshot with its links named by where they are (``<netns>#<ifindex>``,
+    unique on a node) instead of by the model's internal ids, which count every link ever
+    created: two kernels in the same state compare equal however they got there."""
+    where = {lk["id"]: f"{lk['ns']}#{lk['ifindex']}" for lk in snapshot["links"]}
+
+    def named(link_id: Any) -> Any:
+        return None if link_id is None else where.get(link_id, f"gone#{link_id}")
+
+    links = []
+    for lk in snapshot["links"]:
+        out = dict(lk, id=where[lk["id"]], master=named(lk["master"]), parent=named(lk["parent"]))
+        out["peer"] = named(lk.get("peer"))
+        if lk["bond"] is not None:
+            bond = dict(lk["bond"])
+            bond["slaves"] = [named(s) for s in bond["slaves"]]
+            bond["active"] = named(bond.get("active"))
+            bond["link_up"] = {named(int(k)): v for k, v in bond.get("link_up", {}).items()}
+            out["bond"] = bond
+        links.append(out)
+    return {**snapshot, "links": sorted(links, key=lambda lk: lk["id"])}
+
+
+def restore_kernel(kernel: FakeKernelClient, left: Mapping[str, Any]) -> list[str]:
+    """Bring ``kernel`` (a fresh fake kernel of the lab the release ran on, not
+    randomized) to the state ``left`` (the release's kernel's snapshot) records: the
+    pods' namespaces, the VF tables, the PCI functions moved and renamed, the virtual
+    links created (bonds, dummies, macvlans), the bonds' slaves, the admin states. The
+    differences that remain (``fakekernel.diff`` of the two, ``comparable``) are
+    returned: none, or this kernel cannot stand for the one the journal was left on."""
+    host = kernel.host_namespace()
+    for ns in sorted(left["namespaces"], key=lambda n: n["inode"]):
+        if ns["path"] != host.path:
+            kernel.add_namespace(ns["name"])
+    spaces = {ns.path: ns for ns in kernel.namespaces()} | {host.path: host}
+    tables = {pf["pci"]: pf["vfs"] for pf in kernel.snapshot()["pfs"]}
+    for pf in left["pfs"]:
+        parent = kernel.find_device(pf["pci"])
+        assert parent is not None, f"the lab has no PF {pf['pci']}"
+        for vf, was in zip(pf["vfs"], tables[pf["pci"]], strict=True):
+            changes = {k: v for k, v in vf.items() if was.get(k) != v}
+            if changes:
+                kernel.set_vf(host, parent.ifindex, vf["vf_index"], VFChanges(**changes))
+    made: dict[int, tuple[NsRef, int]] = {}  # the snapshot's link id -> here
+    for lk in sorted(left["links"], key=lambda lk: lk["id"]):
+        ns = spaces[lk["ns"]]
+        if lk["pci_address"]:
+            link = kernel.find_device(lk["pci_address"])
+            assert link is not None, f"the lab has no PCI function {lk['pci_address']}"
+            if link.ns.key != ns.key:
+                link = kernel.move_link(link.ns, link.ifindex, ns, new_name=lk["name"])
+            fix = LinkChanges(
+                name=lk["name"] if link.name != lk["name"] else None,
+                alias=(lk["alias"] or "") if link.alias != lk["alias"] else None,
+                mtu=lk["mtu"] if link.mtu != lk["mtu"] and lk["master"] is None else None,
+            )
+            if fix != LinkChanges():
+                link = kernel.set_link(ns, link.ifindex, fix)
+        else:
+            link = kernel.get_link(ns, name=lk["name"])
+            if link is None:
+                link = kernel.create_link(ns, _spec(lk, made))
+            if link.ifindex < lk["ifindex"] or _mac_behind(link, lk):
+                kernel.delete_link(ns, link.ifindex)
+                _catch_up(kernel, ns, link.ifindex, lk)
+                link = kernel.create_link(ns, _spec(lk, made))
+        made[lk["id"]] = (ns, link.ifindex)
+    for lk in left["links"]:
+        for slave in (lk["bond"] or {}).get("slaves", []):
+            ns, ifindex = made[slave]
+            kernel.set_link(ns, ifindex, LinkChanges(up=False))  # a slave is enslaved down
+            kernel.set_link(ns, ifindex, LinkChanges(master=made[lk["id"]][1]))
+    for lk in sorted(left["links"], key=lambda lk: lk["bond"] is not None):
+        ns, ifindex = made[lk["id"]]
+        link = kernel.get_link(ns, ifindex=ifindex)
+        assert link is not None
+        if link.up != lk["up"]:
+            kernel.set_link(ns, ifindex, LinkChanges(up=lk["up"]))
+    return diff(comparable(left), comparable(kernel.snapshot()))
+
+
+def _spec(lk: Mapping[str, Any], made: Mapping[int, tuple[NsRef, int]]) -> LinkSpec:
+    bond = lk["bond"]
+    parent = None if lk["parent"] is None else made[lk["parent"]]
+    return LinkSpec(
+        kind=lk["kind"],
+        name=lk["name"],
+        # A bond takes its first slave's address when it is enslaved; a random address
+        # is the kernel's to give (``_catch_up``).
+        mac=None if bond is not None or lk["mac_assign"] == "random" else lk["mac"],
+        mtu=lk["mtu"],
+        alias=lk["alias"],
+        parent=None if parent is None else parent[1],
+        parent_ns=None if parent is None else parent[0],
+        mode=lk["mode"],
+        vlan_id=lk["vlan_id"],
+        vlan_protocol=lk["vlan_protocol"] or "802.1Q",
+        bond=None
+        if bond is None
+        else BondInfo(
+            mode=bond["mode"],
+            miimon_ms=bond["miimon_ms"],
+            updelay_ms=bond["updelay_ms"],
+            downdelay_ms=bond["downdelay_ms"],
+        ),
+    )
+
+
+SCRATCH = "restore-scratch"
+_PLACEHOLDER_MAC = "02:00:00:00:00:01"
+
+
+def _mac_number(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def _mac_behind(link: Link, lk: Mapping[str, Any]) -> bool:
+    random = lk["mac_assign"] == "random" and lk["bond"] is None
+    return random and _mac_number(link.mac) < _mac_number(lk["mac"])
+
+
+def _catch_up(kernel: FakeKernelClient, ns: NsRef, given: int, lk: Mapping[str, Any]) -> None:
+    """Create and delete links until the next link made in ``ns`` (which was just given
+    ifindex ``given``) gets ``lk``'s ifindex and, if the kernel chose its address,
+    ``lk``'s address: neither is ever handed out twice, so one lower than the release's
+    means its kernel had made (and deleted) links before this one, such as the bond a
+    quarantined remove's administrator replaced by a dummy. Addresses are advanced in a
+    namespace of their own, deleted at once."""
+    while given + 1 < lk["ifindex"]:
+        probe = kernel.create_link(
+            ns, LinkSpec(kind="dummy", name="restore0", mac=_PLACEHOLDER_MAC)
+        )
+        kernel.delete_link(ns, probe.ifindex)
+        given = probe.ifindex
+    if lk["mac_assign"] != "random" or lk["bond"] is not None:
+        return
+    scratch = kernel.add_namespace(SCRATCH)
+    try:
+        while True:
+            probe = kernel.create_link(scratch, LinkSpec(kind="dummy", name="restore0"))
+            kernel.delete_link(scratch, probe.ifindex)
+            if _mac_number(probe.mac) + 1 >= _mac_number(lk["mac"]):
+                break
+    finally:
+        kernel.delete_namespace(SCRATCH)

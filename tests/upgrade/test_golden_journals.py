@@ -1,18 +1,25 @@
 """Golden journals: every released journal, with records in flight, opened and cleaned by
 this build (docs/file-formats.md, "Versions").
 
-``tests/data/journals/<release>/`` holds a service's journal as that release left it
-when SIGKILLed mid-connect (tests/upgrade/make_golden_journals.py wrote it, driving the
-release built from its tag) and ``records.json``, its operations as written. This tree's
-real service starts on a copy (the files in the repository are never opened), on a
-fresh fake kernel: it must recover, report every record (InspectOperation), and clean
-every one but the quarantined attachment's, which it keeps reporting; no record is lost.
+``tests/data/journals/<release>/<service>/`` holds a service's journal as that release
+left it when SIGKILLed mid-connect (tests/upgrade/make_golden_journals.py wrote it,
+driving the release built from its tag), for some services with ``kernel.json``, the
+release's fake kernel as it was then; ``records.json`` lists each service's operations
+as written, its crash point and the scope its administrator made quarantine. This
+tree's real service starts on a copy (the files in the repository are never opened) on
+a fake kernel of the lab the release ran on, brought to the state the journal was left
+on where it was recorded (``harness.upgrade.restore_kernel``), fresh otherwise: it must
+recover, report every record (InspectOperation), and clean every one but the
+quarantined scope's, which it keeps reporting (with the claim a quarantined attachment
+holds); no record is lost, and nothing of the cleaned scopes is left on the kernel.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,18 +27,23 @@ from typing import Any
 
 import pytest
 
+from fakekernel import DEFAULT_LAB
+from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from harness.pytest_plugin import RigStats
-from harness.upgrade import QUARANTINED_SCOPES, JournalRecord, journal_records
-from labs import PROJECT_SERVICES, FakeServerLab, ServiceProcess
+from harness.upgrade import LEAVING, JournalRecord, journal_records, restore_kernel
+from labs import PROJECT_SERVICES, ServiceProcess
 from plugins.sdk import CleanupRequest, CleanupStatus, Hook, OperationEnvelope
 from plugins.sdk.host import PluginCallError
+from plugins.sdk.runner import scope_evidence
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "journals"
+JOURNAL_FILES = ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id")
 RELEASES = sorted(p.name for p in DATA.iterdir() if (p / "records.json").exists())
 CLEANUP_OF = {
     Hook.CONNECT_NETWORK.value: Hook.REMOVE_NETWORK,
     Hook.NODE_PREPARE.value: Hook.NODE_UNPREPARE,
 }
+PCI = re.compile(r'"pciAddress": ?"([0-9a-f:.]+)"')
 
 
 def golden(release: str) -> dict[str, Any]:
@@ -39,13 +51,37 @@ def golden(release: str) -> dict[str, Any]:
     return manifest
 
 
+CASES = [(release, service) for release in RELEASES for service in golden(release)["services"]]
+
+
+class Kernel:
+    """A fake kernel of the lab the release ran on, as it starts (not randomized: the
+    release's services ran on it as written, so its VFs' settings are the before-images
+    the journals recorded)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="golden-", dir="/tmp"))  # short paths
+        self.process = FakeKernelProcess(self.dir / "kernel.sock", DEFAULT_LAB)
+        self.process.start()
+        self.client = FakeKernelClient(self.dir / "kernel.sock")
+
+    @property
+    def url(self) -> str:
+        return f"kernel+unix://{self.dir / 'kernel.sock'}"
+
+    def close(self) -> None:
+        self.client.close()
+        self.process.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 @pytest.fixture
-def lab() -> Iterator[FakeServerLab]:
-    lab = FakeServerLab()
+def kernel() -> Iterator[Kernel]:
+    kernel = Kernel()
     try:
-        yield lab
+        yield kernel
     finally:
-        lab.close()
+        kernel.close()
 
 
 def cleanup_request(record: JournalRecord) -> CleanupRequest:
@@ -64,33 +100,100 @@ def cleanup_request(record: JournalRecord) -> CleanupRequest:
     )
 
 
-def test_there_is_a_golden_journal_of_the_first_release() -> None:
-    assert "v0.1.0" in RELEASES
+def evidence_by_scope(state: Path) -> dict[str, tuple[set[str], set[str]]]:
+    """What each scope left evidence on: the prefix of the markers its links carry
+    (``scope_evidence``) and the PCI functions its records name (the devices it
+    prepared, moved or enslaved)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("journal.db", "journal.db-wal"):
+            if (state / name).exists():
+                shutil.copyfile(state / name, Path(tmp) / name)
+        conn = sqlite3.connect(Path(tmp) / "journal.db")
+        try:
+            rows = conn.execute(
+                "SELECT partition, scope, request_json, plan_json FROM operations"
+            ).fetchall()
+            rows += conn.execute(
+                "SELECT o.partition, o.scope, e.before_json, e.outputs_json FROM effects e "
+                "JOIN operations o ON o.operation_id = e.operation_id"
+            ).fetchall()
+        finally:
+            conn.close()
+    found: dict[str, tuple[set[str], set[str]]] = {}
+    for partition, scope, *texts in rows:
+        prefixes, pcis = found.setdefault(scope, (set(), set()))
+        prefixes.add(scope_evidence(partition, scope))
+        pcis.update(PCI.findall(" ".join(t or "" for t in texts).replace("\\", "")))
+    return found
 
 
-@pytest.mark.parametrize("release", RELEASES)
+def leaks(
+    start: dict[str, Any], after: dict[str, Any], prefixes: set[str], held_pcis: set[str]
+) -> list[str]:
+    """What the cleanup left of the cleaned scopes: a link carrying one of their markers
+    (their evidence ``prefixes``), a link still enslaved, and any difference from the lab as it started in
+    the host namespace or the VF table of a VF at home (but those of ``held_pcis``, the
+    VFs an unclean scope still holds)."""
+    found = [
+        f"{lk['name']} in {lk['ns']} carries {lk['alias']}"
+        for lk in after["links"]
+        if lk["alias"] and lk["alias"].startswith(tuple(prefixes))
+    ]
+    found += [f"{lk['name']} in {lk['ns']} is enslaved" for lk in after["links"] if lk["master"]]
+    host = start["namespaces"][0]["path"]
+    was = {lk["pci_address"] or lk["name"]: lk for lk in start["links"] if lk["ns"] == host}
+    for lk in after["links"]:
+        key = lk["pci_address"] or lk["name"]
+        if lk["ns"] == host and key not in held_pcis and was.get(key) != lk:
+            found.append(f"{key} in the host namespace: {was.get(key)} -> {lk}")
+    home = {lk["pci_address"] for lk in after["links"] if lk["ns"] == host} - held_pcis
+    tables = {(pf["pci"], vf["vf_index"]): vf for pf in start["pfs"] for vf in pf["vfs"]}
+    vfs = {lk["pci_address"]: tuple(lk["vf_of"]) for lk in start["links"] if lk["vf_of"]}
+    for pf in after["pfs"]:
+        for vf in pf["vfs"]:
+            key = (pf["pci"], vf["vf_index"])
+            pci = next((p for p, of in vfs.items() if of == key), None)
+            if pci in home and tables[key] != vf:
+                found.append(f"VF {pci}'s table entry: {tables[key]} -> {vf}")
+    return found
+
+
+def test_there_is_a_golden_journal_of_every_service_of_the_first_release() -> None:
+    assert set(golden("v0.1.0")["services"]) == set(LEAVING)
+
+
+@pytest.mark.parametrize(("release", "service"), CASES, ids=[f"{r}-{s}" for r, s in CASES])
 def test_this_build_opens_and_cleans_a_golden_journal(
-    release: str, tmp_path: Path, lab: FakeServerLab, rig_stats: RigStats
+    release: str, service: str, tmp_path: Path, kernel: Kernel, rig_stats: RigStats
 ) -> None:
-    manifest = golden(release)
-    spec = next(s for s in PROJECT_SERVICES if s.name == manifest["service"])
-    written = [JournalRecord(**r) for r in manifest["records"]]
+    entry = golden(release)["services"][service]
+    spec = next(s for s in PROJECT_SERVICES if s.name == service)
+    written = [JournalRecord(**r) for r in entry["records"]]
     root = tmp_path / spec.name
-    shutil.copytree(DATA / release / spec.name, root / "state")
-    (root / "state").chmod(0o700)  # as the service made it (git keeps no directory modes)
+    (root / "state").mkdir(parents=True, mode=0o700)  # as the service made it
+    for name in JOURNAL_FILES:
+        shutil.copyfile(DATA / release / service / name, root / "state" / name)
     assert journal_records(root / "state") == written  # the data is what its manifest says
+    start = kernel.client.snapshot()
+    if entry["kernel"] is not None:
+        left = json.loads((DATA / release / service / entry["kernel"]).read_text())
+        assert restore_kernel(kernel.client, left) == []
+    restored = kernel.client.snapshot()
+    evidence = evidence_by_scope(root / "state")
+    unclean = {entry["quarantined_scope"], *entry["held_scopes"]}
     sockets = Path(tempfile.mkdtemp(prefix="golden-", dir="/tmp"))  # short socket paths
-    service = ServiceProcess(spec.name, spec.command, root, sockets, lab.kernel_url, spec.sockets)
-    socket = next(s for s in spec.sockets if s.startswith("macvlan"))
+    process = ServiceProcess(spec.name, spec.command, root, sockets, kernel.url, spec.sockets)
     try:
-        service.start()  # recovers the interrupted connect before it is ready
-        with service.client(socket) as client:
+        process.start()  # recovers the interrupted connect before it is ready
+        with process.client(f"{entry['plugin']}.sock") as client:
             inspected = {r.operation_id: client.inspect(r.operation_id, r.scope) for r in written}
-            open_scopes = {
-                r.scope: r for r in written if r.hook in CLEANUP_OF and r.cleanup_status is None
+            open_steps = {
+                (r.scope, r.step): r
+                for r in written
+                if r.hook in CLEANUP_OF and r.cleanup_status is None
             }
             # Attachments first, then the claims they were connected with.
-            order = sorted(open_scopes.values(), key=lambda r: r.hook != Hook.CONNECT_NETWORK)
+            order = sorted(open_steps.values(), key=lambda r: r.hook != Hook.CONNECT_NETWORK)
             receipts: dict[str, CleanupStatus | str] = {}
             for record in order:
                 request = cleanup_request(record)
@@ -103,34 +206,40 @@ def test_this_build_opens_and_cleans_a_golden_journal(
                     receipts[record.scope] = call(request).status
                 except PluginCallError as exc:
                     receipts[record.scope] = exc.code
-        assert service.stop() == 0
+        assert process.stop() == 0
     finally:
-        service.kill()
+        process.kill()
         shutil.rmtree(sockets, ignore_errors=True)
     after = {r.operation_id: r for r in journal_records(root / "state")}
+    kernel_after = kernel.client.snapshot()
 
     lost = [op for op, answer in inspected.items() if not answer.found or op not in after]
     lost += [
         r.operation_id
         for r in after.values()
-        if r.cleanup_status != "CLEANED" and r.scope not in QUARANTINED_SCOPES
+        if r.cleanup_status != "CLEANED" and r.scope not in unclean
     ]
     rig_stats.add("golden_journal_records", len(written))
     rig_stats.add("upgrade_lost", len(lost))
     assert lost == []
     assert receipts, "the golden journal had nothing left to clean"
-    attachment, claim = QUARANTINED_SCOPES
-    # The quarantined attachment is reported, and its claim held until an operator
-    # clears it (the plugin refuses to unprepare under an unclean attachment).
+    # Every open scope cleaned; a claim a quarantined attachment holds is refused (the
+    # plugin does not unprepare under an unclean attachment) until an operator clears it.
     assert receipts == {
         **dict.fromkeys(receipts, CleanupStatus.CLEANED),
-        claim: "FAILED_PRECONDITION",
+        **dict.fromkeys(entry["held_scopes"], "FAILED_PRECONDITION"),
     }
-    connect = next(r for r in written if r.scope == attachment and r.hook == "ConnectNetwork")
-    assert inspected[connect.operation_id].cleanup is CleanupStatus.QUARANTINED
-    quarantined = [
-        r
-        for r in after.values()
-        if r.scope in QUARANTINED_SCOPES and r.hook != Hook.NODE_PREPARE.value
-    ]
+    quarantined = [r for r in after.values() if r.scope == entry["quarantined_scope"]]
+    assert quarantined, "the quarantined scope's records are gone"
+    first = next(r for r in written if r.scope == entry["quarantined_scope"])
+    assert inspected[first.operation_id].cleanup is CleanupStatus.QUARANTINED
     assert {r.state for r in quarantined} == {"Quarantined"}  # still reported, never dropped
+
+    cleaned = {m for s, (ms, _) in evidence.items() if s not in unclean for m in ms}
+    held = {p for s, (_, ps) in evidence.items() if s in unclean for p in ps}
+    if entry["kernel"] is not None:
+        # Not vacuous: the kernel the journal was left on carried the cleaned scopes'
+        # links (the in-flight connect's among them) and differed from the lab's start.
+        assert [lk for lk in restored["links"] if (lk["alias"] or "").startswith(tuple(cleaned))]
+        assert leaks(start, restored, cleaned, held)
+    assert leaks(start, kernel_after, cleaned, held) == []
