@@ -44,6 +44,7 @@ from fakekernel import diff
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from labs import (
     PROJECT_SERVICES,
+    CoordinatorProcess,
     Lab,
     Node,
     ProcessServices,
@@ -291,6 +292,57 @@ class ReleaseServiceProcess(ServiceProcess):
             with self.client(socket) as client:
                 left = max(deadline - time.monotonic(), 0.001)
                 self._wait_serving(client, left, wait_ready=wait_ready)
+
+
+class ReleaseCoordinatorProcess(CoordinatorProcess):
+    """The coordinator program of ``release`` (its interpreter, launcher and source tree)
+    on this node's services, with its journal and token under ``root``."""
+
+    def __init__(
+        self, release: Release, root: Path, services: ProcessServices, **files: Any
+    ) -> None:
+        super().__init__(root, services, **files)
+        self.release = release
+
+    def start(
+        self,
+        crash_at: CrashPoint | None = None,
+        trace: Path | None = None,
+        timeout: float = 30,
+        *,
+        wait_ready: bool = True,
+    ) -> None:
+        self.launch(None if crash_at is None else str(crash_at), trace, timeout)
+
+    def launch(
+        self, armed: str | None = None, trace: Path | None = None, timeout: float = 30
+    ) -> None:
+        """Start it (``armed``: SIGKILL at this point, as the release names points;
+        ``trace``: the points it reaches) and wait until its status says ready."""
+        extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
+        if trace is not None:
+            extra[ENV_TRACE] = str(trace)
+        program = [LAUNCHER, *self.command] if extra else list(self.command)
+        with ReadyListener() as listener:
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        str(self.release.python),
+                        "-m",
+                        *program,
+                        "--config",
+                        str(self.config),
+                        "--log-level",
+                        self.log_level,
+                    ],
+                    cwd=self.release.src,
+                    env={**self.release.env(), **extra, **listener.env()},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            listener.wait(self.proc, timeout)
+        with self.coordinator_client() as client:
+            client.wait_ready(timeout)
 
 
 class ReleaseKernelLab(Lab):
