@@ -36,6 +36,8 @@ from plugins.sdk import CleanupRequest, CleanupStatus, Hook, OperationEnvelope
 from plugins.sdk.host import PluginCallError
 from plugins.sdk.runner import scope_evidence
 
+from . import make_golden_journals
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "journals"
 JOURNAL_FILES = ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id")
 RELEASES = sorted(p.name for p in DATA.iterdir() if (p / "records.json").exists())
@@ -243,3 +245,23 @@ def test_this_build_opens_and_cleans_a_golden_journal(
         assert [lk for lk in restored["links"] if (lk["alias"] or "").startswith(tuple(cleaned))]
         assert leaks(start, restored, cleaned, held)
     assert leaks(start, kernel_after, cleaned, held) == []
+
+
+def test_the_maker_never_writes_a_service_again(capsys: pytest.CaptureFixture[str]) -> None:
+    """A service's golden journal is written once: named, it is refused (exit 2, one
+    line); not named, it is kept; either way no byte of the release's files changes."""
+    before = {p: p.read_bytes() for p in (DATA / "v0.1.0").rglob("*") if p.is_file()}
+    assert make_golden_journals.main(["v0.1.0", "networkplugin-vf"]) == 2
+    refused = capsys.readouterr().err.strip()
+    assert refused.endswith(
+        "networkplugin-vf exists: a release's golden journals are written "
+        "once (remove the directory to write it again)"
+    ), refused
+    assert make_golden_journals.main(["v0.1.0"]) == 0
+    kept = capsys.readouterr().out.splitlines()
+    assert [line.rsplit("/", 1)[1] for line in kept] == [
+        f"{s}: kept (written once)" for s in sorted(LEAVING)
+    ]
+    assert make_golden_journals.main(["v0.1.0", "networkplugin-nope"]) == 2
+    assert "no such service: networkplugin-nope" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in (DATA / "v0.1.0").rglob("*") if p.is_file()} == before
