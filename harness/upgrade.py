@@ -17,7 +17,14 @@ version this tree's client sends, while this tree's server refuses a request wit
 so the previous release's server is the one both can drive. Its node starts with the
 previous release's services (``ReleaseServiceProcess``); ``hand_over`` stops one as a
 rolling update does (SIGTERM, or finds it SIGKILLed) and starts this tree's on the same
-state directory, socket directory and token.
+state directory, socket directory and token. ``ReleaseCoordinatorProcess`` is the
+release's coordinator program the same way.
+
+``leave_every_state`` drives one service of the release into every state an upgrade can
+meet, as ``LEAVING`` says for each (topology, crash point, the administrator's change
+that makes a cleanup quarantine); tests/upgrade/make_golden_journals.py keeps what it
+leaves as golden journals, with the kernel's snapshot, and ``restore_kernel`` brings a
+fresh fake kernel of the release's lab back to that snapshot for a later build.
 """
 
 from __future__ import annotations
