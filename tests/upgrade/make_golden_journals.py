@@ -14,6 +14,8 @@ kill left it (``journal.db`` with its ``-wal`` and ``-shm``: the in-flight commi
 in the WAL only), with the kernel as it was then (``kernel.json``, the fake kernel's
 snapshot), and ``records.json`` gets the service's entry: its plugin, topology, crash
 point, the scope quarantined (and those it holds) and every operation as the file holds it.
+The release's lab file (``lab.yaml``, the host its fake kernel described) is kept beside
+them: a later build's kernel starts from it, whatever its own lab files say by then.
 
 A release's golden journals are written once: a service whose directory exists is
 never written again (named: refused, exit 2, nothing changed; not named: kept). Every
@@ -44,6 +46,7 @@ from harness.upgrade import (
 DATA = Path(__file__).resolve().parent.parent / "data" / "journals"
 JOURNAL_FILES = ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id")
 MANIFEST = "records.json"
+LAB = "lab.yaml"
 
 
 def ending(suffix: str) -> Callable[[list[str]], str]:
@@ -85,6 +88,9 @@ def write_service(tag: str, leaving: Leaving, manifest: dict[str, Any]) -> None:
         records = [r.as_json() for r in journal_records(staging)]
         staging.rename(out)  # a service's directory appears whole or not at all
     manifest["release"], manifest["commit"] = tag, release.commit
+    if not (DATA / tag / LAB).exists():  # the host its kernel was: the release's lab file
+        shutil.copyfile(release.src / "fakekernel" / "labs" / "default.yaml", DATA / tag / LAB)
+    manifest["lab"] = LAB
     manifest["services"][leaving.service] = {
         "plugin": leaving.plugin,
         "topology": leaving.topology,

@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from fakekernel import DEFAULT_LAB
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from harness.pytest_plugin import RigStats
 from harness.upgrade import LEAVING, JournalRecord, journal_records, restore_kernel
@@ -57,13 +56,13 @@ CASES = [(release, service) for release in RELEASES for service in golden(releas
 
 
 class Kernel:
-    """A fake kernel of the lab the release ran on, as it starts (not randomized: the
-    release's services ran on it as written, so its VFs' settings are the before-images
-    the journals recorded)."""
+    """A fake kernel of the lab the release ran on (its ``lab.yaml``), as it starts (not
+    randomized: the release's services ran on it as written, so its VFs' settings are the
+    before-images the journals recorded)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lab: Path) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="golden-", dir="/tmp"))  # short paths
-        self.process = FakeKernelProcess(self.dir / "kernel.sock", DEFAULT_LAB)
+        self.process = FakeKernelProcess(self.dir / "kernel.sock", lab)
         self.process.start()
         self.client = FakeKernelClient(self.dir / "kernel.sock")
 
@@ -78,8 +77,8 @@ class Kernel:
 
 
 @pytest.fixture
-def kernel() -> Iterator[Kernel]:
-    kernel = Kernel()
+def kernel(release: str) -> Iterator[Kernel]:
+    kernel = Kernel(DATA / release / golden(release)["lab"])
     try:
         yield kernel
     finally:
