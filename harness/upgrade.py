@@ -892,6 +892,7 @@ def restore_kernel(kernel: FakeKernelClient, left: Mapping[str, Any]) -> list[st
         if ns["path"] != host.path:
             kernel.add_namespace(ns["name"])
     spaces = {ns.path: ns for ns in kernel.namespaces()} | {host.path: host}
+    counters = _Counters(kernel)
     tables = {pf["pci"]: pf["vfs"] for pf in kernel.snapshot()["pfs"]}
     for pf in left["pfs"]:
         parent = kernel.find_device(pf["pci"])
@@ -916,13 +917,8 @@ def restore_kernel(kernel: FakeKernelClient, left: Mapping[str, Any]) -> list[st
             if fix != LinkChanges():
                 link = kernel.set_link(ns, link.ifindex, fix)
         else:
-            link = kernel.get_link(ns, name=lk["name"])
-            if link is None:
-                link = kernel.create_link(ns, _spec(lk, made))
-            if link.ifindex < lk["ifindex"] or _mac_behind(link, lk):
-                kernel.delete_link(ns, link.ifindex)
-                _catch_up(kernel, ns, link.ifindex, lk)
-                link = kernel.create_link(ns, _spec(lk, made))
+            existing = kernel.get_link(ns, name=lk["name"])
+            link = existing or counters.create(ns, _spec(lk, made), lk)
         made[lk["id"]] = (ns, link.ifindex)
     for lk in left["links"]:
         for slave in (lk["bond"] or {}).get("slaves", []):
@@ -935,6 +931,7 @@ def restore_kernel(kernel: FakeKernelClient, left: Mapping[str, Any]) -> list[st
         assert link is not None
         if link.up != lk["up"]:
             kernel.set_link(ns, ifindex, LinkChanges(up=lk["up"]))
+    counters.close()
     return diff(comparable(left), comparable(kernel.snapshot()))
 
 
@@ -945,7 +942,7 @@ def _spec(lk: Mapping[str, Any], made: Mapping[int, tuple[NsRef, int]]) -> LinkS
         kind=lk["kind"],
         name=lk["name"],
         # A bond takes its first slave's address when it is enslaved; a random address
-        # is the kernel's to give (``_catch_up``).
+        # is the kernel's to give (``_Counters``).
         mac=None if bond is not None or lk["mac_assign"] == "random" else lk["mac"],
         mtu=lk["mtu"],
         alias=lk["alias"],
@@ -965,40 +962,64 @@ def _spec(lk: Mapping[str, Any], made: Mapping[int, tuple[NsRef, int]]) -> LinkS
     )
 
 
-SCRATCH = "restore-scratch"
+FIRST_IFINDEX = 2  # every namespace's loopback has 1
 _PLACEHOLDER_MAC = "02:00:00:00:00:01"
+_RANDOM_MAC = "0e:fa:"  # the fake kernel's eth_hw_addr_random
 
 
 def _mac_number(mac: str) -> int:
     return int(mac.replace(":", ""), 16)
 
 
-def _mac_behind(link: Link, lk: Mapping[str, Any]) -> bool:
-    random = lk["mac_assign"] == "random" and lk["bond"] is None
-    return random and _mac_number(link.mac) < _mac_number(lk["mac"])
+class _Counters:
+    """What the fake kernel hands out next, to give a restored link the ifindex and the
+    random address the release's had. Neither is ever handed out twice (an ifindex per
+    namespace, from 2 up, skipping those taken; an address from one counter): one the
+    release's kernel gave a link deleted since (the bond a quarantined remove's
+    administrator replaced by a dummy, the macvlans of a finished lifecycle) is spent
+    here too, on a link made and deleted at once: for an ifindex in the namespace with
+    a fixed address, for an address in a namespace of its own."""
 
+    def __init__(self, kernel: FakeKernelClient) -> None:
+        self.kernel = kernel
+        snapshot = kernel.snapshot()
+        given = [
+            _mac_number(mac)
+            for lk in snapshot["links"]
+            for mac in (lk["mac"], lk.get("perm_mac"))
+            if mac and mac.startswith(_RANDOM_MAC)
+        ]
+        self.next_mac = max(given, default=_mac_number(f"{_RANDOM_MAC}00:00:00:00")) + 1
+        self.next_ifindex: dict[tuple[int, int, str], int] = {}
+        self.scratch: NsRef | None = None
 
-def _catch_up(kernel: FakeKernelClient, ns: NsRef, given: int, lk: Mapping[str, Any]) -> None:
-    """Create and delete links until the next link made in ``ns`` (which was just given
-    ifindex ``given``) gets ``lk``'s ifindex and, if the kernel chose its address,
-    ``lk``'s address: neither is ever handed out twice, so one lower than the release's
-    means its kernel had made (and deleted) links before this one, such as the bond a
-    quarantined remove's administrator replaced by a dummy. Addresses are advanced in a
-    namespace of their own, deleted at once."""
-    while given + 1 < lk["ifindex"]:
-        probe = kernel.create_link(
-            ns, LinkSpec(kind="dummy", name="restore0", mac=_PLACEHOLDER_MAC)
-        )
-        kernel.delete_link(ns, probe.ifindex)
-        given = probe.ifindex
-    if lk["mac_assign"] != "random" or lk["bond"] is not None:
-        return
-    scratch = kernel.add_namespace(SCRATCH)
-    try:
-        while True:
-            probe = kernel.create_link(scratch, LinkSpec(kind="dummy", name="restore0"))
-            kernel.delete_link(scratch, probe.ifindex)
-            if _mac_number(probe.mac) + 1 >= _mac_number(lk["mac"]):
-                break
-    finally:
-        kernel.delete_namespace(SCRATCH)
+    def create(self, ns: NsRef, spec: LinkSpec, lk: Mapping[str, Any]) -> Link:
+        while self._next_ifindex(ns) < lk["ifindex"]:
+            self._spend(ns, LinkSpec(kind="dummy", name="restore0", mac=_PLACEHOLDER_MAC))
+        if spec.mac is None and spec.bond is None:
+            while self.next_mac < _mac_number(lk["mac"]):
+                if self.scratch is None:
+                    self.scratch = self.kernel.add_namespace("restore-scratch")
+                self._spend(self.scratch, LinkSpec(kind="dummy", name="restore0"))
+        return self._made(ns, self.kernel.create_link(ns, spec), spec)
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            self.kernel.delete_namespace("restore-scratch")
+
+    def _next_ifindex(self, ns: NsRef) -> int:
+        taken = {lk.ifindex for lk in self.kernel.list_links(ns)}
+        n = self.next_ifindex.get(ns.key, FIRST_IFINDEX)
+        while n in taken:
+            n += 1
+        return n
+
+    def _spend(self, ns: NsRef, spec: LinkSpec) -> None:
+        link = self._made(ns, self.kernel.create_link(ns, spec), spec)
+        self.kernel.delete_link(ns, link.ifindex)
+
+    def _made(self, ns: NsRef, link: Link, spec: LinkSpec) -> Link:
+        self.next_ifindex[ns.key] = link.ifindex + 1
+        if spec.mac is None:
+            self.next_mac += 1
+        return link

@@ -1,6 +1,7 @@
 """Write the golden journals of a release: ``tests/data/journals/<tag>/<service>/``.
 
     uv run --locked python -m tests.upgrade.make_golden_journals [TAG [SERVICE ...]]
+    uv run --locked python -m tests.upgrade.make_golden_journals --kernel TAG SERVICE
 
 The release is built from its tag (``harness.upgrade.previous_release``) and each
 service's v0.1.0 program driven, on the release's own fake kernel, into every state an
@@ -17,6 +18,10 @@ point, the scope quarantined (and those it holds) and every operation as the fil
 The release's lab file (``lab.yaml``, the host its fake kernel described) is kept beside
 them: a later build's kernel starts from it, whatever its own lab files say by then.
 
+``--kernel`` adds the kernel snapshot to a service written before snapshots were kept
+(v0.1.0's networkplugin-links): the release is driven again the same way, and the
+snapshot kept only if the journal it leaves holds exactly the written one's rows.
+
 A release's golden journals are written once: a service whose directory exists is
 never written again (named: refused, exit 2, nothing changed; not named: kept). Every
 later build must open and clean them (tests/upgrade/test_golden_journals.py).
@@ -24,11 +29,13 @@ later build must open and clean them (tests/upgrade/test_golden_journals.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,8 @@ from harness.upgrade import (
     LEAVING,
     PREVIOUS_RELEASE,
     Leaving,
+    LeftBehind,
+    Release,
     journal_records,
     leave_every_state,
     old_process,
@@ -47,6 +56,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "journals"
 JOURNAL_FILES = ("journal.db", "journal.db-wal", "journal.db-shm", "journal.id")
 MANIFEST = "records.json"
 LAB = "lab.yaml"
+KERNEL = "kernel.json"
 
 
 def ending(suffix: str) -> Callable[[list[str]], str]:
@@ -69,22 +79,29 @@ def read_manifest(tag: str) -> dict[str, Any]:
     return manifest
 
 
-def write_service(tag: str, leaving: Leaving, manifest: dict[str, Any]) -> None:
+@contextlib.contextmanager
+def driven(tag: str, leaving: Leaving) -> Iterator[tuple[Release, LeftBehind, Path, Any]]:
+    """The release's ``leaving.service`` driven into every state: the release, what it
+    left, its state directory and its kernel's snapshot (the directory is gone after)."""
     release = previous_release(tag)
-    out = DATA / tag / leaving.service
     with (
         tempfile.TemporaryDirectory(prefix="golden-") as tmp,
         previous_release_node(release, Path(tmp) / "node", leaving.specs) as node,
     ):
         state = old_process(node, leaving.service).root / "state"
         left = leave_every_state(node, Path(tmp) / "trace", ending(leaving.in_flight_at), leaving)
-        kernel = node.kernel.snapshot()
+        yield release, left, state, node.kernel.snapshot()
+
+
+def write_service(tag: str, leaving: Leaving, manifest: dict[str, Any]) -> None:
+    out = DATA / tag / leaving.service
+    with driven(tag, leaving) as (release, left, state, kernel):
         staging = DATA / tag / f".{leaving.service}.new"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for name in JOURNAL_FILES:
             shutil.copyfile(state / name, staging / name)
-        (staging / "kernel.json").write_text(json.dumps(kernel, indent=1, sort_keys=True) + "\n")
+        (staging / KERNEL).write_text(json.dumps(kernel, indent=1, sort_keys=True) + "\n")
         records = [r.as_json() for r in journal_records(staging)]
         staging.rename(out)  # a service's directory appears whole or not at all
     manifest["release"], manifest["commit"] = tag, release.commit
@@ -98,13 +115,63 @@ def write_service(tag: str, leaving: Leaving, manifest: dict[str, Any]) -> None:
         "quarantined_phase": leaving.quarantined_phase,
         "quarantined_scope": leaving.quarantined_scope,
         "held_scopes": list(leaving.held_scopes),
-        "kernel": "kernel.json",
+        "kernel": KERNEL,
         "records": records,
     }
     print(f"{out}: {len(records)} records, killed at {left.point}")
 
 
+def journal_content(state: Path) -> list[tuple[Any, ...]]:
+    """Every operation and effect row of the journal in ``state`` but their checksums
+    and sequence numbers: what names the kernel's objects (ifindexes, namespaces,
+    markers, addresses, before-images), read from a copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("journal.db", "journal.db-wal"):
+            if (state / name).exists():
+                shutil.copyfile(state / name, Path(tmp) / name)
+        conn = sqlite3.connect(Path(tmp) / "journal.db")
+        try:
+            operations = conn.execute(
+                "SELECT operation_id, hook, scope, step, state, cleanup_status, request_json, "
+                "plan_json, response_json, error_json FROM operations ORDER BY operation_id"
+            ).fetchall()
+            effects = conn.execute(
+                "SELECT operation_id, effect_id, kind, state, before_json, outputs_json, detail "
+                "FROM effects ORDER BY operation_id, effect_id"
+            ).fetchall()
+        finally:
+            conn.close()
+    return operations + effects
+
+
+def add_kernel(tag: str, service: str) -> int:
+    """A kernel snapshot for a service written before snapshots were kept: the release
+    driven again the same way, kept only if the journal it leaves holds exactly what the
+    written one does (every operation and effect row, which name the kernel's objects),
+    so the snapshot is of the kernel the written journal describes."""
+    out, manifest = DATA / tag / service, read_manifest(tag)
+    entry = manifest["services"].get(service)
+    if entry is None or entry.get("kernel") is not None:
+        print(f"{out}: no journal without a kernel snapshot", file=sys.stderr)
+        return 2
+    with driven(tag, LEAVING[service]) as (_, left, state, kernel):
+        again, written = journal_content(state), journal_content(out)
+        if left.point != entry["crash_point"] or again != written:
+            differ = [(a, w) for a, w in zip(again, written, strict=False) if a != w][:1]
+            print(
+                f"{out}: driven again, the release left another journal: {differ}", file=sys.stderr
+            )
+            return 1
+    (out / KERNEL).write_text(json.dumps(kernel, indent=1, sort_keys=True) + "\n")
+    entry["kernel"] = KERNEL
+    (DATA / tag / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"{out / KERNEL}: the kernel its journal was left on ({len(written)} rows equal)")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--kernel"] and len(argv) == 3:
+        return add_kernel(argv[1], argv[2])
     tag = argv[0] if argv else PREVIOUS_RELEASE
     named = argv[1:]
     unknown = [s for s in named if s not in LEAVING]

@@ -3,12 +3,12 @@ this build (docs/file-formats.md, "Versions").
 
 ``tests/data/journals/<release>/<service>/`` holds a service's journal as that release
 left it when SIGKILLed mid-connect (tests/upgrade/make_golden_journals.py wrote it,
-driving the release built from its tag), for some services with ``kernel.json``, the
-release's fake kernel as it was then; ``records.json`` lists each service's operations
+driving the release built from its tag), with ``kernel.json``, the release's fake
+kernel as it was then; ``records.json`` lists each service's operations
 as written, its crash point and the scope its administrator made quarantine. This
 tree's real service starts on a copy (the files in the repository are never opened) on
 a fake kernel of the lab the release ran on, brought to the state the journal was left
-on where it was recorded (``harness.upgrade.restore_kernel``), fresh otherwise: it must
+on (``harness.upgrade.restore_kernel``), or fresh for a journal without one: it must
 recover, report every record (InspectOperation), and clean every one but the
 quarantined scope's, which it keeps reporting (with the claim a quarantined attachment
 holds); no record is lost, and nothing of the cleaned scopes is left on the kernel.
@@ -261,6 +261,8 @@ def test_the_maker_never_writes_a_service_again(capsys: pytest.CaptureFixture[st
     assert [line.rsplit("/", 1)[1] for line in kept] == [
         f"{s}: kept (written once)" for s in sorted(LEAVING)
     ]
+    assert make_golden_journals.main(["--kernel", "v0.1.0", "networkplugin-links"]) == 2
+    assert "no journal without a kernel snapshot" in capsys.readouterr().err
     assert make_golden_journals.main(["v0.1.0", "networkplugin-nope"]) == 2
     assert "no such service: networkplugin-nope" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in (DATA / "v0.1.0").rglob("*") if p.is_file()} == before
