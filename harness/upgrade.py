@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import grpc
 
@@ -569,7 +569,7 @@ class Leaving:
     claim_step: str | None
     """The Allocation step of ``plugin`` (its claims' scopes are ``claim-<n>.<step>``);
     None: the plugin prepares nothing (an operation like bond)."""
-    quarantined_phase: str = "remove"
+    quarantined_phase: Literal["remove", "unprepare"] = "remove"
     document: Callable[[], dict[str, Any]] | None = None
 
     @property
