@@ -10,6 +10,7 @@ from plugins.kernel import KernelError
 from ._checks import valid_ether_addr
 from ._dev import br_ports_changed, dev_close, dev_open, dev_set_mac, dev_set_mtu, set_mac_raw
 from ._state import LinkState, SlaveSave, State, fail
+from ._vfs import mailbox_answers, vlan_filter_refused
 
 USES_PRIMARY = ("active-backup", "balance-tlb", "balance-alb")  # bond_uses_primary
 BOND_MODES = (
@@ -73,22 +74,27 @@ def _is_upper_of(state: State, upper: LinkState, dev: LinkState) -> bool:
 def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
     info = bond.bond
     assert info is not None
-    if slave.loopback:
-        # bond_setup_by_slave takes lo's type, then its all-zero address is refused; the
-        # unwind's ether_setup leaves an empty bond with ETH_DATA_LEN as its max MTU
-        if not info.slaves:
-            bond.max_mtu = 1500
-        raise fail(errno.EADDRNOTAVAIL, "the loopback device has no valid address")
+    # bond_enslave's order of checks (6.1)
     if rx_handler_busy(state, slave):
         raise fail(errno.EBUSY, f"{slave.name} is in use and cannot be enslaved")
     if slave is bond:
         raise fail(errno.EPERM, "cannot enslave a bond to itself")
-    if _is_upper_of(state, slave, bond):
-        raise fail(errno.EBUSY, "enslaving would make a loop")  # __netdev_upper_dev_link
+    if (slave.loopback or slave.kind == "ipvlan") and state.children(bond, "vlan"):
+        # NETIF_F_VLAN_CHALLENGED into a bond with a vlan on it
+        raise fail(errno.EPERM, f"{slave.name} is VLAN challenged and {bond.name} has VLANs")
     if slave.up:
         raise fail(errno.EPERM, f"{slave.name} can not be enslaved while up")
+    if slave.loopback:
+        if info.slaves:
+            # another dev->type than the slaves' (ARPHRD_LOOPBACK, not ARPHRD_ETHER)
+            raise fail(errno.EINVAL, "the loopback device's type differs from the slaves'")
+        # bond_setup_by_slave takes lo's type, then its all-zero address is refused; the
+        # unwind's ether_setup leaves an empty bond with ETH_DATA_LEN as its max MTU
+        bond.max_mtu = 1500
+        raise fail(errno.EADDRNOTAVAIL, "the loopback device has no valid address")
+    if _is_upper_of(state, slave, bond):
+        raise fail(errno.EBUSY, "enslaving would make a loop")  # __netdev_upper_dev_link
     first_takes_mac = not info.slaves and bond.mac_assign == "random"
-    old_bond_mac = bond.mac
     if first_takes_mac:
         set_mac_raw(state, bond, slave.mac, "stolen")  # bond_set_dev_addr
     saved = SlaveSave(mtu=slave.mtu, mac=slave.mac)
@@ -96,6 +102,10 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
         dev_set_mtu(state, slave, bond.mtu)
         dev_set_mac(state, slave, bond.mac)
         dev_open(state, slave)
+        if (bond.up or state.children(bond, "vlan")) and vlan_filter_refused(state, slave):
+            # vlan_vids_add_by_dev: the bond's VLAN ids (VID 0 while it is up: 8021q adds
+            # it on NETDEV_UP) go to the new slave, whose driver refuses them
+            raise fail(errno.EINVAL, f"{slave.name} refuses {bond.name}'s VLAN ids")
     except KernelError:
         # bond_enslave's unwind: err_close, err_restore_mac, err_restore_mtu, err_undo_flags
         dev_close(state, slave)
@@ -104,13 +114,19 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
         with contextlib.suppress(KernelError):
             dev_set_mtu(state, slave, saved.mtu)
         if first_takes_mac:
-            set_mac_raw(state, bond, old_bond_mac, "random")
+            # err_undo_flags: the bond still has the slave's address: eth_hw_addr_random
+            set_mac_raw(state, bond, state.random_mac(), "random")
         raise
     slave.master = bond.id
     slave.saved = saved
     info.slaves.append(slave.id)
-    # with miimon the slave's link is its carrier now, without it is taken as up
-    info.link_up[slave.id] = link_ok(state, slave) if info.miimon_ms else True
+    # with miimon the slave's link is its carrier now, without it is taken as up; a VF
+    # whose driver learns its link from its PF (igbvf's watchdog) has none yet: it was
+    # just opened
+    if not info.miimon_ms:
+        info.link_up[slave.id] = True
+    else:
+        info.link_up[slave.id] = link_ok(state, slave) and not _link_comes_later(state, slave)
     select_active(state, bond)
 
 
@@ -152,8 +168,17 @@ def carrier(state: State, link: LinkState) -> bool:
         return any(p.master == link.id and p.up for p in state.links.values())
     if link.vf_of is not None:
         pf = next((lk for lk in state.links.values() if lk.pci_address == link.vf_of[0]), None)
-        return link.up and pf is not None and pf_has_link(state, pf)
+        # igbvf's link check asks its PF through the mailbox (e1000_check_for_link_vf)
+        answers = mailbox_answers(state, link)
+        return link.up and pf is not None and pf_has_link(state, pf) and answers
     return link.up and pf_has_link(state, link)
+
+
+def _link_comes_later(state: State, link: LinkState) -> bool:
+    """A VF whose driver learns its link through its PF's mailbox (igbvf's watchdog,
+    started by igbvf_open) has no carrier right after it was opened."""
+    table = state.pfs.get(link.vf_of[0]) if link.vf_of is not None else None
+    return table is not None and table.nic.vf_mailbox
 
 
 def pf_has_link(state: State, device: LinkState) -> bool:

@@ -26,10 +26,18 @@ def alias_policy(alias: str) -> None:
         raise fail(errno.ERANGE, f"alias is longer than {IFALIASZ - 1} bytes")
 
 
-def claim_name(state: State, ns: int, name: str, owner: LinkState | None = None) -> str:
+def claim_name(
+    state: State,
+    ns: int,
+    name: str,
+    owner: LinkState | None = None,
+    taken: set[str] | frozenset[str] = frozenset(),
+) -> str:
     """dev_get_valid_name: the name ``name`` resolves to in ``ns`` (a "%d" pattern is allocated).
 
-    EINVAL for an invalid name or pattern, EEXIST if taken by another link.
+    EINVAL for an invalid name or pattern, EEXIST if taken by another link. A pattern
+    skips every name in use, ``owner``'s own too (__dev_alloc_name scans every device of
+    the namespace: renaming eth0 to "eth%d" gives eth1); ``taken``: names about to be.
     """
     if check_interface_name(name) is not None:  # dev_valid_name
         raise fail(errno.EINVAL, f"invalid interface name {name!r}")
@@ -42,11 +50,11 @@ def claim_name(state: State, ns: int, name: str, owner: LinkState | None = None)
             candidate = f"{head}{i}{tail[1:]}"
             if len(candidate.encode()) >= IFNAMSIZ:
                 break
-            if state.by_name(ns, candidate) in (None, owner):
+            if candidate not in taken and state.by_name(ns, candidate) is None:
                 return candidate
         raise fail(errno.ENFILE, f"no free name for pattern {name!r}")
-    taken = state.by_name(ns, name)
-    if taken is not None and taken is not owner:
+    holder = state.by_name(ns, name)
+    if name in taken or (holder is not None and holder is not owner):
         raise fail(errno.EEXIST, f"interface {name!r} already exists in this namespace")
     return name
 

@@ -89,12 +89,11 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
         raise fail(errno.EOPNOTSUPP, "ipvlan has no ndo_set_mac_address")  # shares its lower's
     mac = require_valid_ether_addr(mac)
     if link.vf_of is not None:
-        from ._vfs import admin_mac_locks
+        from ._vfs import admin_mac_locks, vf_set_mac
 
         if mac != link.mac and admin_mac_locks(state, link):
             raise fail(errno.EADDRNOTAVAIL, f"{link.name}: its PF set its address")
-        if _resets_take_hw_mac(state, link):
-            link.vf_hw_mac = mac  # igbvf_set_mac: the hardware address register too
+        vf_set_mac(state, link, mac)  # igbvf_set_mac: the hardware address register too
     if link.kind == "macvlan" and mac != link.mac:
         lower = parent_of(state, link)
         if link.mode == "passthru":
@@ -111,12 +110,6 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     # dev_set_mac_address sets NET_ADDR_SET; the model tracks the type only where it
     # changes behavior (bonds, vlans), so a device's stays "perm" and snapshots stay clean.
     set_mac_raw(state, link, mac, "perm" if link.kind == "device" else "set")
-
-
-def _resets_take_hw_mac(state: State, vf: LinkState) -> bool:
-    assert vf.vf_of is not None
-    table = state.pfs.get(vf.vf_of[0])
-    return table is not None and table.nic.vf_admin_mac == "vf_reset"
 
 
 def _bond_set_mac(state: State, bond: LinkState, mac: str) -> None:
@@ -201,6 +194,10 @@ def dev_close(state: State, link: LinkState) -> None:
         from ._vfs import vf_reset
 
         vf_reset(state, link)  # igbvf_down ends with igbvf_reset
+    elif link.pci_address is not None:
+        from ._vfs import pf_down
+
+        pf_down(state, link)
     for child in state.children(link, "vlan"):  # vlan_device_event NETDEV_DOWN
         dev_close(state, child)
 

@@ -37,6 +37,7 @@ from ._dev import (
     dev_set_mtu,
 )
 from ._state import BondState, LinkState, Namespace, State, fail
+from ._vfs import vlan_filter_refused
 
 ETH_MAX_MTU = 65535
 ETH_DATA_LEN = 1500
@@ -65,9 +66,9 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     name_policy(spec.name)
     if spec.peer_name is not None:
         name_policy(spec.peer_name)
-    if "%" in spec.name or "%" in (spec.peer_name or ""):
-        # the Linux backend refuses name patterns in create_link (Kernel protocol)
-        raise fail(errno.EINVAL, f"a name pattern is not a name: {spec.name!r}")
+    # no name: rtnl_newlink_create names it "<kind>%d"; a template (a "%d" in it) is
+    # resolved by register_netdevice to its smallest free number
+    name = spec.name or f"{spec.kind}%d"
     if spec.alias is not None:
         alias_policy(spec.alias)
     if spec.kind not in SETUP_MTU_BOUNDS:
@@ -80,7 +81,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
         # either end: a dead one fails the call with nothing created.
         state.namespace(spec.peer_ns)
     target = ns.ref.inode
-    if "%" not in spec.name and state.by_name(target, spec.name) is not None:
+    if "%" not in name and state.by_name(target, name) is not None:
         raise fail(errno.EEXIST, f"interface {spec.name!r} already exists")  # NLM_F_EXCL
     min_mtu, max_mtu = SETUP_MTU_BOUNDS[spec.kind]
     if spec.mtu is not None and (
@@ -90,7 +91,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     link = LinkState(
         id=0,
         ifindex=0,
-        name=spec.name,
+        name=name,
         kind=spec.kind,
         ns=target,
         mac=mac or "",
@@ -109,14 +110,24 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
             _delay(b.updelay_ms, b.miimon_ms),
             _delay(b.downdelay_ms, b.miimon_ms),
         )
-    link.name = claim_name(state, target, spec.name)  # register_netdevice
+    peer_name = None
+    if spec.kind == "veth":
+        # veth_newlink registers the peer first: it gets its name first
+        peer_ns = state.namespace(spec.peer_ns) if spec.peer_ns is not None else ns
+        # an empty VETH_INFO_PEER IFLA_IFNAME is a name (invalid), unlike the first end's
+        peer_pattern = "veth%d" if spec.peer_name is None else spec.peer_name
+        peer_name = claim_name(state, peer_ns.ref.inode, peer_pattern)
+        taken = {peer_name} if peer_ns is ns else set()
+        link.name = claim_name(state, target, name, taken=taken)  # register_netdevice
+    else:
+        link.name = claim_name(state, target, name)  # register_netdevice
     if not link.mac:
         link.mac = state.random_mac()
     state.add(link)
     if spec.kind == "ipvlan":
         _ipvlan_set_port_mode(state, link, spec.mode or "l3")
-    if spec.kind == "veth":
-        _add_peer(state, ns, spec, link)
+    if peer_name is not None:
+        _add_peer(state, ns, spec, link, peer_name)
     if spec.alias is not None:
         dev_set_alias(link, spec.alias)
     return link
@@ -168,6 +179,9 @@ def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState
         link.vlan_id, link.vlan_protocol = spec.vlan_id, spec.vlan_protocol
         if spec.mtu is not None and spec.mtu > lower.mtu:
             raise fail(errno.EINVAL, f"vlan mtu {spec.mtu} above {lower.name}'s")  # vlan_newlink
+        if vlan_filter_refused(state, lower):
+            # register_vlan_dev: vlan_vid_add, which the lower's driver refuses
+            raise fail(errno.EINVAL, f"{lower.name} refuses the VLAN filter (its PF)")
         if not spec.mac:
             link.mac, link.mac_assign = lower.mac, "stolen"  # vlan_dev_init
     elif spec.kind == "macvlan":
@@ -184,10 +198,6 @@ def _vlan_check(state: State, lower: LinkState, spec: LinkSpec) -> None:
     """vlan_check_real_dev."""
     if lower.kind == "ipvlan":
         raise fail(errno.EOPNOTSUPP, "VLANs not supported on ipvlan")  # NETIF_F_VLAN_CHALLENGED
-    table = state.pfs.get(lower.vf_of[0]) if lower.vf_of is not None else None
-    if table is not None and not table.nic.vf_vlans:
-        # vlan_vid_add: the VF driver asks its PF, which refuses
-        raise fail(errno.EINVAL, f"{lower.name}'s PF refuses the VF's VLAN filter")
     for sibling in state.children(lower, "vlan"):
         if (sibling.vlan_protocol, sibling.vlan_id) == (spec.vlan_protocol, spec.vlan_id):
             raise fail(errno.EEXIST, f"vlan {spec.vlan_id} already exists on {lower.name}")
@@ -227,13 +237,13 @@ def _ipvlan_set_port_mode(state: State, link: LinkState, mode: str) -> None:
     state.links[link.parent or 0].ipvlan_port_mode = mode
 
 
-def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState) -> None:
+def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState, name: str) -> None:
     peer_ns = state.namespace(spec.peer_ns) if spec.peer_ns is not None else ns
-    try:
-        name = claim_name(state, peer_ns.ref.inode, spec.peer_name or "veth%d")
-    except KernelError:
+    if state.by_name(peer_ns.ref.inode, name) is not None:
+        # the first end took the name the peer was given (the same name for both ends):
+        # register_netdevice of the first end fails, and the peer is unregistered
         del state.links[link.id]
-        raise
+        raise fail(errno.EEXIST, f"interface {name!r} already exists in this namespace")
     peer = LinkState(
         id=0,
         ifindex=0,
@@ -266,7 +276,7 @@ def setlink(state: State, link: LinkState, changes: LinkChanges) -> None:
         dev_set_mac(state, link, parse_mac(changes.mac))
     if changes.mtu is not None:
         dev_set_mtu(state, link, changes.mtu)
-    if changes.name is not None:
+    if changes.name:  # an empty IFLA_IFNAME renames nothing
         dev_change_name(state, link, changes.name)
     if changes.alias is not None:
         dev_set_alias(link, changes.alias)
@@ -294,6 +304,7 @@ def move(
     __dev_change_net_namespace, then rename, then the alias."""
     if new_name is not None:
         name_policy(new_name)
+    new_name = new_name or None  # an empty IFLA_IFNAME renames nothing
     if alias is not None:
         alias_policy(alias)
     if link.kind in NETNS_LOCAL or link.loopback:

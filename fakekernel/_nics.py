@@ -31,7 +31,8 @@ class NicProfile:
     vf_stride: int = 2
     # "derived": a VF netdev's address comes from its PCI address and is also its
     # permanent address; "random": the VF driver makes one up (igbvf when the PF gave
-    # none), and its permanent address is another random one.
+    # none), and its permanent address is another random one (QEMU's 82576, 6.1 and 6.12;
+    # recordings elsewhere saw the permanent address equal to the first one).
     vf_mac: str = "derived"
     # "immediate": a MAC set through the PF is the VF netdev's address at once;
     # "vf_reset": the VF driver takes it at its next reset (igbvf: when it goes down
@@ -47,9 +48,14 @@ class NicProfile:
     link_speed: int = 0
     # a QoS priority without a VLAN is refused (EINVAL) or taken (igb)
     qos_needs_vlan: bool = True
-    # a VF's driver may add VLAN ids (its PF lets it: vlan_vid_add succeeds); igbvf's
-    # request is refused by the igb PF, so a vlan on an igbvf VF is EINVAL
-    vf_vlans: bool = True
+    # The VF driver asks its PF through a mailbox for VLAN filters, its MAC and its link
+    # (igbvf). The PF answers only while it is up, and only a VF that has reset since
+    # it was made or since the PF last went down (igb's IGB_VF_FLAG_CTS): until then a
+    # VLAN id is refused (vlan_vid_add: EINVAL), the VF has no carrier, and the MAC it
+    # programs does not reach the VF table. Once answered, the VF table reports the MAC
+    # the VF programmed (at its resets and on set_mac). False: VLANs, carrier and the
+    # VF table do not depend on the PF (the table shows administrative MACs only).
+    vf_mailbox: bool = False
     # a VF may change its own address after its PF set one (igb: no, EADDRNOTAVAIL)
     vf_mac_override: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -71,7 +77,7 @@ DRIVERS: dict[str, NicProfile] = {
         rate_needs_link=True,
         link_speed=1000,
         qos_needs_vlan=False,
-        vf_vlans=False,
+        vf_mailbox=True,
         vf_mac_override=False,
     ),
 }

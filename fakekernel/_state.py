@@ -115,9 +115,15 @@ class PfState:
     name: str = ""  # the PF netdev's name at probe: its VFs are named after it (<name>v<i>)
     vf_mtu: int = 1500
     cable: bool = True  # False: the port never has link
-    # the hardware address each VF index had when its VF went (sriov_numvfs 0): the
-    # next VF of that index starts with it (igb; observed on QEMU's 82576)
+    # mac_address_policy "persistent": the address udev gives each VF index (it derives
+    # it from the netdev's name, <pf>v<i>), the same for every VF made at that index
     vf_hw_memory: dict[int, str] = field(default_factory=dict)
+    # NIC profiles with a VF mailbox (igb): the VF indexes the PF answers (IGB_VF_FLAG_CTS:
+    # set by a VF's reset while the PF is up, cleared when the PF goes down), and those
+    # whose MAC the PF set (IGB_VF_FLAG_PF_SET_MAC). Kept here, not in VfState, because
+    # the VF table's snapshot is what get_vfs reports.
+    vf_cts: set[int] = field(default_factory=set)
+    vf_pf_set_mac: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -126,6 +132,7 @@ class State:
     host_path: str
     live_rename: bool  # Linux >= 6.2 lets an UP link be renamed; older kernels say EBUSY
     loopback: bool = False  # every namespace has its lo (off: the model leaves lo out)
+    mac_address_policy: str = "none"  # udev's for random-address VF netdevs (FakeKernelModel)
     namespaces: dict[int, Namespace] = field(default_factory=dict)
     links: dict[int, LinkState] = field(default_factory=dict)  # by link id
     pfs: dict[str, PfState] = field(default_factory=dict)

@@ -54,6 +54,10 @@ def set_vf(state: State, pf: LinkState, index: int, changes: VFChanges) -> None:
         if is_multicast(mac):
             raise fail(errno.EINVAL, f"VF MAC {mac} is multicast")
         vf.mac = mac
+        if mac == ZERO_MAC:  # igb_ndo_set_vf_mac: "remove administratively set MAC"
+            table.vf_pf_set_mac.discard(index)
+        else:
+            table.vf_pf_set_mac.add(index)
         netdev = vf_netdev(state, table.pci, index)
         if netdev is not None and mac != ZERO_MAC and table.nic.vf_admin_mac == "immediate":
             set_mac_raw(state, netdev, mac, netdev.mac_assign)  # the VF driver takes it at once
@@ -119,26 +123,86 @@ def admin_mac_locks(state: State, vf: LinkState) -> bool:
     table = state.pfs.get(vf.vf_of[0])
     if table is None or table.nic.vf_mac_override or vf.vf_of[1] >= len(table.vfs):
         return False
-    return table.vfs[vf.vf_of[1]].mac != ZERO_MAC
+    return vf.vf_of[1] in table.vf_pf_set_mac
+
+
+def _table_of(state: State, vf: LinkState) -> PfState | None:
+    """The VF table of ``vf``'s PF, when ``vf`` is a VF whose entry exists."""
+    if vf.vf_of is None:
+        return None
+    table = state.pfs.get(vf.vf_of[0])
+    return table if table is not None and vf.vf_of[1] < len(table.vfs) else None
+
+
+def pf_of(state: State, table: PfState) -> LinkState | None:
+    return next((lk for lk in state.links.values() if lk.pci_address == table.pci), None)
+
+
+def mailbox_answers(state: State, vf: LinkState) -> bool:
+    """Whether ``vf``'s PF answers its mailbox (a profile with one): the PF is up and the
+    VF is clear to send (it reset while the PF was up, and the PF has not gone down
+    since: igb_rcv_msg_from_vf refuses everything else)."""
+    table = _table_of(state, vf)
+    if table is None or not table.nic.vf_mailbox:
+        return True  # no mailbox in the way
+    pf = pf_of(state, table)
+    return pf is not None and pf.up and (vf.vf_of or ("", -1))[1] in table.vf_cts
+
+
+def vlan_filter_refused(state: State, link: LinkState) -> bool:
+    """vlan_vid_add on ``link`` fails (EINVAL): a VF whose PF does not answer it
+    (igbvf_vlan_rx_add_vid), or a bond with such a slave (bond_vlan_rx_add_vid passes
+    the id to every slave)."""
+    if link.vf_of is not None:
+        table = _table_of(state, link)
+        return table is not None and table.nic.vf_mailbox and not mailbox_answers(state, link)
+    if link.bond is not None:
+        return any(vlan_filter_refused(state, state.links[s]) for s in link.bond.slaves)
+    return False
+
+
+def pf_down(state: State, pf: LinkState) -> None:
+    """igb_down ends with igb_reset, which takes every VF's clear-to-send away."""
+    table = state.pfs.get(pf.pci_address or "")
+    if table is not None:
+        table.vf_cts.clear()
+
+
+def vf_set_mac(state: State, vf: LinkState, mac: str) -> None:
+    """igbvf_set_mac on a profile whose VF resets take its hardware address: the
+    address is its hardware address, and reaches the VF table if the PF answers
+    (E1000_VF_SET_MAC_ADDR)."""
+    table = _table_of(state, vf)
+    if table is None or table.nic.vf_admin_mac != "vf_reset":
+        return
+    assert vf.vf_of is not None
+    vf.vf_hw_mac = mac
+    if table.nic.vf_mailbox and mailbox_answers(state, vf):
+        table.vfs[vf.vf_of[1]].mac = mac
 
 
 def vf_reset(state: State, vf: LinkState) -> None:
     """The VF driver's reset (igbvf_reset: on its way down, and on any MTU change): it asks
-    its PF (answered only while the PF is up) for the address the PF set for it, which
-    then becomes its hardware address; the hardware address becomes its address and its
-    permanent address (an address set on the VF itself is its hardware address too)."""
-    if vf.vf_of is None:
+    its PF (answered only while the PF is up), which makes it clear to send; an address
+    the PF set for it then becomes its hardware address, else the VF programs its own
+    into the VF table (init_hw's rar_set); the hardware address becomes its address and
+    its permanent address (an address set on the VF itself is its hardware address too)."""
+    table = _table_of(state, vf)
+    if table is None or table.nic.vf_admin_mac != "vf_reset":
         return
-    table = state.pfs.get(vf.vf_of[0])
-    if table is None or table.nic.vf_admin_mac != "vf_reset" or vf.vf_of[1] >= len(table.vfs):
-        return
-    admin = table.vfs[vf.vf_of[1]].mac
-    pf = next((lk for lk in state.links.values() if lk.pci_address == table.pci), None)
-    if admin != ZERO_MAC and pf is not None and pf.up:
-        vf.vf_hw_mac = admin
+    assert vf.vf_of is not None
+    index = vf.vf_of[1]
+    pf = pf_of(state, table)
+    answered = pf is not None and pf.up
+    if answered and table.nic.vf_mailbox:
+        table.vf_cts.add(index)
+    if answered and index in table.vf_pf_set_mac:
+        vf.vf_hw_mac = table.vfs[index].mac
     hw = vf.vf_hw_mac or vf.perm_mac or vf.mac
     vf.perm_mac = hw
     set_mac_raw(state, vf, hw, vf.mac_assign)
+    if answered and table.nic.vf_mailbox and index not in table.vf_pf_set_mac:
+        table.vfs[index].mac = hw
 
 
 def _require(table: PfState, capability: str) -> None:

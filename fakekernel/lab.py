@@ -6,6 +6,8 @@ Format (every key but the names is optional)::
     host_path: /proc/1/ns/net       # the approved host namespace mount
     live_rename: false              # true: renaming an UP link works (Linux >= 6.2)
     loopback: false                 # true: every namespace has its lo, as on Linux
+    mac_address_policy: none        # persistent: udev gives new random-address VF netdevs
+                                    # an address of their name (Debian's default)
     nics:                           # NIC variants, referenced by PFs
       <variant>:
         capabilities: [link_state, trust, spoofchk, rate, vlan_proto_8021ad]
@@ -134,6 +136,7 @@ def _build(lab: _Section) -> FakeKernelModel:
         host_path=lab.get("host_path", "/proc/1/ns/net"),
         live_rename=lab.get("live_rename", False),
         loopback=lab.get("loopback", False),
+        mac_address_policy=lab.get("mac_address_policy", "none"),
     )
     nics = {name: _nic(section) for name, section in lab.mapping("nics")}
     namespaces: list[str] = lab.get("namespaces", [])

@@ -38,6 +38,7 @@ from ._state import LinkState, Namespace, PfState, State, VfState, fail
 __all__ = ["DEFAULT_BOOT_ID", "FakeKernelModel", "diff"]
 
 DEFAULT_BOOT_ID = "00000000-0000-4000-8000-000000000001"
+MAC_ADDRESS_POLICIES = ("none", "persistent")
 NETNS_DIR = "/run/netns"
 
 # ``_view`` fills a Link's __dict__ with every field at once, which is what a frozen
@@ -59,12 +60,28 @@ class FakeKernelModel:
         host_path: str = "/proc/1/ns/net",
         live_rename: bool = False,
         loopback: bool = False,
+        mac_address_policy: str = "none",
     ) -> None:
         """``loopback``: every namespace has its ``lo`` (ifindex 1, kind "device", MTU
         65536), as on Linux; off, the model leaves it out (what labs built before it
-        expect: a scan of the host's devices does not meet it)."""
+        expect: a scan of the host's devices does not meet it).
+
+        ``mac_address_policy``: what the node's udev does to a new VF netdev whose driver
+        made its address up (systemd.link's MACAddressPolicy=): "none" leaves it (the
+        kernel alone: a fresh address each time, also its permanent address);
+        "persistent" (Debian's 99-default.link) gives it an address derived from its
+        name, the same each time a VF of that index is made, which the VF driver then
+        also takes as its hardware address (the permanent address stays the made-up one)."""
+        if mac_address_policy not in MAC_ADDRESS_POLICIES:
+            raise ValueError(
+                f"mac_address_policy {mac_address_policy!r}: one of {MAC_ADDRESS_POLICIES}"
+            )
         self._s = State(
-            boot_id=boot_id, host_path=host_path, live_rename=live_rename, loopback=loopback
+            boot_id=boot_id,
+            host_path=host_path,
+            live_rename=live_rename,
+            loopback=loopback,
+            mac_address_policy=mac_address_policy,
         )
         self._s.new_namespace("", host_path)
 
@@ -281,11 +298,15 @@ class FakeKernelModel:
         table.vfs.append(VfState())
         perm = None
         hw = None
-        if nic.vf_mac == "random":  # the VF driver makes its addresses up ...
-            mac, perm = self._s.random_mac(), self._s.random_mac()
-            # ... unless this VF index had a hardware address before; that address is
-            # also its hardware address register (which its resets take)
-            mac = hw = table.vf_hw_memory.get(index, mac)
+        if nic.vf_mac == "random":
+            # igbvf_probe: eth_hw_addr_random when its PF gave none, then igbvf_reset:
+            # the address is its hardware address and its permanent address
+            mac = perm = hw = self._s.random_mac()
+            if self._s.mac_address_policy == "persistent":
+                # udev sets the address its name gives (the same for every VF of this
+                # index), which igbvf_set_mac makes the hardware address; the permanent
+                # address stays the made-up one
+                mac = hw = table.vf_hw_memory.setdefault(index, self._s.random_mac())
         elif not mac:
             mac = derived_mac(pci)
         return self.add_device(
@@ -327,10 +348,10 @@ class FakeKernelModel:
             for index in reversed(range(current)):
                 vf = _vfs.vf_netdev(self._s, table.pci, index)
                 if vf is not None:
-                    if vf.vf_hw_mac is not None:
-                        table.vf_hw_memory[index] = vf.vf_hw_mac
                     self.remove_device(vf.pci_address or "")
-            table.vfs.clear()
+            table.vfs.clear()  # igb_disable_sriov frees vf_data: flags and all
+            table.vf_cts.clear()
+            table.vf_pf_set_mac.clear()
             return []
         names = []
         for index in range(count):

@@ -1440,6 +1440,196 @@ def sriov_pf_settings(w: World) -> None:
     w.checkpoint("PF moved")
 
 
+# -- issue 30: what independent recordings of 6.1 and 6.12 showed -----------------------
+
+
+def vf_macs(w: World, pf: str) -> None:
+    """The MACs of the PF's VF table, each as what it is to the VF's netdev (``<pf>v<i>``
+    in the host): "zero", "its address", "its permanent address", or the address itself
+    (a literal one a scenario set; a random one never compares equal)."""
+
+    def relate() -> list[str]:
+        table = w.kernel.get_vfs(w.host, w.ifindex(w.host, pf))
+        out = []
+        for entry in table:
+            netdev = w.kernel.get_link(w.host, name=f"{pf}v{entry.vf_index}")
+            if entry.mac == "00:00:00:00:00:00":
+                out.append("zero")
+            elif netdev is not None and entry.mac == netdev.mac:
+                out.append("its address")
+            elif netdev is not None and entry.mac == netdev.perm_mac:
+                out.append("its permanent address")
+            else:
+                out.append(str(entry.mac))
+        return out
+
+    w.attempt(relate, f"VF table MACs of {pf}")
+
+
+@scenario("dummy", "veth", "vlan")
+def kernel_chosen_names(w: World) -> None:
+    """Templates and no name at all: the kernel picks the smallest free number."""
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, LinkSpec(kind="dummy", name="dum%d"))
+    w.create(a, LinkSpec(kind="dummy", name="dum%d"))
+    w.create(a, LinkSpec(kind="dummy", name=""))  # dummy0
+    w.create(a, LinkSpec(kind="dummy", name="", alias="unnamed"))  # dummy1
+    w.create(a, LinkSpec(kind="veth", name=""))  # the peer is registered first: veth0
+    w.create(a, veth("", "vp"))
+    w.create(a, veth("vq", ""))
+    stacked(w, "vlan", a, "", "dum0", vlan_id=5)  # vlan0
+    w.create(a, LinkSpec(kind="dummy", name="d%d%d"))  # one %d only
+    w.create(a, LinkSpec(kind="dummy", name="d%s"))
+    w.create(b, LinkSpec(kind="dummy", name="dum0"))
+    w.checkpoint("named by the kernel")
+    w.set(a, "dum1", name="eth%d")  # eth0
+    w.set(a, "eth0", name="eth%d")  # its own name is in use too: eth1
+    w.set(a, "dummy1", name="")  # an empty name renames nothing
+    w.move(a, "dummy0", b, new_name="dum%d")  # dum1: dum0 is taken in b
+    w.move(a, "dum0", b, new_name="eth%d")  # dum0 is taken in b: the template, twice?
+    w.move(a, "dummy1", b, new_name="")
+
+
+@scenario("device", "vlan")
+def sriov_vf_vlan_depends_on_the_vf_state(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    vlan(w, w.host, "vf.5", "enp1s0v0", 5)  # never up
+    w.set(w.host, "enp1s0v0", up=True)  # its PF is down
+    vlan(w, w.host, "vf.6", "enp1s0v0", 6)
+    w.set(w.host, "enp1s0v0", up=False)
+    vlan(w, w.host, "vf.7", "enp1s0v0", 7)
+    w.checkpoint("PF down")
+    w.set(w.host, "enp1s0", up=True)
+    vlan(w, w.host, "vf.8", "enp1s0v0", 8)
+    w.set(w.host, "enp1s0v0", up=True)
+    vlan(w, w.host, "vf.9", "enp1s0v0", 9)
+
+
+@scenario("device", "vlan")
+def sriov_vf_vlan_with_its_pf_up(w: World) -> None:
+    w.set(w.host, "enp1s0", up=True)
+    w.numvfs("enp1s0", 2)
+    vlan(w, w.host, "vf.5", "enp1s0v0", 5)  # never up
+    w.set(w.host, "enp1s0v0", up=True)
+    vlan(w, w.host, "vf.6", "enp1s0v0", 6)
+    w.set(w.host, "enp1s0v1", mtu=1400)  # a reset, never up
+    vlan(w, w.host, "vf1.7", "enp1s0v1", 7)
+    w.checkpoint("vlans")
+    vf_macs(w, "enp1s0")
+
+
+@scenario("device", "bond")
+def sriov_vf_enslaved_into_an_up_bond(w: World) -> None:
+    w.set(w.host, "enp1s0", up=True)
+    w.numvfs("enp1s0", 2)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "bond0", up=True)
+    w.set(w.host, "enp1s0v0", master="bond0")  # down, never up
+    w.set(w.host, "enp1s0v1", up=True)
+    w.set(w.host, "enp1s0v1", up=False)
+    w.set(w.host, "enp1s0v1", master="bond0")  # down, up before
+    w.checkpoint("enslaved")
+    vf_macs(w, "enp1s0")
+
+
+@scenario("device", "bond")
+def sriov_vf_enslaved_into_an_up_bond_pf_down(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "bond0", up=True)
+    w.checkpoint("before")
+    w.set(w.host, "enp1s0v0", master="bond0")  # refused: the unwind resets the VF
+    w.checkpoint("enslaved")
+
+
+@scenario("device")
+def sriov_vf_addresses_at_probe_and_reset(w: World) -> None:
+    w.numvfs("enp1s0", 2)
+    w.checkpoint("probed, PF down")
+    w.set(w.host, "enp1s0v0", mtu=1400)  # a reset
+    w.set(w.host, "enp1s0v1", up=True)
+    w.checkpoint("reset")
+    w.numvfs("enp1s0", 0)
+    w.numvfs("enp1s0", 2)
+    w.checkpoint("made again")
+    vf_macs(w, "enp1s0")
+
+
+@scenario("device")
+def sriov_vf_addresses_with_the_pf_up(w: World) -> None:
+    w.set(w.host, "enp1s0", up=True)
+    w.numvfs("enp1s0", 2)
+    w.checkpoint("probed, PF up")
+    vf_macs(w, "enp1s0")
+    w.set_vf("enp1s0", 1, mac="02:00:00:00:0f:11")
+    w.set(w.host, "enp1s0v1", mtu=1400)  # the reset takes the PF's address
+    w.checkpoint("reset")
+    w.numvfs("enp1s0", 0)
+    w.numvfs("enp1s0", 2)
+    w.checkpoint("made again")
+    vf_macs(w, "enp1s0")
+
+
+@scenario("device", "bond")
+def sriov_vf_table_follows_the_vf_driver(w: World) -> None:
+    """What the PF's VF table reports as a VF's MAC when the VF driver programs one."""
+    w.set(w.host, "enp1s0", up=True)
+    w.numvfs("enp1s0", 2)
+    w.set(w.host, "enp1s0v0", up=True)  # open
+    vf_macs(w, "enp1s0")
+    w.set(w.host, "enp1s0v1", mtu=1400)  # a reset while down
+    vf_macs(w, "enp1s0")
+    w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:21")  # while up
+    vf_macs(w, "enp1s0")
+    w.set(w.host, "enp1s0v0", up=False)
+    w.create(w.host, ab_bond("bond0", miimon=0))
+    w.set(w.host, "bond0", mac="02:00:00:00:0f:b0")
+    w.set(w.host, "enp1s0v0", master="bond0")  # enslave: the bond's address
+    vf_macs(w, "enp1s0")
+    w.set(w.host, "enp1s0v0", master=0)  # release: its address back
+    vf_macs(w, "enp1s0")
+    w.checkpoint("released")
+
+
+@scenario("device", "bond")
+def sriov_vf_table_with_the_pf_down(w: World) -> None:
+    w.numvfs("enp1s0", 1)
+    w.set(w.host, "enp1s0v0", up=True)
+    w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:31")
+    vf_macs(w, "enp1s0")
+    w.set(w.host, "enp1s0", up=True)  # the PF comes up with the VF up
+    w.set(w.host, "enp1s0v0", mtu=1400)
+    vf_macs(w, "enp1s0")
+
+
+@scenario("device", "bond")
+def sriov_vf_enslaved_into_a_down_bond_with_its_pf_up(w: World) -> None:
+    w.set(w.host, "enp1s0", up=True)
+    w.numvfs("enp1s0", 2)
+    w.create(w.host, ab_bond("bond0"))
+    w.set(w.host, "enp1s0v0", master="bond0")
+    w.set(w.host, "enp1s0v1", master="bond0")
+    w.checkpoint("enslaved into a down bond")
+    w.set(w.host, "bond0", up=True)
+    w.await_active(w.host, "bond0", "")
+
+
+@scenario("bond", "dummy", "vlan")
+def loopback_into_a_bond_with_slaves(w: World) -> None:
+    a = w.ns("a")
+    w.create(a, ab_bond("bond0"))
+    w.create(a, LinkSpec(kind="dummy", name="d0"))
+    w.set(a, "d0", master="bond0")
+    w.set(a, "lo", master="bond0")  # another type than the bond's slaves
+    w.create(a, ab_bond("bond1"))
+    vlan(w, a, "bond1.5", "bond1", 5)
+    w.set(a, "lo", master="bond1")  # lo is VLAN challenged, bond1 has a vlan
+    w.create(a, ab_bond("bond2"))
+    w.set(a, "lo", up=True)
+    w.set(a, "lo", master="bond2")  # up
+    w.set(a, "lo", master="bond0")
+
+
 def by_name(name: str) -> Scenario:
     return next(s for s in SCENARIOS if s.name == name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 import pytest
 
@@ -206,10 +207,22 @@ def test_enslaving_fails_when_the_slave_cannot_take_the_bond_mtu(
     m: FakeKernelModel, host: NsRef
 ) -> None:
     big = mk(m, host, "bond", "big", bond=AB, mtu=9800)
+    vf = link(m, host, "enp3s0f0v0")
     before = m.snapshot()
     with kernel_error(errno.EINVAL):
-        enslave(m, host, link(m, host, "enp3s0f0v0"), big)
-    assert m.snapshot() == before  # bond_enslave unwinds
+        enslave(m, host, vf, big)
+    # bond_enslave unwinds; the bond, which took the slave's address first, gets a new
+    # random one (err_undo_flags: eth_hw_addr_random)
+    after = m.snapshot()
+    assert link(m, host, "big").mac not in (big.mac, vf.mac)
+
+    def without_big_mac(snap: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dict(lk, mac=None) if lk["name"] == "big" else lk for lk in snap["links"]]
+
+    assert without_big_mac(after) == without_big_mac(before)
+    assert {k: v for k, v in after.items() if k != "links"} == {
+        k: v for k, v in before.items() if k != "links"
+    }
 
 
 def test_bonds_are_local_to_their_namespace(m: FakeKernelModel, host: NsRef, pod: NsRef) -> None:

@@ -20,7 +20,7 @@ from fakekernel.lab import (
     randomize_start_state,
 )
 from fakekernel.model import diff
-from plugins.kernel import KernelError, VFConfig
+from plugins.kernel import KernelError, Link, VFConfig
 from plugins.sdk import DocumentSchema
 
 from .helpers import link
@@ -192,7 +192,7 @@ def test_a_pf_can_be_an_igb() -> None:
     vf = model.get_link(host, name="enp1s0v0")
     assert vf is not None
     assert vf.pci_address == "0000:01:10.0"
-    assert vf.mac != vf.perm_mac  # both made up by igbvf
+    assert vf.mac == vf.perm_mac  # made up by igbvf, which its probe's reset makes permanent
     pf = model.get_link(host, name="enp1s0")
     assert pf is not None
     assert model.get_vfs(host, pf.ifindex)[0].link_state == "auto"
@@ -202,6 +202,37 @@ def test_a_pf_can_be_an_igb() -> None:
     assert model.set_sriov_numvfs("enp2s0", 2) == ["enp2s0v0", "enp2s0v1"]
     with pytest.raises(LabError, match=r"lab\.nics\.x\.driver: must be one of"):
         build_model({"nics": {"x": {"driver": "e1000"}}})
+
+
+def test_udev_gives_vfs_a_persistent_address() -> None:
+    """``mac_address_policy: persistent`` (Debian's udev): a VF netdev gets an address of
+    its name, the same when its VF is made again; its permanent address is igbvf's. With
+    ``none`` (the kernel alone) a VF made again gets a fresh address."""
+
+    def twice(policy: str) -> tuple[Link, Link]:
+        model = build_model(
+            {
+                "mac_address_policy": policy,
+                "pfs": [{"name": "enp1s0", "pci": "0000:01:00.0", "nic": "igb", "num_vfs": 1}],
+            }
+        )
+        host = model.host_namespace()
+        first = model.get_link(host, name="enp1s0v0")
+        model.set_sriov_numvfs("enp1s0", 0)
+        model.set_sriov_numvfs("enp1s0", 1)
+        again = model.get_link(host, name="enp1s0v0")
+        assert first is not None
+        assert again is not None
+        return first, again
+
+    first, again = twice("persistent")
+    assert first.mac == again.mac
+    assert first.perm_mac not in (first.mac, again.perm_mac)
+    first, again = twice("none")
+    assert first.mac != again.mac
+    assert (first.perm_mac, again.perm_mac) == (first.mac, again.mac)
+    with pytest.raises(LabError, match=r"mac_address_policy"):
+        build_model({"mac_address_policy": "random"})
 
 
 def test_yaml_problems(tmp_path: Path) -> None:

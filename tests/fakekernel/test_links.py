@@ -19,7 +19,8 @@ def test_names_are_unique_per_namespace(m: FakeKernelModel, host: NsRef, pod: Ns
     assert mk(m, pod, "dummy", "d0").ns == pod
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a:b", "a b", "a\tb", "a\nb"])
+# (no name at all is not invalid: the kernel names it <kind>%d)
+@pytest.mark.parametrize("name", [".", "..", "a/b", "a:b", "a b", "a\tb", "a\nb"])
 def test_invalid_names_are_einval(m: FakeKernelModel, host: NsRef, name: str) -> None:
     with kernel_error(errno.EINVAL):
         mk(m, host, "dummy", name)
@@ -34,15 +35,21 @@ def test_names_longer_than_15_bytes_fail_netlink_policy(m: FakeKernelModel, host
 
 
 def test_name_patterns_take_the_smallest_free_number(m: FakeKernelModel, host: NsRef) -> None:
-    """A rename to a pattern; create_link refuses patterns, as the Linux backend does."""
+    """Templates and no name at creation, a rename to a template (its own name counts as
+    taken), an empty rename that renames nothing; a veth's peer is named first."""
+    assert mk(m, host, "dummy", "dum%d").name == "dum0"
+    assert mk(m, host, "dummy", "").name == "dummy0"
     with kernel_error(errno.EINVAL):
-        mk(m, host, "dummy", "dum%d")
+        mk(m, host, "dummy", "dum%d%d")
     d = mk(m, host, "dummy", "d")
     e = mk(m, host, "dummy", "e")
-    assert m.set_link(host, d.ifindex, LinkChanges(name="dum%d")).name == "dum0"
-    assert m.set_link(host, e.ifindex, LinkChanges(name="dum%d")).name == "dum1"
+    assert m.set_link(host, d.ifindex, LinkChanges(name="dum%d")).name == "dum1"
+    assert m.set_link(host, d.ifindex, LinkChanges(name="dum%d")).name == "dum2"
+    assert m.set_link(host, e.ifindex, LinkChanges(name="")).name == "e"
     with kernel_error(errno.EINVAL):
         m.set_link(host, e.ifindex, LinkChanges(name="dum%s"))
+    v = mk(m, host, "veth", "")
+    assert (v.name, m.get_link(host, ifindex=v.peer or 0)) == ("veth1", link(m, host, "veth0"))
 
 
 def test_ifindexes_grow_and_are_never_reused(m: FakeKernelModel, host: NsRef) -> None:
