@@ -57,6 +57,11 @@ def describe(step: Step) -> str:
 def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> str:
     """Run ``step`` on ``world`` (logged in ``world.log``); "ok" or the errno's name."""
     op = step["op"]
+    missing = _dead_namespace(world, step)
+    if missing is not None:
+        # only a shrunk sequence names one (its ns_add was left out): the same on both
+        world.log.append({"call": describe(step), "errno": NO_NAMESPACE})
+        return NO_NAMESPACE
     if op == "ns_add":
         world.ns(step["ns"])
         world.log.append({"call": describe(step), "ok": None})
@@ -77,6 +82,20 @@ def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> st
     return "ok" if outcome[0] == "ok" else str(outcome[1])
 
 
+NO_NAMESPACE = "no such namespace"  # the outcome of a step naming a dead namespace
+
+
+def _dead_namespace(world: World, step: Step) -> str | None:
+    """The label ``step`` needs alive (or, for ``ns_add``, absent) that is not."""
+    live = world.labels()
+    if step["op"] == "ns_add":
+        return step["ns"] if step["ns"] in live else None
+    for key in ("ns", "to", "peer_ns", "parent_ns"):
+        if key in step and step[key] not in live:
+            return str(step[key])
+    return None
+
+
 def _call_of(world: World, step: Step, resolve: Resolve) -> Callable[[], Any]:
     op, k = step["op"], world.kernel
     if op == "set_vf":
@@ -84,8 +103,6 @@ def _call_of(world: World, step: Step, resolve: Resolve) -> Callable[[], Any]:
         vf_changes = VFChanges(**step["changes"])
         return lambda: k.set_vf(world.host, pf, step["vf"], vf_changes)
     label = step["ns"]
-    if label not in world.labels():  # the generator only names live namespaces
-        raise ValueError(f"step names namespace {label!r}, which is not alive: {step}")
     ns = world.ref(label)
     if op == "create":
         spec = _spec(world, step, resolve)

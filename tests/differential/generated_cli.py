@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps must be at least 1, not {args.steps}")
     seed = random.SystemRandom().getrandbits(32) if args.seed is None else args.seed
     print(f"generated: seed {seed}, {args.steps} steps, kernel {args.kernel}", flush=True)
-    sink = args.log.open("w") if args.log is not None else None
+    sink = args.log.open("w", buffering=1) if args.log is not None else None
     started = time.monotonic()
 
     def log(line: str) -> None:

@@ -13,6 +13,7 @@ guest for minutes): shrinking is ``generated_shrink``'s bounded ddmin.
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
 import time
@@ -35,7 +36,7 @@ from .generated import (
     run_step,
     signature_of,
 )
-from .world import HOST, World
+from .world import GUEST_PFS, HOST, World, dumps
 
 # Each batch of examples is one run_state_machine_as_test with its own derived seed.
 EXAMPLES_PER_BATCH = 20
@@ -202,11 +203,23 @@ class Session:
         if known is None:
             self.divergences[sig] = Divergence(sig, list(self.trace), outcomes)
             self.log(f"divergence (new): {sig} after {len(self.trace)} steps since a reset")
+            self.log(view_diff(fake_view, real_view))
         else:
             known.count += 1
             if len(self.trace) < len(known.trace):
                 known.trace = list(self.trace)  # a shorter start for shrinking
         self.start()
+
+
+def view_diff(fake: dict[str, Any], real: dict[str, Any], limit: int = 60) -> str:
+    """The two whole states' difference (- fake, + linux), at most ``limit`` lines."""
+    lines = list(
+        difflib.unified_diff(
+            dumps(fake).splitlines(), dumps(real).splitlines(), "fake", "linux", lineterm="", n=8
+        )
+    )
+    more = [f"... {len(lines) - limit} more lines"] if len(lines) > limit else []
+    return "\n".join(lines[:limit] + more)
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -309,9 +322,13 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
         def _pick(self, data: Picks, options: Any) -> Any:
             return data.pick(options)
 
-        def _some_link(self, data: Picks, label: str, vf_bias: bool = True) -> str:
+        def _some_link(
+            self, data: Picks, label: str, vf_bias: bool = True, keep: tuple[str, ...] = ()
+        ) -> str:
+            """A link of ``label``, VFs twice as likely; none of ``keep`` in the host (the
+            guest's reset puts back neither a renamed or moved PF nor the host's lo)."""
             links = self._links(label)
-            names = sorted(links) or ["lo"]
+            names = sorted(n for n in links if label != HOST or n not in keep) or ["gone0"]
             vfs = [n for n, k in links.items() if k == "device" and VF_NAME.match(n)]
             return str(self._pick(data, names + (vfs * 2 if vf_bias else [])))
 
@@ -371,8 +388,9 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
             if session.done or examples.first:
                 return
             label = self._label(data)
-            link = self._some_link(data, label)
             what = self._pick(data, ("up", "up", "down", "mtu", "mac", "name", "alias"))
+            keep = ("lo", *GUEST_PFS) if what == "name" else ("lo",)
+            link = self._some_link(data, label, keep=keep)
             value: Any
             if what in ("up", "down"):
                 what, value = "up", what == "up"
@@ -404,7 +422,7 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
             if session.done or examples.first:
                 return
             label = self._label(data)
-            link = self._some_link(data, label, vf_bias=False)
+            link = self._some_link(data, label, vf_bias=False, keep=("lo", *GUEST_PFS))
             others = [x for x in self._labels() if x != label]
             if not others or data.flip():
                 session.step({"op": "delete", "ns": label, "link": link})

@@ -710,6 +710,18 @@ class VmWorld(World):
             if pf["vfs"]
         }
 
+    def _restore_loopback(self) -> None:
+        """The node's lo as it booted (the snapshot and ``guest_state`` leave lo out, so
+        a change to it would outlive the world unseen). Its ifindex is 1."""
+        host = self.vm.host_namespace()
+        if _loopback_state(self.vm.get_link(host, ifindex=1)) == LOOPBACK:
+            return
+        self.vm.set_link(host, 1, LinkChanges(master=0))
+        self.vm.set_link(host, 1, LinkChanges(name="lo", mtu=65536, alias="", up=True))
+        found = _loopback_state(self.vm.get_link(host, ifindex=1))
+        if found != LOOPBACK:
+            raise AssertionError(f"the node's lo is {found}, not {LOOPBACK}, after a reset")
+
     def close(self) -> None:
         """Delete the world's namespaces, put the node back, and check it is as found."""
         problems: list[str] = []
@@ -719,6 +731,7 @@ class VmWorld(World):
             except KernelError as exc:
                 problems.append(f"deleting namespace {label}: {exc}")
             del self._refs[label]
+        self._restore_loopback()
         found = self.baseline.state
         if not self.sriov:
             found = {k: v for k, v in found.items() if k != "numvfs"}
@@ -730,6 +743,15 @@ class VmWorld(World):
             problems.append("the guest is not as found:\n" + "\n".join(_state_diff(found, now)))
         if problems:
             raise AssertionError("; ".join(problems))
+
+
+LOOPBACK = ("lo", 65536, True, None, None)  # name, MTU, up, alias, master at boot
+
+
+def _loopback_state(link: Link | None) -> tuple[Any, ...] | None:
+    if link is None:
+        return None
+    return (link.name, link.mtu, link.up, link.alias, link.master)
 
 
 def _split_id(link_id: str) -> tuple[str, int]:
