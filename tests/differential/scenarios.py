@@ -1490,6 +1490,19 @@ def kernel_chosen_names(w: World) -> None:
     w.move(a, "dummy1", b, new_name="")
 
 
+@scenario("veth")
+def veth_kernel_chosen_names(w: World) -> None:
+    """The same with veth alone, so that every kernel runs it (the netns tier too)."""
+    a, b = w.ns("a"), w.ns("b")
+    w.create(a, LinkSpec(kind="veth", name=""))  # veth1, its peer veth0
+    w.create(a, veth("x%d", "y%d"))
+    w.create(a, veth("vq", ""))  # an empty peer name is a name: EINVAL
+    w.create(b, veth("x0", "y0"))
+    w.set(a, "x0", name="x%d")  # x1: x0 is its own name, still in use
+    w.move(a, "veth0", b, new_name="x%d")  # x1 in b
+    w.move(a, "y0", b, new_name="y%d")  # y0 is taken in b: y1, then the template again
+
+
 @scenario("device", "vlan")
 def sriov_vf_vlan_depends_on_the_vf_state(w: World) -> None:
     w.numvfs("enp1s0", 1)
