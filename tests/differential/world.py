@@ -332,7 +332,8 @@ class World:
 
         ``full`` (the generated runs, tests/differential/generated.py): every field the
         protocol reports, the permanent address of every link (not only of devices), and
-        the PFs' VF tables: ``{"links": <as without full>, "vfs": {pf: [entry, ...]}}``.
+        the PFs' VF tables: ``{"links": <as without full>, "vfs": {pf: [entry, ...]}}``,
+        with MAC tokens numbered within this observation alone.
         Either way the links' ifindexes by name are kept in ``last_ifindex``, so a caller
         that observes after every call resolves names without a round trip.
         """
@@ -343,7 +344,11 @@ class World:
         self.last_kind = {
             label: {lk.name: lk.kind for lk in links.values()} for label, links in dumps.items()
         }
-        macs = self._macs
+        # Full observations (one per step) number addresses afresh each time: the guest's
+        # udev gives a new virtual link its persistent address a moment after creation
+        # (MACAddressPolicy), which the model does not; numbered over the whole run, that
+        # one late change would renumber every address seen after it, step after step.
+        macs: dict[str, str] = {} if full else self._macs
 
         def mac_token(mac: str) -> str:
             return macs.setdefault(mac, f"mac{len(macs) + 1}")
