@@ -782,8 +782,15 @@ def defaults_of_stacked_links(w: World) -> None:
 # -- options of existing links ---------------------------------------------------------
 
 
-def ab_bond(name: str, miimon: int = 100) -> LinkSpec:
-    return LinkSpec(kind="bond", name=name, bond=BondInfo("active-backup", miimon))
+def ab_bond(name: str, miimon: int = 100, mac: str | None = None) -> LinkSpec:
+    return LinkSpec(kind="bond", name=name, bond=BondInfo("active-backup", miimon), mac=mac)
+
+
+# A bond in the VM lab's node (its root namespace, which udev watches) gets an address
+# of its name from udev (MACAddressPolicy=persistent applies to random addresses), some
+# time after it is made: before that it takes its first slave's address, after it keeps
+# its own. A bond given an address never changes it, whenever udev comes.
+NODE_BOND_MAC = "02:00:00:00:0b:00"
 
 
 @scenario("bond", "dummy")
@@ -1232,7 +1239,7 @@ def sriov_numvfs_on_both_pfs(w: World) -> None:
 @scenario("device", "bond", "macvlan", "vlan")
 def sriov_numvfs_zero_with_vfs_in_use(w: World) -> None:
     w.numvfs("enp1s0", 2)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "enp1s0v0", master="bond0")
     macvlan(w, w.host, "mv0", "enp1s0v1")
     vlan(w, w.host, "v1.5", "enp1s0v1", 5)
@@ -1409,7 +1416,7 @@ def sriov_vf_as_a_lower(w: World) -> None:
 @scenario("device", "bond")
 def sriov_vf_enslaved_into_a_down_bond(w: World) -> None:
     w.numvfs("enp1s0", 2)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "enp1s0v0", master="bond0")  # the bond is down
     w.set(w.host, "enp1s0v1", master="bond0")
     w.checkpoint("enslaved")
@@ -1422,7 +1429,7 @@ def sriov_vf_enslaved_into_a_down_bond(w: World) -> None:
 def sriov_vf_bond_failover(w: World) -> None:
     w.numvfs("enp1s0", 1)
     w.numvfs("enp2s0", 1)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "enp1s0v0", master="bond0")
     w.set(w.host, "enp2s0v0", master="bond0")
     w.set(w.host, "bond0", up=True)
@@ -1535,12 +1542,13 @@ def sriov_vf_vlan_with_its_pf_up(w: World) -> None:
 def sriov_vf_enslaved_into_an_up_bond(w: World) -> None:
     w.set(w.host, "enp1s0", up=True)
     w.numvfs("enp1s0", 2)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "bond0", up=True)
     w.set(w.host, "enp1s0v0", master="bond0")  # down, never up
     w.set(w.host, "enp1s0v1", up=True)
     w.set(w.host, "enp1s0v1", up=False)
     w.set(w.host, "enp1s0v1", master="bond0")  # down, up before
+    w.await_active(w.host, "bond0", "")  # its carrier comes with igbvf's watchdog
     w.checkpoint("enslaved")
     vf_macs(w, "enp1s0")
 
@@ -1548,7 +1556,7 @@ def sriov_vf_enslaved_into_an_up_bond(w: World) -> None:
 @scenario("device", "bond")
 def sriov_vf_enslaved_into_an_up_bond_pf_down(w: World) -> None:
     w.numvfs("enp1s0", 1)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "bond0", up=True)
     w.checkpoint("before")
     w.set(w.host, "enp1s0v0", master="bond0")  # refused: the unwind resets the VF
@@ -1619,7 +1627,7 @@ def sriov_vf_table_with_the_pf_down(w: World) -> None:
 def sriov_vf_enslaved_into_a_down_bond_with_its_pf_up(w: World) -> None:
     w.set(w.host, "enp1s0", up=True)
     w.numvfs("enp1s0", 2)
-    w.create(w.host, ab_bond("bond0"))
+    w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "enp1s0v0", master="bond0")
     w.set(w.host, "enp1s0v1", master="bond0")
     w.checkpoint("enslaved into a down bond")
