@@ -42,7 +42,11 @@ def prepared_guest(lab: VmLab) -> Iterator[GuestBaseline]:
 
 
 def make_session(
-    lab: VmLab, guest: GuestBaseline, steps: int, log: Callable[[str], None]
+    lab: VmLab,
+    guest: GuestBaseline,
+    steps: int,
+    log: Callable[[str], None],
+    seconds: float | None = None,
 ) -> Session:
     rename = guest.live_rename
     return Session(
@@ -50,6 +54,7 @@ def make_session(
         lambda: VmWorld(lab.kernel, guest),
         steps=steps,
         log=log,
+        seconds=seconds,
     )
 
 
@@ -60,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: a random one")
     parser.add_argument("--log", type=Path, default=None, help="every step (default: none)")
     parser.add_argument("--shrink-seconds", type=float, default=900.0)
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="stop stepping after this long (default: no limit)",
+    )
     parser.add_argument("--regressions", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, help="the figures, as JSON")
     args = parser.parse_args(argv)
@@ -80,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with prepared_guest(lab) as guest:
             print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")
-            session = make_session(lab, guest, args.steps, log)
+            seconds = None if args.minutes is None else 60 * args.minutes
+            session = make_session(lab, guest, args.steps, log, seconds)
             run_session(session, seed)
             lines = session.figures.lines(guest.release)
             print("\n".join(lines), flush=True)
