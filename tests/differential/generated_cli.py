@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                             "state_agree": figures.state_agree,
                             "classes": dict(figures.classes),
                             "guest_s": figures.guest_s,
+                            "guest_call_s": figures.guest_call_s,
+                            "fake_s": figures.fake_s,
+                            "resets": figures.resets,
                             "reset_s": figures.reset_s,
                             "divergences": [
                                 {"signature": str(d.signature), "count": d.count} for d in found
