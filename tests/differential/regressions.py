@@ -30,4 +30,10 @@ def regression(signature: Signature, *kinds: LinkKind) -> Callable[[Run], Run]:
     return register
 
 
-__all__ = ["REGRESSIONS", "World", "regression", "replay"]
+@regression(Signature("set_vf spoofchk", "outcome", ("fake EINVAL", "linux EOPNOTSUPP")), "device")
+def generated_61_set_vf_spoofchk_without_vfs(w: World) -> None:
+    """Spoof checking set on a VF of a PF that has none: EOPNOTSUPP, not EINVAL.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 30).
+    """
+    replay(w, [{"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"spoofchk": False}}])
