@@ -56,6 +56,11 @@ class NicProfile:
     # the VF programmed (at its resets and on set_mac). False: VLANs, carrier and the
     # VF table do not depend on the PF (the table shows administrative MACs only).
     vf_mailbox: bool = False
+    # A VF made while its PF is up is clear to send at once, its address programmed into
+    # the VF table by its probe's reset (measured on 6.12's igb). 6.1's igb takes that
+    # back (its PF resets after enabling the VFs: igb_sriov_reinit), so there a VF
+    # waits for its first reset with the PF up. The igb profile follows 6.1.
+    vf_probe_answered: bool = False
     # a VF may change its own address after its PF set one (igb: no, EADDRNOTAVAIL)
     vf_mac_override: bool = True
     extra: dict[str, Any] = field(default_factory=dict)

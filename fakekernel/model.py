@@ -309,7 +309,7 @@ class FakeKernelModel:
                 mac = hw = table.vf_hw_memory.setdefault(index, self._s.random_mac())
         elif not mac:
             mac = derived_mac(pci)
-        return self.add_device(
+        made = self.add_device(
             name,
             pci_address=pci,
             mac=mac,
@@ -320,6 +320,11 @@ class FakeKernelModel:
             vf_of=(table.pci, index),
             vf_hw_mac=hw,
         )
+        pf = _vfs.pf_of(self._s, table)
+        if nic.vf_mailbox and nic.vf_probe_answered and pf is not None and pf.up:
+            table.vf_cts.add(index)  # its probe's reset was answered ...
+            table.vfs[index].mac = made.mac  # ... and it programmed its address
+        return made
 
     def set_sriov_numvfs(self, pf: str, count: int) -> list[str]:
         """Write ``count`` to the ``sriov_numvfs`` of the host's PF netdev ``pf``

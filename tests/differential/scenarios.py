@@ -1545,10 +1545,11 @@ def sriov_vf_enslaved_into_an_up_bond(w: World) -> None:
     w.create(w.host, ab_bond("bond0", mac=NODE_BOND_MAC))
     w.set(w.host, "bond0", up=True)
     w.set(w.host, "enp1s0v0", master="bond0")  # down, never up
+    w.await_active(w.host, "bond0", "")  # a carrier comes with igbvf's watchdog
     w.set(w.host, "enp1s0v1", up=True)
     w.set(w.host, "enp1s0v1", up=False)
     w.set(w.host, "enp1s0v1", master="bond0")  # down, up before
-    w.await_active(w.host, "bond0", "")  # its carrier comes with igbvf's watchdog
+    w.await_active(w.host, "bond0", "")
     w.checkpoint("enslaved")
     vf_macs(w, "enp1s0")
 

@@ -7,7 +7,8 @@ import errno
 import pytest
 
 from fakekernel import FakeKernelModel
-from plugins.kernel import NsRef, VFChanges, VFConfig
+from fakekernel._nics import profile
+from plugins.kernel import KernelError, LinkChanges, LinkSpec, NsRef, VFChanges, VFConfig
 
 from .helpers import PF_PCI, hardware, kernel_error, link
 
@@ -142,3 +143,53 @@ def test_vf_settings_apply_one_by_one(m: FakeKernelModel, host: NsRef) -> None:
         m.set_vf(host, pf(m, host), 1, VFChanges(mac="02:00:00:00:00:77", vlan=5000))
     vf = m.get_vfs(host, pf(m, host))[1]
     assert (vf.mac, vf.vlan) == ("02:00:00:00:00:77", 0)
+
+
+def _igb(*, answered_at_probe: bool) -> tuple[FakeKernelModel, NsRef, int]:
+    """An igb PF, up, with one VF made while it is up."""
+    m = FakeKernelModel()
+    nic = profile("igb", vf_probe_answered=answered_at_probe)
+    pf = m.add_pf(
+        "enp1s0",
+        pci_address="0000:01:00.0",
+        mac="02:00:00:00:01:00",
+        capabilities=nic.capabilities,
+        vfs=[],
+        nic=nic,
+    )
+    host = m.host_namespace()
+    m.set_link(host, pf.ifindex, LinkChanges(up=True))
+    m.set_sriov_numvfs("enp1s0", 1)
+    return m, host, pf.ifindex
+
+
+def _vlan_on_vf(m: FakeKernelModel, host: NsRef) -> int:
+    vf = link(m, host, "enp1s0v0")
+    try:
+        m.create_link(host, LinkSpec(kind="vlan", name="vf.5", parent=vf.ifindex, vlan_id=5))
+    except KernelError as exc:
+        return exc.code
+    m.delete_link(host, link(m, host, "vf.5").ifindex)
+    return 0
+
+
+def test_igb_answers_a_vf_after_its_reset_with_the_pf_up() -> None:
+    """igb (6.1): a VF made while its PF is up is not clear to send; its first reset with
+    the PF up makes it so (VLANs taken, its address in the VF table), its PF going down
+    takes that back."""
+    m, host, pf = _igb(answered_at_probe=False)
+    vf = link(m, host, "enp1s0v0")
+    assert _vlan_on_vf(m, host) == errno.EINVAL
+    assert m.get_vfs(host, pf)[0].mac == "00:00:00:00:00:00"
+    m.set_link(host, vf.ifindex, LinkChanges(mtu=1400))  # a reset
+    assert _vlan_on_vf(m, host) == 0
+    assert m.get_vfs(host, pf)[0].mac == vf.mac
+    m.set_link(host, pf, LinkChanges(up=False))
+    m.set_link(host, pf, LinkChanges(up=True))
+    assert _vlan_on_vf(m, host) == errno.EINVAL
+
+
+def test_igb_of_612_answers_a_vf_made_while_the_pf_is_up() -> None:
+    m, host, pf = _igb(answered_at_probe=True)
+    assert _vlan_on_vf(m, host) == 0
+    assert m.get_vfs(host, pf)[0].mac == link(m, host, "enp1s0v0").mac
