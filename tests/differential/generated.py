@@ -19,6 +19,7 @@ replays during shrinking, and is written into a regression scenario as it is. Op
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -167,6 +168,9 @@ def replay(world: World, steps: list[Step]) -> None:
 # -- comparing two worlds ------------------------------------------------------------------
 
 
+_NAMING = re.compile(r" \((name|template|no name)\)$")
+
+
 @dataclass(frozen=True)
 class Signature:
     """What a divergence is, to tell distinct ones apart and to match a known one: the
@@ -180,11 +184,13 @@ class Signature:
     def matched_by(self, known: Signature) -> bool:
         """A known divergence explains this one: same op and aspect, and the same
         outcomes, or state classes among the known ones."""
-        if (self.op, self.aspect) != (known.op, known.aspect):
+        if self.aspect != known.aspect:
             return False
         if self.aspect == "outcome":
-            return self.detail == known.detail
-        return set(self.detail) <= set(known.detail)
+            return (self.op, self.detail) == (known.op, known.detail)
+        # how a create named its link does not change what its state shows
+        same_op = _NAMING.sub("", self.op) == _NAMING.sub("", known.op)
+        return same_op and set(self.detail) <= set(known.detail)
 
     def __str__(self) -> str:
         return f"{self.op}: {self.aspect} {', '.join(self.detail)}"

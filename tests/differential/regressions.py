@@ -18,13 +18,18 @@ from .generated import Signature, replay
 from .scenarios import Run, scenario
 from .world import World
 
-# regression scenario name -> the divergence it reproduces
-REGRESSIONS: dict[str, Signature] = {}
+# regression scenario name -> the divergences it reproduces
+REGRESSIONS: dict[str, tuple[Signature, ...]] = {}
 
 
-def regression(signature: Signature, *kinds: LinkKind) -> Callable[[Run], Run]:
+def regression(
+    signature: Signature | tuple[Signature, ...], *kinds: LinkKind
+) -> Callable[[Run], Run]:
+    """Register the scenario in the corpus, with the divergence(s) it reproduces."""
+    signatures = signature if isinstance(signature, tuple) else (signature,)
+
     def register(fn: Run) -> Run:
-        REGRESSIONS[fn.__name__] = signature
+        REGRESSIONS[fn.__name__] = signatures
         return scenario(*kinds)(fn)
 
     return register
