@@ -466,10 +466,17 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
                 return
             label = self._label(data)
             links = self._links(label)
+            step: Step
             choices = [n for n, k in links.items() if k in ("bond", "macvlan", "ipvlan")]
-            link = self._pick(data, sorted(choices) or ["lo"])
-            kind = links.get(link, "bond")
-            step: Step = {"op": "options", "ns": label, "link": link, "kind": kind}
+            if not choices:  # nothing to change options of: a bond to change them of later
+                name = self._pick(data, ("", "bond%d", "bond0"))
+                mode = self._pick(data, BOND_MODES)
+                step = {"op": "create", "ns": label, "kind": "bond", "name": name}
+                session.step({**step, "bond_mode": mode, "miimon": 100})
+                return
+            link = self._pick(data, sorted(choices))
+            kind = links[link]
+            step = {"op": "options", "ns": label, "link": link, "kind": kind}
             if kind == "macvlan":
                 step["mode"] = self._pick(data, ("bridge", "private", "vepa", "passthru"))
             elif kind == "ipvlan":
