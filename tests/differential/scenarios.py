@@ -9,6 +9,7 @@ failing a call shows up as a different log, not as a crash.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -451,7 +452,7 @@ def list_namespaces_follows_namespace_life(w: World) -> None:
     listed = w.attempt(w.kernel.list_namespaces, "list: the host, then by name")
     for ref in listed[1] if listed[0] == "ok" else []:
         if not w.hidden(ref):  # each listed ref is usable as it is
-            w.attempt(lambda ref=ref: w.kernel.list_links(ref), f"links of {w.label_of(ref)}")
+            w.attempt(functools.partial(w.kernel.list_links, ref), f"links of {w.label_of(ref)}")
     w.kill_ns("a")
     w.attempt(w.kernel.list_namespaces, "list: a is gone")
     w.ns("a")  # a new namespace at the same path
