@@ -333,7 +333,7 @@ class World:
         ``full`` (the generated runs, tests/differential/generated.py): every field the
         protocol reports, the permanent address of every link (not only of devices), and
         the PFs' VF tables: ``{"links": <as without full>, "vfs": {pf: [entry, ...]}}``,
-        with MAC tokens numbered within this observation alone.
+        each MAC address named by where it first appears in this observation.
         Either way the links' ifindexes by name are kept in ``last_ifindex``, so a caller
         that observes after every call resolves names without a round trip.
         """
@@ -344,13 +344,16 @@ class World:
         self.last_kind = {
             label: {lk.name: lk.kind for lk in links.values()} for label, links in dumps.items()
         }
-        # Full observations (one per step) number addresses afresh each time: the guest's
+        # A full observation (one per step) names an address by where it first appears
+        # in this observation ("=host:d0 mac"), not by a number over the run: the guest's
         # udev gives a new virtual link its persistent address a moment after creation
-        # (MACAddressPolicy), which the model does not; numbered over the whole run, that
-        # one late change would renumber every address seen after it, step after step.
+        # (MACAddressPolicy), which the model does not, and with numbers that one
+        # difference would renumber every address after it, here and at every later step.
         macs: dict[str, str] = {} if full else self._macs
 
-        def mac_token(mac: str) -> str:
+        def mac_token(mac: str, where: str) -> str:
+            if full:
+                return macs.setdefault(mac, f"={where}")
             return macs.setdefault(mac, f"mac{len(macs) + 1}")
 
         def name_in(label: str, ifindex: int | None) -> str | None:
@@ -389,7 +392,9 @@ class World:
                     device = {
                         "pci": lk.pci_address,
                         "vf_of": list(lk.vf_of) if lk.vf_of else None,
-                        "perm_mac": None if lk.perm_mac is None else mac_token(lk.perm_mac),
+                        "perm_mac": None
+                        if lk.perm_mac is None
+                        else mac_token(lk.perm_mac, f"{label}:{lk.name} perm"),
                     }
                 rows.append(
                     {
@@ -399,7 +404,7 @@ class World:
                         "min_mtu": lk.min_mtu,
                         "max_mtu": lk.max_mtu,
                         "up": lk.up,
-                        "mac": mac_token(lk.mac),
+                        "mac": mac_token(lk.mac, f"{label}:{lk.name} mac"),
                         "master": name_in(label, lk.master),
                         "parent": parent,
                         "peer": peer,
@@ -413,13 +418,17 @@ class World:
                 )
                 if full:
                     perm = lk.perm_mac
-                    rows[-1]["perm_mac"] = None if perm is None else mac_token(perm)
+                    where = f"{label}:{lk.name} perm"
+                    rows[-1]["perm_mac"] = None if perm is None else mac_token(perm, where)
             out[label] = rows
         if not full:
             return out
         tables = {
             pf: [
-                {**vf.to_json(), "mac": None if vf.mac is None else mac_token(vf.mac)}
+                {
+                    **vf.to_json(),
+                    "mac": None if vf.mac is None else mac_token(vf.mac, f"{pf} vf {vf.vf_index}"),
+                }
                 for vf in sorted(vfs, key=lambda vf: vf.vf_index)
             ]
             for pf, vfs in sorted(self._vf_tables(dumps).items())
