@@ -216,6 +216,8 @@ def test_field_classes_name_what_differs() -> None:
     assert not Signature("create vlan (name)", "state", ("perm_mac",)).matched_by(named)
     assert not Signature("create ipvlan (name)", "state", ("mac",)).matched_by(named)
     assert not udev_only(Signature("ns_del", "state", ("mac", "mac (virtual link)")))
+    assert udev_only(Signature("numvfs", "state", ("mac", "vf.mac")))
+    assert not udev_only(Signature("numvfs", "state", ("mac", "bond.active_slave")))
 
 
 def test_a_step_naming_a_dead_namespace_does_nothing_on_either_side() -> None:
