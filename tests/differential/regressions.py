@@ -42,3 +42,26 @@ def generated_61_set_vf_spoofchk_without_vfs(w: World) -> None:
     Shrunk from a generated run on 6.1.0-57-amd64 (seed 30).
     """
     replay(w, [{"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"spoofchk": False}}])
+
+
+@regression(Signature("create ipvlan (name)", "state", ("perm_mac",)), "device", "ipvlan")
+def generated_61_ipvlan_has_its_parents_permanent_address(w: World) -> None:
+    """An ipvlan reports a permanent address, its parent's address when it was made
+    (ipvlan_init copies the address and leaves addr_assign_type NET_ADDR_PERM, so
+    register_netdevice copies it to perm_addr); the model reports none.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "ipvlan",
+                "name": "ipv0",
+                "parent": "enp1s0",
+                "mode": "l2",
+            },
+        ],
+    )
