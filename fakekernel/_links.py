@@ -138,7 +138,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
     if spec.kind == "ipvlan":
         _ipvlan_set_port_mode(state, link, spec.mode or "l3")
         if spec.ipvlan_flag is not None:  # ipvlan_link_new: port->flags
-            state.links[link.parent or 0].ipvlan_port_flag = spec.ipvlan_flag
+            _ipvlan_set_port_flag(state, link, spec.ipvlan_flag)
     if peer_name is not None:
         _add_peer(state, ns, spec, link, peer_name)
     if spec.alias is not None:
@@ -268,6 +268,11 @@ def _ipvlan_check(state: State, lower: LinkState) -> LinkState:
 def _ipvlan_set_port_mode(state: State, link: LinkState, mode: str) -> None:
     """ipvlan_set_port_mode: the mode belongs to the port, so every ipvlan on it switches."""
     state.links[link.parent or 0].ipvlan_port_mode = mode
+
+
+def _ipvlan_set_port_flag(state: State, link: LinkState, flag: str) -> None:
+    """IFLA_IPVLAN_FLAGS: the port's too, so every ipvlan on it is private, vepa or not."""
+    state.links[link.parent or 0].ipvlan_port_flag = None if flag == "bridge" else flag
 
 
 def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState, name: str) -> None:
@@ -407,7 +412,7 @@ def unregister(state: State, roots: list[LinkState]) -> None:
         lower = state.links.get(lower_id or 0)
         if lower is not None and not state.children(lower, "ipvlan"):
             lower.ipvlan_port_mode = None  # ipvlan_port_destroy with the last ipvlan
-            lower.ipvlan_port_flag = "bridge"
+            lower.ipvlan_port_flag = None
 
 
 def destroy_namespace(state: State, ns: Namespace) -> None:
@@ -459,7 +464,7 @@ def changelink(state: State, link: LinkState, options: LinkOptions) -> None:
         if options.mode is not None:
             _ipvlan_set_port_mode(state, link, options.mode)
         if options.ipvlan_flag is not None:
-            state.links[link.parent or 0].ipvlan_port_flag = options.ipvlan_flag
+            _ipvlan_set_port_flag(state, link, options.ipvlan_flag)
     elif options.kind == "macvlan" and options.mode is not None:
         _macvlan_set_mode(link, options.mode)
     elif options.kind == "bond":

@@ -84,7 +84,8 @@ class LinkState:
     vlan_protocol: str | None = None
     mode: str | None = None  # macvlan mode (ipvlan's mode lives on its parent's port)
     ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
-    ipvlan_port_flag: str = "bridge"  # the port's isolation: bridge/private/vepa
+    # the port's isolation flag, private or vepa (None: bridge, or no ipvlan port)
+    ipvlan_port_flag: str | None = None
     peer: int | None = None  # link id
     br_mtu_set_by_user: bool = False  # bridges: BROPT_MTU_SET_BY_USER (no MTU auto-adjust)
     # the perm_addr of the macvlan port on this lower, kept while a passthru macvlan is on it

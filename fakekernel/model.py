@@ -459,8 +459,7 @@ class FakeKernelModel:
         ipvlan_flag = None
         if lk.kind == "ipvlan" and parent is not None:
             mode = parent.ipvlan_port_mode  # IFLA_IPVLAN_MODE reports the port's mode
-            flag = parent.ipvlan_port_flag  # and IFLA_IPVLAN_FLAGS its flags
-            ipvlan_flag = None if flag == "bridge" else flag
+            ipvlan_flag = parent.ipvlan_port_flag  # and IFLA_IPVLAN_FLAGS its flags
         bond = None
         if lk.bond is not None:
             b = lk.bond
