@@ -95,12 +95,14 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
     if _is_upper_of(state, slave, bond):
         raise fail(errno.EBUSY, "enslaving would make a loop")  # __netdev_upper_dev_link
     first_takes_mac = not info.slaves and bond.mac_assign == "random"
+    keeps_mac = _slaves_keep_their_macs(bond)
     if first_takes_mac:
         set_mac_raw(state, bond, slave.mac, "stolen")  # bond_set_dev_addr
     saved = SlaveSave(mtu=slave.mtu, mac=slave.mac)
     try:
         dev_set_mtu(state, slave, bond.mtu)
-        dev_set_mac(state, slave, bond.mac)
+        if not keeps_mac:
+            dev_set_mac(state, slave, bond.mac)
         dev_open(state, slave)
         if (bond.up or state.children(bond, "vlan")) and vlan_filter_refused(state, slave):
             # vlan_vids_add_by_dev: the bond's VLAN ids (VID 0 while it is up: 8021q adds
@@ -134,6 +136,9 @@ def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: b
     """__bond_release_one; ``restore`` is False when the slave itself is being deleted."""
     info = bond.bond
     assert info is not None
+    # only fail_over_mac=active leaves a released slave the address it has: follow
+    # restores its own, as without the option
+    keeps_mac = info.fail_over_mac == "active" and info.mode == "active-backup"
     info.slaves.remove(slave.id)
     info.link_up.pop(slave.id, None)
     if info.active == slave.id:
@@ -145,8 +150,9 @@ def _bond_release(state: State, bond: LinkState, slave: LinkState, *, restore: b
     if not restore or saved is None:
         return
     dev_close(state, slave)  # "close slave before restoring its mac address"
-    with contextlib.suppress(KernelError):
-        dev_set_mac(state, slave, saved.mac)  # perm_hwaddr: its address at enslave time
+    if not keeps_mac:
+        with contextlib.suppress(KernelError):
+            dev_set_mac(state, slave, saved.mac)  # perm_hwaddr: its address at enslave
     with contextlib.suppress(KernelError):
         dev_set_mtu(state, slave, saved.mtu)  # original_mtu
 
@@ -202,7 +208,41 @@ def select_active(state: State, bond: LinkState) -> None:
         return
     if info.active is not None and info.link_up.get(info.active, False):
         return
+    old = info.active
     info.active = next((s for s in info.slaves if info.link_up.get(s, False)), None)
+    if info.active is not None and info.active != old and _slaves_keep_their_macs(bond):
+        _fail_over_mac(state, bond, None if old is None else state.links.get(old))
+
+
+def _slaves_keep_their_macs(bond: LinkState) -> bool:
+    """bond_enslave / __bond_release_one: with fail_over_mac in active-backup mode a
+    slave keeps its own address (the bond's is not given to it, nor taken back)."""
+    info = bond.bond
+    return info is not None and info.fail_over_mac != "none" and info.mode == "active-backup"
+
+
+def _fail_over_mac(state: State, bond: LinkState, old: LinkState | None) -> None:
+    """bond_do_fail_over_mac, for the new active slave: ``active``, the bond takes its
+    address; ``follow``, it takes the old active slave's (or the bond's), and the old
+    active slave takes the one it had."""
+    info = bond.bond
+    assert info is not None
+    assert info.active is not None
+    new = state.links[info.active]
+    if info.fail_over_mac == "active":
+        set_mac_raw(state, bond, new.mac, bond.mac_assign)  # bond_set_dev_addr
+        return
+    if old is None:  # bond_get_old_active: another slave carrying the bond's address
+        old = next(
+            (state.links[s] for s in info.slaves if s != new.id and state.links[s].mac == bond.mac),
+            None,
+        )
+    before = new.mac
+    with contextlib.suppress(KernelError):
+        dev_set_mac(state, new, bond.mac if old is None else old.mac)
+    if old is not None:
+        with contextlib.suppress(KernelError):
+            dev_set_mac(state, old, before)
 
 
 def monitor(state: State) -> None:

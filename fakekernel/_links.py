@@ -9,7 +9,15 @@ from __future__ import annotations
 import contextlib
 import errno
 
-from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkOptions, LinkSpec
+from plugins.kernel import (
+    FAIL_OVER_MAC,
+    IPVLAN_FLAGS,
+    BondInfo,
+    KernelError,
+    LinkChanges,
+    LinkOptions,
+    LinkSpec,
+)
 
 from ._bonding import (
     BOND_MODES,
@@ -81,6 +89,8 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
         # either end: a dead one fails the call with nothing created.
         state.namespace(spec.peer_ns)
     target = ns.ref.inode
+    if spec.ifindex is not None:
+        _ifindex_free(state, ns, spec)
     if "%" not in name and state.by_name(target, name) is not None:
         raise fail(errno.EEXIST, f"interface {spec.name!r} already exists")  # NLM_F_EXCL
     min_mtu, max_mtu = SETUP_MTU_BOUNDS[spec.kind]
@@ -109,6 +119,7 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
             b.miimon_ms,
             _delay(b.updelay_ms, b.miimon_ms),
             _delay(b.downdelay_ms, b.miimon_ms),
+            b.fail_over_mac,
         )
     peer_name = None
     if spec.kind == "veth":
@@ -123,14 +134,32 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
         link.name = claim_name(state, target, name)  # register_netdevice
     if not link.mac:
         link.mac = state.random_mac()
-    state.add(link)
+    state.add(link, spec.ifindex)
     if spec.kind == "ipvlan":
         _ipvlan_set_port_mode(state, link, spec.mode or "l3")
+        if spec.ipvlan_flag is not None:  # ipvlan_link_new: port->flags
+            _ipvlan_set_port_flag(state, link, spec.ipvlan_flag)
     if peer_name is not None:
         _add_peer(state, ns, spec, link, peer_name)
     if spec.alias is not None:
         dev_set_alias(link, spec.alias)
     return link
+
+
+def _ifindex_free(state: State, ns: Namespace, spec: LinkSpec) -> None:
+    """rtnl_newlink with ifi_index > 0: the namespace the message is sent in (a child's
+    parent's, when created across namespaces) looks the index up first (NLM_F_EXCL:
+    EEXIST); register_netdevice in the target finds it taken there only: EBUSY."""
+    assert spec.ifindex is not None
+    if not 0 < spec.ifindex <= 0x7FFFFFFF:
+        raise fail(errno.EINVAL, f"ifindex {spec.ifindex} is not a positive s32")
+    asked = ns.ref.inode
+    if spec.kind in ("vlan", "macvlan", "ipvlan") and spec.parent_ns is not None:
+        asked = state.namespace(spec.parent_ns).ref.inode
+    if state.in_ns(asked, spec.ifindex) is not None:
+        raise fail(errno.EEXIST, f"a link has ifindex {spec.ifindex}")
+    if state.in_ns(ns.ref.inode, spec.ifindex) is not None:
+        raise fail(errno.EBUSY, f"ifindex {spec.ifindex} is taken in the target namespace")
 
 
 def _delay(value: int, miimon: int) -> int:
@@ -150,10 +179,14 @@ def _validate(spec: LinkSpec) -> None:
         raise fail(errno.EINVAL, f"macvlan mode {spec.mode!r}")  # macvlan_validate
     elif spec.kind == "ipvlan" and spec.mode is not None and spec.mode not in IPVLAN_MODES:
         raise fail(errno.EINVAL, f"ipvlan mode {spec.mode!r}")  # ipvlan_nl_validate
+    elif spec.kind == "ipvlan" and spec.ipvlan_flag not in (None, *IPVLAN_FLAGS):
+        raise fail(errno.EINVAL, f"ipvlan flag {spec.ipvlan_flag!r}")  # ipvlan_nl_validate
     elif spec.kind == "bond" and spec.bond is not None:
         b = spec.bond
         if b.mode not in BOND_MODES:
             raise fail(errno.EINVAL, f"bond mode {b.mode!r}")  # bond option tables
+        if b.fail_over_mac not in FAIL_OVER_MAC:
+            raise fail(errno.EINVAL, f"bond fail_over_mac {b.fail_over_mac!r}")
         if min(b.miimon_ms, b.updelay_ms, b.downdelay_ms) < 0:
             raise fail(errno.EINVAL, "bond intervals must not be negative")
         if not b.miimon_ms and (b.updelay_ms or b.downdelay_ms):
@@ -235,6 +268,11 @@ def _ipvlan_check(state: State, lower: LinkState) -> LinkState:
 def _ipvlan_set_port_mode(state: State, link: LinkState, mode: str) -> None:
     """ipvlan_set_port_mode: the mode belongs to the port, so every ipvlan on it switches."""
     state.links[link.parent or 0].ipvlan_port_mode = mode
+
+
+def _ipvlan_set_port_flag(state: State, link: LinkState, flag: str) -> None:
+    """IFLA_IPVLAN_FLAGS: the port's too, so every ipvlan on it is private, vepa or not."""
+    state.links[link.parent or 0].ipvlan_port_flag = None if flag == "bridge" else flag
 
 
 def _add_peer(state: State, ns: Namespace, spec: LinkSpec, link: LinkState, name: str) -> None:
@@ -374,6 +412,7 @@ def unregister(state: State, roots: list[LinkState]) -> None:
         lower = state.links.get(lower_id or 0)
         if lower is not None and not state.children(lower, "ipvlan"):
             lower.ipvlan_port_mode = None  # ipvlan_port_destroy with the last ipvlan
+            lower.ipvlan_port_flag = None
 
 
 def destroy_namespace(state: State, ns: Namespace) -> None:
@@ -398,9 +437,10 @@ def destroy_namespace(state: State, ns: Namespace) -> None:
 # -- RTM_NEWLINK on an existing link: kind options (changelink) ------------------------
 
 OPTIONS_OF_KIND = {
-    "bond": ("bond_mode", "active_slave", "miimon_ms"),  # bond_changelink's order
+    # bond_changelink's order (IFLA_BOND_* numbers); ipvlan_nl_changelink: mode, flags
+    "bond": ("bond_mode", "active_slave", "miimon_ms", "fail_over_mac"),
     "macvlan": ("mode",),
-    "ipvlan": ("mode",),
+    "ipvlan": ("mode", "ipvlan_flag"),
 }
 
 
@@ -416,10 +456,15 @@ def changelink(state: State, link: LinkState, options: LinkOptions) -> None:
     if given and link.kind != options.kind:
         # rtnl_changelink: IFLA_INFO_DATA for another kind's ops (an empty one is no change)
         raise fail(errno.EOPNOTSUPP, f"{link.name} is a {link.kind}, not a {options.kind}")
-    if options.kind == "ipvlan" and options.mode is not None:
-        if options.mode not in IPVLAN_MODES:
+    if options.kind == "ipvlan":
+        if options.mode is not None and options.mode not in IPVLAN_MODES:
             raise fail(errno.EINVAL, f"ipvlan mode {options.mode!r}")  # ipvlan_nl_validate
-        _ipvlan_set_port_mode(state, link, options.mode)
+        if options.ipvlan_flag not in (None, *IPVLAN_FLAGS):
+            raise fail(errno.EINVAL, f"ipvlan flag {options.ipvlan_flag!r}")  # validate
+        if options.mode is not None:
+            _ipvlan_set_port_mode(state, link, options.mode)
+        if options.ipvlan_flag is not None:
+            _ipvlan_set_port_flag(state, link, options.ipvlan_flag)
     elif options.kind == "macvlan" and options.mode is not None:
         _macvlan_set_mode(link, options.mode)
     elif options.kind == "bond":
@@ -449,6 +494,12 @@ def _bond_option(state: State, link: LinkState, option: str, value: object) -> N
         if value not in BOND_MODES:
             raise fail(errno.EINVAL, f"bond mode {value!r}")
         bond.mode = str(value)
+    elif option == "fail_over_mac":
+        if bond.slaves:
+            raise fail(errno.ENOTEMPTY, f"{link.name} has slaves")  # BOND_OPTFLAG_NOSLAVES
+        if value not in FAIL_OVER_MAC:
+            raise fail(errno.EINVAL, f"bond fail_over_mac {value!r}")
+        bond.fail_over_mac = str(value)
     elif option == "miimon_ms":
         assert isinstance(value, int)
         if value < 0:

@@ -41,6 +41,7 @@ class BondState:
     miimon_ms: int
     updelay_ms: int
     downdelay_ms: int
+    fail_over_mac: str = "none"  # none/active/follow: whose MAC the bond and slaves carry
     slaves: list[int] = field(default_factory=list)  # link ids, enslave order
     active: int | None = None  # link id
     # each slave's link as the bond sees it (slave->link): with miimon, what its link
@@ -83,6 +84,8 @@ class LinkState:
     vlan_protocol: str | None = None
     mode: str | None = None  # macvlan mode (ipvlan's mode lives on its parent's port)
     ipvlan_port_mode: str | None = None  # set while this link is an ipvlan port
+    # the port's isolation flag, private or vepa (None: bridge, or no ipvlan port)
+    ipvlan_port_flag: str | None = None
     peer: int | None = None  # link id
     br_mtu_set_by_user: bool = False  # bridges: BROPT_MTU_SET_BY_USER (no MTU auto-adjust)
     # the perm_addr of the macvlan port on this lower, kept while a passthru macvlan is on it
@@ -184,10 +187,11 @@ class State:
             ifindex = self.new_ifindex(ns)  # __dev_change_net_namespace: "ifindex conflict"
         link.ns, link.name, link.ifindex = ns, name, ifindex
 
-    def add(self, link: LinkState) -> LinkState:
-        """Register a new link: give it an id and an ifindex in its namespace."""
+    def add(self, link: LinkState, ifindex: int | None = None) -> LinkState:
+        """Register a new link: give it an id and an ifindex in its namespace (``ifindex``
+        if asked for: the caller checked it is free; the next allocation's start stays)."""
         link.id = self.new_id()
-        link.ifindex = self.new_ifindex(link.ns)
+        link.ifindex = self.new_ifindex(link.ns) if ifindex is None else ifindex
         self.links[link.id] = link
         return link
 

@@ -456,13 +456,17 @@ class FakeKernelModel:
         s = self._s
         parent = s.links.get(lk.parent) if lk.parent is not None else None
         mode = lk.mode
+        ipvlan_flag = None
         if lk.kind == "ipvlan" and parent is not None:
             mode = parent.ipvlan_port_mode  # IFLA_IPVLAN_MODE reports the port's mode
+            ipvlan_flag = parent.ipvlan_port_flag  # and IFLA_IPVLAN_FLAGS its flags
         bond = None
         if lk.bond is not None:
             b = lk.bond
             active = self._ifindex(b.active)
-            bond = BondInfo(b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms, active)
+            bond = BondInfo(
+                b.mode, b.miimon_ms, b.updelay_ms, b.downdelay_ms, active, b.fail_over_mac
+            )
         link = object.__new__(Link)
         vars(link).update(
             ifindex=lk.ifindex,
@@ -486,6 +490,7 @@ class FakeKernelModel:
             vlan_protocol=lk.vlan_protocol,
             mode=mode,
             peer=self._ifindex(lk.peer),
+            ipvlan_flag=ipvlan_flag,
         )
         assert vars(link).keys() == _LINK_FIELDS
         return link

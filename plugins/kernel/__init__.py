@@ -13,6 +13,8 @@ from ._protocol import KERNEL_CALLS, Kernel
 from ._seam import PROTOCOL_VERSION, KernelCall, calls_of, mutates, reads
 from ._snapshot import ReadSharingKernel
 from ._types import (
+    FAIL_OVER_MAC,
+    IPVLAN_FLAGS,
     BondInfo,
     KernelError,
     Link,
@@ -31,7 +33,9 @@ if TYPE_CHECKING:
     from ._crashing import CrashingKernel
 
 __all__ = [
+    "FAIL_OVER_MAC",
     "IFNAMSIZ",
+    "IPVLAN_FLAGS",
     "KERNEL_CALLS",
     "PCI_ADDRESS",
     "PROTOCOL_VERSION",

@@ -105,12 +105,15 @@ class Kernel(Protocol):
             EEXIST: "the name is taken in the namespace",
             ENODEV: "the parent does not exist",
             EOPNOTSUPP: "the kind is not supported (its module is not loaded)",
-            EBUSY: "the parent cannot take another upper device of this kind",
+            EBUSY: "the parent cannot take another upper device of this kind, or "
+            "spec.ifindex is taken in the target namespace only (EEXIST: in the one asked)",
             EPROTONOSUPPORT: "a VLAN protocol other than 802.1Q and 802.1ad",
         }
     )
     def create_link(self, ns: NsRef, spec: LinkSpec) -> Link:
-        """Create a link in ``ns`` in one message (a parent may live in ``spec.parent_ns``)."""
+        """Create a link in ``ns`` in one message (a parent may live in ``spec.parent_ns``),
+        at ``spec.ifindex`` if given (EEXIST when a link of the namespace the message goes
+        to has it: the parent's, for a child created across namespaces)."""
         ...
 
     @mutates(
@@ -135,14 +138,15 @@ class Kernel(Protocol):
             EINVAL: "an option the kind does not have, or an invalid value",
             EOPNOTSUPP: "the link is not of the kind the options name",
             EBUSY: "a bond's mode changed while it is up",
-            ENOTEMPTY: "a bond's mode changed while it has slaves",
+            ENOTEMPTY: "a bond's mode or fail_over_mac changed while it has slaves",
             EACCES: "an active slave set in a bond mode without one",
         }
     )
     def set_link_options(self, ns: NsRef, ifindex: int, options: LinkOptions) -> Link:
         """Change options of an existing link of the kind ``options`` names (RTM_NEWLINK
         on the existing link with IFLA_LINKINFO, as ``ip link set NAME type KIND ...``):
-        a bond's mode, MII interval and active slave, an ipvlan's or macvlan's mode.
+        a bond's mode, MII interval, active slave and fail_over_mac, an ipvlan's or
+        macvlan's mode, an ipvlan's flag (the lower device's ipvlans share mode and flag).
         The link as it is afterwards. A link of another kind than ``options.kind``:
         EOPNOTSUPP; an option that kind does not have: EINVAL."""
         ...

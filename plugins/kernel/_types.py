@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from plugins.sdk import added_field
+
 LinkKind = Literal["device", "veth", "dummy", "bond", "vlan", "macvlan", "ipvlan", "bridge"]
 
 
@@ -39,6 +41,12 @@ class NsRef:
         return (self.device, self.inode, self.boot_id)
 
 
+FAIL_OVER_MAC = ("none", "active", "follow")
+"""A bond's fail_over_mac policies, in the kernel's order (IFLA_BOND_FAIL_OVER_MAC)."""
+IPVLAN_FLAGS = ("bridge", "private", "vepa")
+"""An ipvlan's isolation: bridge (no flag), private or vepa (IFLA_IPVLAN_FLAGS)."""
+
+
 @dataclass(frozen=True)
 class BondInfo:
     mode: str  # "active-backup", ...
@@ -46,6 +54,8 @@ class BondInfo:
     updelay_ms: int = 0
     downdelay_ms: int = 0
     active_slave: int | None = None  # ifindex in the bond's namespace
+    # whose MAC the bond and its slaves carry at failover: one of FAIL_OVER_MAC
+    fail_over_mac: str = added_field("none")
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class Link:
     vlan_protocol: str | None = None
     mode: str | None = None  # macvlan/ipvlan mode
     peer: int | None = None  # veth peer ifindex (may be in another namespace)
+    ipvlan_flag: str | None = added_field(None)  # ipvlan "private"/"vepa"; None: bridge
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,9 @@ class LinkSpec:
     mode: str | None = None  # macvlan: bridge/private/vepa/passthru; ipvlan: l2/l3/l3s
     peer_name: str | None = None  # veth
     peer_ns: NsRef | None = None  # veth peer namespace (default: same)
+    # the ifindex to register it at (EBUSY if taken); None: the kernel's next free one
+    ifindex: int | None = added_field(None)
+    ipvlan_flag: str | None = added_field(None)  # one of IPVLAN_FLAGS; None: bridge
 
 
 @dataclass(frozen=True)
@@ -149,8 +163,9 @@ class LinkOptions:
     an option alone. ``kind`` names the link's kind: options of another kind are EINVAL.
 
     bond: ``bond_mode``, ``miimon_ms``, ``active_slave`` (a slave's ifindex in the
-    bond's namespace; 0 clears it, and the bond picks its best slave again).
-    macvlan, ipvlan: ``mode``.
+    bond's namespace; 0 clears it, and the bond picks its best slave again),
+    ``fail_over_mac`` (one of FAIL_OVER_MAC; EPERM while the bond has slaves).
+    macvlan: ``mode``. ipvlan: ``mode``, ``ipvlan_flag`` (one of IPVLAN_FLAGS).
     """
 
     kind: LinkKind
@@ -158,6 +173,8 @@ class LinkOptions:
     miimon_ms: int | None = None
     active_slave: int | None = None
     mode: str | None = None
+    fail_over_mac: str | None = added_field(None)
+    ipvlan_flag: str | None = added_field(None)
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and k != "kind"}

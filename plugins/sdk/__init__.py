@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         VFAllocation,
         check_interface_name,
     )
-    from ._codec import JSONCodecError, from_json_value, to_json_value
+    from ._codec import JSONCodecError, added_field, from_json_value, to_json_value
     from ._config import ConfigValidator, SchemaProblem, decode_into, json_path, parse_config_json
     from ._contracts import DEFAULT_BUNDLE_ROOT, Bundle, BundleStore, pinned_bundles
     from ._descriptor import Descriptor, DescriptorRef, PortSpec, Preparation
@@ -121,7 +121,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VFAllocation",
         "check_interface_name",
     ),
-    "_codec": ("JSONCodecError", "from_json_value", "to_json_value"),
+    "_codec": ("JSONCodecError", "added_field", "from_json_value", "to_json_value"),
     "_config": (
         "ConfigValidator",
         "SchemaProblem",
@@ -294,6 +294,7 @@ __all__ = [
     "VFAllocation",
     "WrongStepKind",
     "YAMLLoadError",
+    "added_field",
     "canonical_json",
     "check_interface_name",
     "decode_into",

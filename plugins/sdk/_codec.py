@@ -8,6 +8,12 @@ would no longer match the journals already on disk. (Plugin configs and effect
 descriptions are camelCase documents with their own schemas; they are not dataclass
 dumps.)
 
+A field added to a dataclass after a release is declared with :func:`added_field`: it
+is left out of the JSON while it holds its default, so every value that does not use it
+encodes to the very bytes the release wrote (digests and golden journals stay equal),
+and the release's decoder, which refuses unknown keys, still reads it. The decoder
+gives a missing field its default.
+
 ``to_json_value`` turns dataclasses, mappings, lists/tuples and enums (by value) into
 plain JSON values and refuses anything else. ``from_json_value`` walks a type
 annotation (dataclasses, ``X | None``, ``list``, ``tuple``, ``dict``/``Mapping``,
@@ -27,7 +33,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 T = TypeVar("T")
 
-__all__ = ["JSONCodecError", "from_json_value", "to_json_value"]
+__all__ = ["JSONCodecError", "added_field", "from_json_value", "to_json_value"]
 
 
 class JSONCodecError(ValueError):
@@ -38,10 +44,19 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 _DATACLASS, _ENUM, _MAPPING, _SEQUENCE, _SCALAR, _UNKNOWN = range(6)
 
 
-_ENCODINGS: dict[type, tuple[int, tuple[str, ...]]] = {}
+_ADDED = "dra-networkplugins/added-field"
 
 
-def _encoding(tp: type) -> tuple[int, tuple[str, ...]]:
+def added_field(default: T) -> T:
+    """A dataclass field added after a release, left out of the JSON at ``default``."""
+    result: T = dataclasses.field(default=default, metadata={_ADDED: True})
+    return result
+
+
+_ENCODINGS: dict[type, tuple[int, tuple[str, ...], dict[str, Any]]] = {}
+
+
+def _encoding(tp: type) -> tuple[int, tuple[str, ...], dict[str, Any]]:
     """How ``to_json_value`` encodes an instance of ``tp`` (and a dataclass's field names).
 
     Decided once per type: the checks (``is_dataclass``, ``fields``, the ABC's
@@ -49,16 +64,18 @@ def _encoding(tp: type) -> tuple[int, tuple[str, ...]]:
     request's dataclasses again. The order of the checks is the encoder's.
     """
     if dataclasses.is_dataclass(tp):
-        return _DATACLASS, tuple(f.name for f in dataclasses.fields(tp))
+        fields = dataclasses.fields(tp)
+        added = {f.name: f.default for f in fields if f.metadata.get(_ADDED)}
+        return _DATACLASS, tuple(f.name for f in fields), added
     if issubclass(tp, enum.Enum):
-        return _ENUM, ()
+        return _ENUM, (), {}
     if issubclass(tp, Mapping):
-        return _MAPPING, ()
+        return _MAPPING, (), {}
     if issubclass(tp, list | tuple):
-        return _SEQUENCE, ()
+        return _SEQUENCE, (), {}
     if issubclass(tp, str | int | float | bool):
-        return _SCALAR, ()
-    return _UNKNOWN, ()
+        return _SCALAR, (), {}
+    return _UNKNOWN, (), {}
 
 
 def to_json_value(value: object) -> Any:
@@ -68,8 +85,15 @@ def to_json_value(value: object) -> Any:
         return value
     if isinstance(value, type):  # a class, even a dataclass, is no value to encode
         raise JSONCodecError(f"cannot encode {tp.__name__} as JSON")
-    how, names = _ENCODINGS.get(tp) or _ENCODINGS.setdefault(tp, _encoding(tp))
+    how, names, added = _ENCODINGS.get(tp) or _ENCODINGS.setdefault(tp, _encoding(tp))
     if how == _DATACLASS:
+        if added:
+            encoded = {}
+            for name in names:
+                field = getattr(value, name)
+                if name not in added or field != added[name]:
+                    encoded[name] = to_json_value(field)
+            return encoded
         return {name: to_json_value(getattr(value, name)) for name in names}
     if how == _ENUM:
         return value.value  # type: ignore[attr-defined]

@@ -128,5 +128,5 @@ def test_an_option_of_another_kind_is_refused_before_it_is_sent(kind: LinkKind) 
     link = model.create_link(ns, LinkSpec(kind="veth", name="v0", peer_name="v1"))
     foreign = {"bond": {"mode": "l2"}}.get(kind, {"miimon_ms": 5})
     with pytest.raises(KernelError) as refused:
-        model.set_link_options(ns, link.ifindex, LinkOptions(kind=kind, **foreign))  # type: ignore[arg-type]
+        model.set_link_options(ns, link.ifindex, LinkOptions(kind=kind, **foreign))
     assert refused.value.code == errno.EINVAL

@@ -94,3 +94,24 @@ def test_what_json_cannot_hold_is_refused(value: object) -> None:
     with pytest.raises(JSONCodecError, match="cannot encode"):
         to_json_value({"a": [value]})
     assert to_json_value(_Colour.RED) == 1
+
+
+def test_a_field_added_after_a_release_is_left_out_at_its_default() -> None:
+    """``added_field``: a value that does not use the field encodes to the release's
+    bytes (the release's decoder refuses unknown keys), and reads back with the default."""
+    from plugins.kernel import BondInfo, LinkSpec
+
+    plain = LinkSpec(kind="veth", name="v0", peer_name="v1")
+    encoded = to_json_value(plain)
+    assert "ifindex" not in encoded
+    assert "ipvlan_flag" not in encoded
+    assert from_json_value(LinkSpec, encoded) == plain
+    asked = LinkSpec(kind="ipvlan", name="i0", parent=2, ifindex=40, ipvlan_flag="private")
+    assert to_json_value(asked)["ifindex"] == 40
+    assert from_json_value(LinkSpec, to_json_value(asked)) == asked
+    bond = BondInfo("active-backup", 100)
+    assert "fail_over_mac" not in to_json_value(bond)
+    assert (
+        to_json_value(BondInfo("active-backup", 100, fail_over_mac="follow"))["fail_over_mac"]
+        == "follow"
+    )

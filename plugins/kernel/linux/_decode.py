@@ -12,7 +12,7 @@ from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from plugins.sdk import PCI_ADDRESS
 
-from .._types import BondInfo, Link, LinkKind, NsRef, VFConfig
+from .._types import FAIL_OVER_MAC, BondInfo, Link, LinkKind, NsRef, VFConfig
 from ._wire import IFF_UP
 
 KINDS: frozenset[str] = frozenset({"veth", "dummy", "bond", "vlan", "macvlan", "ipvlan", "bridge"})
@@ -29,6 +29,7 @@ BOND_MODES = (
 )
 MACVLAN_MODES = {"private": 1, "vepa": 2, "bridge": 4, "passthru": 8, "source": 16}
 IPVLAN_MODES = {"l2": 0, "l3": 1, "l3s": 2}
+IPVLAN_F_PRIVATE, IPVLAN_F_VEPA = 0x01, 0x02
 VLAN_PROTOCOLS = {"802.1Q": 0x8100, "802.1ad": 0x88A8}
 VF_LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}
 U32_UNSET = 0xFFFFFFFF  # ifla_vf_info's "-1": the driver does not report this setting
@@ -114,7 +115,7 @@ class Attrs:
 
 _INFO_DATA: dict[str, Schema] = {
     "macvlan": {"IFLA_MACVLAN_MODE": (1, _u32)},
-    "ipvlan": {"IFLA_IPVLAN_MODE": (1, _u16)},
+    "ipvlan": {"IFLA_IPVLAN_MODE": (1, _u16), "IFLA_IPVLAN_FLAGS": (2, _u16)},
     "vlan": {"IFLA_VLAN_ID": (1, _u16), "IFLA_VLAN_PROTOCOL": (5, _be16)},
     "bond": {
         "IFLA_BOND_MODE": (1, _u8),
@@ -122,6 +123,7 @@ _INFO_DATA: dict[str, Schema] = {
         "IFLA_BOND_MIIMON": (3, _u32),
         "IFLA_BOND_UPDELAY": (4, _u32),
         "IFLA_BOND_DOWNDELAY": (5, _u32),
+        "IFLA_BOND_FAIL_OVER_MAC": (13, _u8),
     },
 }
 
@@ -252,6 +254,7 @@ def _kind_data(kind: str, data: Any) -> dict[str, Any]:
                 updelay_ms=_int(data.get_attr("IFLA_BOND_UPDELAY")) or 0,
                 downdelay_ms=_int(data.get_attr("IFLA_BOND_DOWNDELAY")) or 0,
                 active_slave=_int(data.get_attr("IFLA_BOND_ACTIVE_SLAVE")) or None,
+                fail_over_mac=_by_index(FAIL_OVER_MAC, data.get_attr("IFLA_BOND_FAIL_OVER_MAC")),
             )
         }
     if kind == "vlan":
@@ -263,8 +266,28 @@ def _kind_data(kind: str, data: Any) -> dict[str, Any]:
     if kind == "macvlan":
         return {"mode": _by_value(MACVLAN_MODES, data.get_attr("IFLA_MACVLAN_MODE"))}
     if kind == "ipvlan":
-        return {"mode": _by_value(IPVLAN_MODES, data.get_attr("IFLA_IPVLAN_MODE"))}
+        flags = _int(data.get_attr("IFLA_IPVLAN_FLAGS")) or 0
+        return {
+            "mode": _by_value(IPVLAN_MODES, data.get_attr("IFLA_IPVLAN_MODE")),
+            "ipvlan_flag": _ipvlan_flag(flags),
+        }
     return {}
+
+
+def _by_index(names: tuple[str, ...], value: Any) -> str:
+    """The name at ``value`` (absent: the first, the kernel's default), else the number."""
+    index = _int(value) or 0
+    return names[index] if index < len(names) else str(index)
+
+
+def _ipvlan_flag(flags: int) -> str | None:
+    """IFLA_IPVLAN_FLAGS as the one flag it holds (None: bridge, no flag); the kernel
+    refuses private and vepa together."""
+    if flags == IPVLAN_F_PRIVATE:
+        return "private"
+    if flags == IPVLAN_F_VEPA:
+        return "vepa"
+    return None if flags == 0 else hex(flags)
 
 
 # -- PCI identity ----------------------------------------------------------------------

@@ -87,6 +87,8 @@ from plugins.sdk.telemetry import log_event
 
 from .._protocol import Kernel
 from .._types import (
+    FAIL_OVER_MAC,
+    IPVLAN_FLAGS,
     KernelError,
     Link,
     LinkChanges,
@@ -99,6 +101,8 @@ from .._types import (
 from . import _wire as w
 from ._decode import (
     BOND_MODES,
+    IPVLAN_F_PRIVATE,
+    IPVLAN_F_VEPA,
     IPVLAN_MODES,
     MACVLAN_MODES,
     STACKED,
@@ -632,7 +636,10 @@ class LinuxKernel:
         if spec.kind in STACKED and spec.parent is not None:
             attrs.append(w.nla_u32(w.IFLA_LINK, _u32(spec.parent, "parent")))
         attrs.append(w.nest(w.IFLA_LINKINFO, self._linkinfo(target, spec, fd_of)))
-        body = w.ifinfomsg() + b"".join(attrs) + extra
+        # ifi_index > 0: register at that ifindex (EEXIST if the namespace the request
+        # is sent in has it, EBUSY if only the target namespace does)
+        index = 0 if spec.ifindex is None else _new_ifindex(spec.ifindex)
+        body = w.ifinfomsg(index) + b"".join(attrs) + extra
         self._request(via, w.RTM_NEWLINK, w.NLM_F_CREATE | w.NLM_F_EXCL, body)
 
     @_call
@@ -1059,8 +1066,11 @@ class LinuxKernel:
             data.append(w.nla(w.VETH_INFO_PEER, b"".join(peer)))
         elif spec.kind == "macvlan" and spec.mode is not None:
             data.append(w.nla_u32(w.IFLA_MACVLAN_MODE, _mode(MACVLAN_MODES, spec)))
-        elif spec.kind == "ipvlan" and spec.mode is not None:
-            data.append(w.nla_u16(w.IFLA_IPVLAN_MODE, _mode(IPVLAN_MODES, spec)))
+        elif spec.kind == "ipvlan":
+            if spec.mode is not None:
+                data.append(w.nla_u16(w.IFLA_IPVLAN_MODE, _mode(IPVLAN_MODES, spec)))
+            if spec.ipvlan_flag is not None:
+                data.append(w.nla_u16(w.IFLA_IPVLAN_FLAGS, _ipvlan_flags(spec.ipvlan_flag)))
         elif spec.kind == "vlan":
             data.extend(_vlan_data(spec))
         elif spec.kind == "bond" and spec.bond is not None:
@@ -1153,7 +1163,27 @@ def _bond_data(spec: LinkSpec) -> list[bytes]:
         data.append(w.nla_u32(w.IFLA_BOND_UPDELAY, _u32(bond.updelay_ms, "updelay")))
     if bond.downdelay_ms:
         data.append(w.nla_u32(w.IFLA_BOND_DOWNDELAY, _u32(bond.downdelay_ms, "downdelay")))
+    if bond.fail_over_mac != "none":
+        data.append(w.nla_u8(w.IFLA_BOND_FAIL_OVER_MAC, _fail_over_mac(bond.fail_over_mac)))
     return data
+
+
+def _fail_over_mac(policy: str) -> int:
+    if policy not in FAIL_OVER_MAC:  # the bond option table
+        raise netlink_error(errno.EINVAL, f"bond fail_over_mac {policy!r}")
+    return FAIL_OVER_MAC.index(policy)
+
+
+def _ipvlan_flags(flag: str) -> int:
+    if flag not in IPVLAN_FLAGS:  # ipvlan_nl_validate
+        raise netlink_error(errno.EINVAL, f"ipvlan flag {flag!r}")
+    return {"bridge": 0, "private": IPVLAN_F_PRIVATE, "vepa": IPVLAN_F_VEPA}[flag]
+
+
+def _new_ifindex(value: int) -> int:
+    if not 0 < value <= 0x7FFFFFFF:
+        raise netlink_error(errno.EINVAL, f"ifindex {value} is not a positive s32")
+    return value
 
 
 def _option_data(options: LinkOptions) -> list[bytes]:
@@ -1161,9 +1191,9 @@ def _option_data(options: LinkOptions) -> list[bytes]:
     before it could be read as another attribute of the same number."""
     given = options.fields()
     allowed = {
-        "bond": {"bond_mode", "miimon_ms", "active_slave"},
+        "bond": {"bond_mode", "miimon_ms", "active_slave", "fail_over_mac"},
         "macvlan": {"mode"},
-        "ipvlan": {"mode"},
+        "ipvlan": {"mode", "ipvlan_flag"},
     }.get(options.kind, set())
     foreign = sorted(set(given) - allowed)
     if foreign:
@@ -1178,6 +1208,11 @@ def _option_data(options: LinkOptions) -> list[bytes]:
         data.append(w.nla_u32(w.IFLA_BOND_ACTIVE_SLAVE, slave))
     if options.miimon_ms is not None:
         data.append(w.nla_u32(w.IFLA_BOND_MIIMON, _u32(options.miimon_ms, "miimon")))
+    if options.fail_over_mac is not None:
+        policy = _fail_over_mac(options.fail_over_mac)
+        data.append(w.nla_u8(w.IFLA_BOND_FAIL_OVER_MAC, policy))
+    if options.ipvlan_flag is not None:
+        data.append(w.nla_u16(w.IFLA_IPVLAN_FLAGS, _ipvlan_flags(options.ipvlan_flag)))
     if options.mode is not None:
         table = MACVLAN_MODES if options.kind == "macvlan" else IPVLAN_MODES
         mode = table.get(options.mode)
