@@ -1605,8 +1605,8 @@ def sriov_vf_table_follows_the_vf_driver(w: World) -> None:
     w.set(w.host, "enp1s0v0", mac="02:00:00:00:0f:21")  # while up
     vf_macs(w, "enp1s0")
     w.set(w.host, "enp1s0v0", up=False)
-    w.create(w.host, ab_bond("bond0", miimon=0))
-    w.set(w.host, "bond0", mac="02:00:00:00:0f:b0")
+    # its address given at creation: one set afterwards races udev's (NODE_BOND_MAC)
+    w.create(w.host, ab_bond("bond0", miimon=0, mac="02:00:00:00:0f:b0"))
     w.set(w.host, "enp1s0v0", master="bond0")  # enslave: the bond's address
     vf_macs(w, "enp1s0")
     w.set(w.host, "enp1s0v0", master=0)  # release: its address back
