@@ -34,10 +34,14 @@ T = TypeVar("T")
 def check_interface_name(name: str) -> str | None:
     """Why ``name`` is not a usable interface name, or None if it is: the kernel's rule
     (``kernel_name_problem``) and printable ASCII, so a name shows the same in every log
-    and tool."""
+    and tool, and no ``%``: the kernel takes ``net%d`` as a template and chooses the
+    name itself (the Kernel protocol passes templates on, for the fake kernel's
+    differential), where a plugin must know the name it asked for."""
     problem = kernel_name_problem(name)
     if problem is None and not (name.isprintable() and name.isascii()):
         problem = f"{name!r} must be printable ASCII"
+    if problem is None and "%" in name:
+        problem = f"{name!r} is a name template ('%'): the kernel would choose the name"
     return problem
 
 

@@ -65,3 +65,11 @@ def test_the_fake_kernel_refuses_what_the_rule_refuses(name: str) -> None:
     with pytest.raises(KernelError) as caught:
         model.create_link(model.host_namespace(), LinkSpec(kind="dummy", name=name))
     assert caught.value.code in (errno.EINVAL, errno.ERANGE)
+
+
+def test_a_name_template_is_the_kernels_to_resolve_not_a_name_a_plugin_may_ask_for() -> None:
+    """The kernel accepts "net%d" (it picks net0); a plugin's interface name may not be one."""
+    assert plugins.kernel.check_interface_name("net%d") is None
+    assert plugins.sdk.check_interface_name("net%d") == (
+        "'net%d' is a name template ('%'): the kernel would choose the name"
+    )
