@@ -272,33 +272,42 @@ class ReleaseServiceProcess(ServiceProcess):
         extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
         if trace is not None:
             extra[ENV_TRACE] = str(trace)
-        env = self.release.env()
-        program = [LAUNCHER, *self.command] if extra else self.command
         deadline = time.monotonic() + timeout
         with ReadyListener() as listener:
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        str(self.release.python),
-                        "-m",
-                        *program,
-                        "--config",
-                        str(self.config),
-                        "--log-level",
-                        self.log_level,
-                    ],
-                    cwd=self.release.src,
-                    # Not waiting for it: no socket to notify that closes before it would.
-                    env={**env, **extra, **(listener.env() if wait_ready else {})},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            # Not waiting for it: no socket to notify that closes before it would.
+            notify = listener.env() if wait_ready else {}
+            self.proc = _release_popen(self.release, self, extra, notify)
             if wait_ready:
                 listener.wait(self.proc, timeout)
         for socket in self.sockets:
             with self.client(socket) as client:
                 left = max(deadline - time.monotonic(), 0.001)
                 self._wait_serving(client, left, wait_ready=wait_ready)
+
+
+def _release_popen(
+    release: Release, process: ServiceProcess, extra: dict[str, str], notify: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``process``'s program run by ``release``'s interpreter from its source tree, with
+    ``extra`` (crash variables: through the launcher) and ``notify`` in its environment,
+    its output appended to its log."""
+    program = [LAUNCHER, *process.command] if extra else list(process.command)
+    with process.log.open("ab") as log:
+        return subprocess.Popen(
+            [
+                str(release.python),
+                "-m",
+                *program,
+                "--config",
+                str(process.config),
+                "--log-level",
+                process.log_level,
+            ],
+            cwd=release.src,
+            env={**release.env(), **extra, **notify},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 class ReleaseCoordinatorProcess(CoordinatorProcess):
@@ -329,24 +338,8 @@ class ReleaseCoordinatorProcess(CoordinatorProcess):
         extra = {} if armed is None else {ENV_ARM: armed, ENV_MODE: "sigkill"}
         if trace is not None:
             extra[ENV_TRACE] = str(trace)
-        program = [LAUNCHER, *self.command] if extra else list(self.command)
         with ReadyListener() as listener:
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        str(self.release.python),
-                        "-m",
-                        *program,
-                        "--config",
-                        str(self.config),
-                        "--log-level",
-                        self.log_level,
-                    ],
-                    cwd=self.release.src,
-                    env={**self.release.env(), **extra, **listener.env()},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            self.proc = _release_popen(self.release, self, extra, listener.env())
             listener.wait(self.proc, timeout)
         with self.coordinator_client() as client:
             client.wait_ready(timeout)
@@ -439,9 +432,10 @@ class JournalRecord:
         return dataclasses.asdict(self)
 
 
-def journal_records(state_dir: Path) -> list[JournalRecord]:
-    """Every operation of the journal in ``state_dir``, read from a copy (its ``-wal``
-    with it), so the reading can neither change nor checkpoint the journal."""
+@contextlib.contextmanager
+def journal_copy(state_dir: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to a copy of the journal in ``state_dir`` (its ``-wal`` with it), so
+    the reading can neither change nor checkpoint the journal."""
     with tempfile.TemporaryDirectory() as tmp:
         for suffix in ("", "-wal"):
             source = state_dir / f"journal.db{suffix}"
@@ -449,13 +443,19 @@ def journal_records(state_dir: Path) -> list[JournalRecord]:
                 shutil.copyfile(source, Path(tmp) / f"journal.db{suffix}")
         conn = sqlite3.connect(Path(tmp) / "journal.db")
         try:
-            rows = conn.execute(
-                "SELECT operation_id, hook, scope, step, generation, epoch, state, cleanup_status "
-                "FROM operations "
-                "ORDER BY seq"
-            ).fetchall()
+            yield conn
         finally:
             conn.close()
+
+
+def journal_records(state_dir: Path) -> list[JournalRecord]:
+    """Every operation of the journal in ``state_dir``, read from a copy."""
+    with journal_copy(state_dir) as conn:
+        rows = conn.execute(
+            "SELECT operation_id, hook, scope, step, generation, epoch, state, cleanup_status "
+            "FROM operations "
+            "ORDER BY seq"
+        ).fetchall()
     return [JournalRecord(*row) for row in rows]
 
 

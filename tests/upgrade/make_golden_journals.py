@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ from harness.upgrade import (
     Leaving,
     LeftBehind,
     Release,
+    journal_copy,
     journal_records,
     leave_every_state,
     old_process,
@@ -125,22 +125,15 @@ def journal_content(state: Path) -> list[tuple[Any, ...]]:
     """Every operation and effect row of the journal in ``state`` but their checksums
     and sequence numbers: what names the kernel's objects (ifindexes, namespaces,
     markers, addresses, before-images), read from a copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("journal.db", "journal.db-wal"):
-            if (state / name).exists():
-                shutil.copyfile(state / name, Path(tmp) / name)
-        conn = sqlite3.connect(Path(tmp) / "journal.db")
-        try:
-            operations = conn.execute(
-                "SELECT operation_id, hook, scope, step, state, cleanup_status, request_json, "
-                "plan_json, response_json, error_json FROM operations ORDER BY operation_id"
-            ).fetchall()
-            effects = conn.execute(
-                "SELECT operation_id, effect_id, kind, state, before_json, outputs_json, detail "
-                "FROM effects ORDER BY operation_id, effect_id"
-            ).fetchall()
-        finally:
-            conn.close()
+    with journal_copy(state) as conn:
+        operations = conn.execute(
+            "SELECT operation_id, hook, scope, step, state, cleanup_status, request_json, "
+            "plan_json, response_json, error_json FROM operations ORDER BY operation_id"
+        ).fetchall()
+        effects = conn.execute(
+            "SELECT operation_id, effect_id, kind, state, before_json, outputs_json, detail "
+            "FROM effects ORDER BY operation_id, effect_id"
+        ).fetchall()
     return operations + effects
 
 

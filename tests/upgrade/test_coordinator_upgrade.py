@@ -14,10 +14,7 @@ journal is closed, no claim held, and the kernel is as before the pods were atta
 
 from __future__ import annotations
 
-import shutil
 import signal
-import sqlite3
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +28,7 @@ from harness.upgrade import (
     ReleaseCoordinatorProcess,
     ReleaseKernelLab,
     ReleaseUnavailable,
+    journal_copy,
     previous_release,
 )
 from labs import CoordinatorProcess, Node
@@ -74,22 +72,15 @@ def point_of(attachment: str, suffix: str) -> str:
 def left_behind(state: Path) -> dict[str, dict[str, str]]:
     """The units, applications and calls of the coordinator journal in ``state``, read
     from a copy (its ``-wal`` with it), as ``{table: {key: state}}``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("journal.db", "journal.db-wal"):
-            if (state / name).exists():
-                shutil.copyfile(state / name, Path(tmp) / name)
-        conn = sqlite3.connect(Path(tmp) / "journal.db")
-        try:
-            return {
-                table: dict(conn.execute(f"SELECT {key}, state FROM {table}").fetchall())
-                for table, key in (
-                    ("units", "unit"),
-                    ("applications", "attachment"),
-                    ("calls", "operation_id"),
-                )
-            }
-        finally:
-            conn.close()
+    with journal_copy(state) as conn:
+        return {
+            table: dict(conn.execute(f"SELECT {key}, state FROM {table}").fetchall())
+            for table, key in (
+                ("units", "unit"),
+                ("applications", "attachment"),
+                ("calls", "operation_id"),
+            )
+        }
 
 
 @pytest.mark.parametrize("suffix", CONNECT_POINTS)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 
 from fakekernel.client import FakeKernelClient, FakeKernelProcess
 from harness.pytest_plugin import RigStats
-from harness.upgrade import LEAVING, JournalRecord, journal_records, restore_kernel
+from harness.upgrade import LEAVING, JournalRecord, journal_copy, journal_records, restore_kernel
 from labs import PROJECT_SERVICES, ServiceProcess
 from plugins.sdk import CleanupRequest, CleanupStatus, Hook, OperationEnvelope
 from plugins.sdk.host import PluginCallError
@@ -105,21 +104,14 @@ def evidence_by_scope(state: Path) -> dict[str, tuple[set[str], set[str]]]:
     """What each scope left evidence on: the prefix of the markers its links carry
     (``scope_evidence``) and the PCI functions its records name (the devices it
     prepared, moved or enslaved)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("journal.db", "journal.db-wal"):
-            if (state / name).exists():
-                shutil.copyfile(state / name, Path(tmp) / name)
-        conn = sqlite3.connect(Path(tmp) / "journal.db")
-        try:
-            rows = conn.execute(
-                "SELECT partition, scope, request_json, plan_json FROM operations"
-            ).fetchall()
-            rows += conn.execute(
-                "SELECT o.partition, o.scope, e.before_json, e.outputs_json FROM effects e "
-                "JOIN operations o ON o.operation_id = e.operation_id"
-            ).fetchall()
-        finally:
-            conn.close()
+    with journal_copy(state) as conn:
+        rows = conn.execute(
+            "SELECT partition, scope, request_json, plan_json FROM operations"
+        ).fetchall()
+        rows += conn.execute(
+            "SELECT o.partition, o.scope, e.before_json, e.outputs_json FROM effects e "
+            "JOIN operations o ON o.operation_id = e.operation_id"
+        ).fetchall()
     found: dict[str, tuple[set[str], set[str]]] = {}
     for partition, scope, *texts in rows:
         prefixes, pcis = found.setdefault(scope, (set(), set()))
