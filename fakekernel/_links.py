@@ -65,6 +65,8 @@ VLAN_PROTOCOLS = ("802.1Q", "802.1ad")
 NETNS_LOCAL = ("bond", "bridge")  # NETIF_F_NETNS_LOCAL / netns_immutable
 # bonding's defaults for a bond made over netlink without options (6.1, 6.12: miimon 0)
 DEFAULT_BOND = BondInfo(mode="balance-rr", miimon_ms=0)
+DEFAULT_MIIMON_MS = 100  # BOND_DEFAULT_MIIMON
+MII_ONLY_BOND_MODES = ("802.3ad", "balance-tlb", "balance-alb")  # !bond_mode_uses_arp
 
 
 # -- RTM_NEWLINK -----------------------------------------------------------------------
@@ -222,6 +224,11 @@ def _stack_on_lower(state: State, ns: Namespace, spec: LinkSpec, link: LinkState
     else:
         lower = _ipvlan_check(state, lower)
         link.mac, link.mac_assign = lower.mac, "stolen"  # ipvlan shares its lower's address
+        if not spec.mac:
+            # ipvlan_init leaves addr_assign_type NET_ADDR_PERM (rtnl_create_link set
+            # NET_ADDR_SET if an address was given), so register_netdevice copies the
+            # address to perm_addr
+            link.perm_mac = lower.mac
     if spec.mtu is None:
         link.mtu = lower.mtu  # a child without IFLA_MTU inherits its lower's
     link.parent = lower.id
@@ -494,6 +501,10 @@ def _bond_option(state: State, link: LinkState, option: str, value: object) -> N
         if value not in BOND_MODES:
             raise fail(errno.EINVAL, f"bond mode {value!r}")
         bond.mode = str(value)
+        if bond.mode in MII_ONLY_BOND_MODES and not bond.miimon_ms:
+            # bond_option_mode_set: a mode without ARP monitoring gets the MII monitor
+            # at its default interval (BOND_DEFAULT_MIIMON) when it has none
+            bond.miimon_ms = DEFAULT_MIIMON_MS
     elif option == "fail_over_mac":
         if bond.slaves:
             raise fail(errno.ENOTEMPTY, f"{link.name} has slaves")  # BOND_OPTFLAG_NOSLAVES

@@ -41,11 +41,16 @@ class NicProfile:
     # get_vfs reports link_state "auto" although the driver has no control for it
     # (rtnl_fill_vfinfo leaves ivi.linkstate 0 unless the driver fills it in).
     reports_link_state: bool = False
-    # ndo_set_vf_rate's rules: min_tx_rate must be 0 (igb), a max needs the PF's link up
-    # and at most its speed (Mbps; 0: no such check).
+    # ndo_set_vf_rate's rules: min_tx_rate must be 0 (igb); any rate needs the port's
+    # link status (igb reads STATUS.LU, which a lab may keep while the PF is down: PfState
+    # .link_kept), and a max at most the speed the PF's driver saw at its last link up,
+    # none while it is down (igb_down zeroes link_speed) (Mbps; 0: no such check).
     rate_min_allowed: bool = True
     rate_needs_link: bool = False
     link_speed: int = 0
+    # spoof checking on a PF without any VF: EOPNOTSUPP before the index's EINVAL
+    # (igb_ndo_set_vf_spoofchk looks at vfs_allocated_count first)
+    spoofchk_needs_vfs: bool = False
     # a QoS priority without a VLAN is refused (EINVAL) or taken (igb)
     qos_needs_vlan: bool = True
     # The VF driver asks its PF through a mailbox for VLAN filters, its MAC and its link
@@ -81,6 +86,7 @@ DRIVERS: dict[str, NicProfile] = {
         rate_min_allowed=False,
         rate_needs_link=True,
         link_speed=1000,
+        spoofchk_needs_vfs=True,
         qos_needs_vlan=False,
         vf_mailbox=True,
         vf_mac_override=False,

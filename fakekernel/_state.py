@@ -118,6 +118,10 @@ class PfState:
     name: str = ""  # the PF netdev's name at probe: its VFs are named after it (<name>v<i>)
     vf_mtu: int = 1500
     cable: bool = True  # False: the port never has link
+    # the port's link status stays set while the PF is down, once it has had link
+    # (QEMU's emulated igb: a real 82576 powers its PHY down, igb_reset); a lab that
+    # sets it has opened each PF once (the VM lab's agent does, at boot)
+    link_kept: bool = False
     # mac_address_policy "persistent": the address udev gives each VF index (it derives
     # it from the netdev's name, <pf>v<i>), the same for every VF made at that index
     vf_hw_memory: dict[int, str] = field(default_factory=dict)

@@ -73,13 +73,17 @@ def set_vf(state: State, pf: LinkState, index: int, changes: VFChanges) -> None:
         nic = table.nic
         if lo and not nic.rate_min_allowed:
             raise fail(errno.EINVAL, f"{nic.driver} has no minimum VF rate")  # igb_ndo_set_vf_bw
-        if nic.rate_needs_link and not (pf.up and _has_link(state, pf)):
+        has_link = _has_link(state, pf)
+        if nic.rate_needs_link and not (has_link or table.link_kept):
             raise fail(errno.EINVAL, f"{pf.name} has no link: no VF rate")
-        if nic.link_speed and hi > nic.link_speed:
-            raise fail(errno.EINVAL, f"VF rate {hi} above the link speed {nic.link_speed}")
+        speed = nic.link_speed if has_link or not nic.rate_needs_link else 0
+        if nic.link_speed and hi > speed:
+            raise fail(errno.EINVAL, f"VF rate {hi} above the link speed {speed}")
         vf.min_tx_rate, vf.max_tx_rate = lo, hi
     if changes.spoofchk is not None:
         _require(table, "spoofchk")
+        if table.nic.spoofchk_needs_vfs and not table.vfs:
+            raise fail(errno.EOPNOTSUPP, f"{pf.name} has no VFs: no spoof checking")
         _vf(table, index).spoofchk = changes.spoofchk
     if changes.link_state is not None:
         _require(table, "link_state")
@@ -112,18 +116,23 @@ def _set_vlan(table: PfState, index: int, changes: VFChanges) -> None:
 
 
 def _has_link(state: State, pf: LinkState) -> bool:
-    """The PF's port has link: it is up, and the lab has a cable in."""
+    """The PF's port has link: it is up, and the lab has a cable in (its driver saw the
+    link come up: carrier, and igb's link_speed)."""
     table = state.pfs.get(pf.pci_address or "")
     return pf.up and (table is None or table.cable)
 
 
 def admin_mac_locks(state: State, vf: LinkState) -> bool:
-    """Whether the VF's PF set an address for it that the VF may not override (igb)."""
+    """Whether the VF's PF set an address for it that the VF may not override (igb).
+    Only a PF that is up says so: igb reads its VFs' mailboxes in its interrupt, and a
+    VF whose request times out keeps the address it asked for (e1000_rar_set_vf looks
+    for a NACK only in an answer)."""
     assert vf.vf_of is not None
     table = state.pfs.get(vf.vf_of[0])
     if table is None or table.nic.vf_mac_override or vf.vf_of[1] >= len(table.vfs):
         return False
-    return vf.vf_of[1] in table.vf_pf_set_mac
+    pf = pf_of(state, table)
+    return vf.vf_of[1] in table.vf_pf_set_mac and pf is not None and pf.up
 
 
 def _table_of(state: State, vf: LinkState) -> PfState | None:

@@ -6,6 +6,7 @@ Format (every key but the names is optional)::
     host_path: /proc/1/ns/net       # the approved host namespace mount
     live_rename: false              # true: renaming an UP link works (Linux >= 6.2)
     loopback: false                 # true: every namespace has its lo, as on Linux
+    host_loopback_up: false         # true: the host's lo is up (a booted system's is)
     mac_address_policy: none        # persistent: udev gives new random-address VF netdevs
                                     # an address of their name (Debian's default)
     nics:                           # NIC variants, referenced by PFs
@@ -14,6 +15,7 @@ Format (every key but the names is optional)::
         max_mtu: 9702               # PF and VF netdev maximum MTU
         vf_offset: 128              # SR-IOV First VF Offset / VF Stride (routing ids)
         vf_stride: 2
+        vf_probe_answered: false    # true: a VF made with its PF up is answered at once
     pfs:
       - name: enp3s0f0              # enpBsSfF encodes the PCI address 0000:BB:SS.F
         pci: "0000:03:00.0"         # required when the name does not encode it
@@ -22,6 +24,8 @@ Format (every key but the names is optional)::
         nic: <variant>              # default: every capability, max_mtu 9702
         num_vfs: 4                  # VF netdevs <pf>v<i> appear in the host namespace
         cable: true                 # false: the port never has link (no carrier, no VF rates)
+        link_kept: false            # true: its link status stays set while it is down
+                                    # (QEMU's igb, once the PF has been opened)
         vf_mtu: 1500
         up: false                   # administrative state (PFs, devices and links)
     devices:                        # other PCI netdevs, e.g. shared parents
@@ -68,6 +72,7 @@ from plugins.sdk import DocumentSchema, YAMLLoadError, load_yaml_documents
 
 from ._errors import LabError
 from ._nics import DRIVERS, NicProfile, profile, vf_pci
+from ._state import LOOPBACK_IFINDEX
 from .model import DEFAULT_BOOT_ID, FakeKernelModel
 
 __all__ = [
@@ -138,6 +143,11 @@ def _build(lab: _Section) -> FakeKernelModel:
         loopback=lab.get("loopback", False),
         mac_address_policy=lab.get("mac_address_policy", "none"),
     )
+    if lab.get("host_loopback_up", False):
+        if not lab.get("loopback", False):
+            raise LabError("lab.host_loopback_up: the lab has no loopback devices (loopback)")
+        host = model.host_namespace()
+        model.set_link(host, LOOPBACK_IFINDEX, LinkChanges(up=True))
     nics = {name: _nic(section) for name, section in lab.mapping("nics")}
     namespaces: list[str] = lab.get("namespaces", [])
     for i, ns_name in enumerate(namespaces):
@@ -170,6 +180,7 @@ def _nic(r: _Section) -> NicProfile:
         vf_offset=r.data.get("vf_offset"),
         vf_stride=r.data.get("vf_stride"),
         totalvfs=r.data.get("totalvfs"),
+        vf_probe_answered=r.data.get("vf_probe_answered"),
     )
 
 
@@ -204,6 +215,7 @@ def _pf(model: FakeKernelModel, r: _Section, nics: dict[str, NicProfile]) -> Non
         vf_max_mtu=nic.max_mtu,
         nic=nic,
         cable=r.get("cable", True),
+        link_kept=r.get("link_kept", False),
     )
     _set_up(model, r, pf)
 

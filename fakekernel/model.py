@@ -271,11 +271,13 @@ class FakeKernelModel:
         vf_max_mtu: int = 9702,
         nic: NicProfile | None = None,
         cable: bool = True,
+        link_kept: bool = False,
     ) -> Link:
         """A PF with ``sriov_numvfs`` VFs; ``vfs`` is (netdev name, PCI address, MAC) per VF.
 
         ``nic``: the driver's profile (default: ``generic`` with ``capabilities`` and the
-        MTU bounds given); a "random" ``vf_mac`` profile ignores the MACs given."""
+        MTU bounds given); a "random" ``vf_mac`` profile ignores the MACs given.
+        ``link_kept``: the port's link status stays set while the PF is down (PfState)."""
         caps = frozenset(capabilities)
         unknown = caps - _vfs.CAPABILITIES
         if unknown:
@@ -285,7 +287,7 @@ class FakeKernelModel:
             name, pci_address=pci_address, mac=mac, mtu=mtu, min_mtu=nic.min_mtu, max_mtu=max_mtu
         )
         pci = pf.pci_address or ""
-        self._s.pfs[pci] = PfState(pci, caps, [], nic, name, vf_mtu, cable)
+        self._s.pfs[pci] = PfState(pci, caps, [], nic, name, vf_mtu, cable, link_kept)
         for index, (vf_name, vf_address, vf_mac) in enumerate(vfs):
             self._add_vf(self._s.pfs[pci], index, vf_name, vf_address, vf_mac, vf_max_mtu)
         return pf

@@ -13,13 +13,14 @@ import errno
 import os
 import re
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fakekernel.client import FakeKernelClient
-from plugins.kernel import NsRef, kernel_error
+from plugins.kernel import Kernel, LinkChanges, NsRef, kernel_error
 
 __all__ = ["GUEST_METHODS", "GUEST_PARAMS", "GuestSide", "VmKernel"]
 
@@ -34,6 +35,7 @@ GUEST_PARAMS: dict[str, dict[str, type]] = {
     "renumber_link": {"name": str, "ifindex": int},
     "change_link": {"ns": str, "name": str, "option": str, "value": str},
     "await_bond_active": {"ns": str, "bond": str, "avoid": str, "timeout_s": float},
+    "await_port_link": {"pf": str, "timeout_s": float},
     "hang": {"seconds": float},  # test only: see GuestSide.hang
 }
 # The options ``change_link`` changes on an existing link (RTM_NEWLINK without
@@ -54,6 +56,10 @@ VF_NETDEV_DEADLINE_S = 60.0
 # How long write_sriov_numvfs leaves the naming of new VF netdevs to udev.
 UDEV_GRACE_S = 10.0
 SYSFS_NET = Path("/sys/class/net")
+IFF_UP = 0x1
+SIOCGMIIPHY, SIOCGMIIREG = 0x8947, 0x8948  # linux/sockios.h
+MII_BMSR, BMSR_LINK_STATUS = 0x01, 0x0004  # linux/mii.h
+PORT_LINK_POLL_S = 0.01
 # A PF lent into a lab session's node is not under the agent's /sys/class/net (sysfs
 # shows the netdevs of the namespace it was mounted in); its PCI function always is here.
 SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -210,6 +216,22 @@ class GuestSide:
                     break
             return active
 
+    def await_port_link(self, pf: str, timeout_s: float) -> bool:
+        """Whether the PF's port has link (its PHY's status register, what igb's STATUS.LU
+        follows) and, while the PF is up, its driver has seen it (carrier), once both
+        hold or at the deadline. Each reset of an igb PF (open, close, an MTU change,
+        ``sriov_numvfs``) restarts QEMU's emulated autonegotiation, which takes the link
+        away for 500 ms: what a VF rate call answers meanwhile depends on timing."""
+        self._device(pf)  # an SR-IOV PF of this guest, by name: nothing else is asked
+        deadline = time.monotonic() + timeout_s
+        while not (_phy_link(pf) and _carrier_if_up(pf)):
+            if time.monotonic() > deadline:
+                return False
+            # The PHY's register changes without an event to wait on (no interrupt while
+            # the PF is down): polled, within the deadline.
+            time.sleep(PORT_LINK_POLL_S)
+        return True
+
     def hang(self, seconds: float) -> None:
         """Test only (no lab code sends it): stop answering for ``seconds``. The agent
         serves one request at a time, so every request after this one waits too: the
@@ -246,6 +268,61 @@ class GuestSide:
         if "/" in pf or not (device / "sriov_totalvfs").exists():
             raise kernel_error(errno.ENODEV, f"{pf!r} is not an SR-IOV PF in this guest")
         return device
+
+
+def give_pfs_link_once(kernel: Kernel, node_pin: str, deadline_s: float = 30.0) -> list[str]:
+    """Open each SR-IOV PF that is down until it has carrier, then close it again; the
+    names of those opened. QEMU's igb keeps the port's link status (STATUS.LU) from the
+    first time it had link to the end of the boot, and igb's VF rates ask for it, so
+    without this what a VF rate call answers would depend on whether anything opened
+    the PF earlier in the boot. The model of the guest says the same (vm-igb.yaml:
+    ``link_kept``)."""
+    from .netns import _link_events
+
+    host = kernel.host_namespace()
+    pfs = [
+        lk
+        for lk in kernel.list_links(host)
+        if not lk.up and (SYSFS_NET / lk.name / "device" / "sriov_totalvfs").exists()
+    ]
+    with _link_events(node_pin) as events:
+        for pf in pfs:
+            kernel.set_link(host, pf.ifindex, LinkChanges(up=True))
+        deadline = time.monotonic() + deadline_s
+        while not all(_has_carrier(pf.name) for pf in pfs):
+            if not events.wait(deadline - time.monotonic()):
+                waiting = [pf.name for pf in pfs if not _has_carrier(pf.name)]
+                raise kernel_error(
+                    errno.ETIMEDOUT, f"{waiting}: no carrier {deadline_s:g} s after opening"
+                )
+    for pf in pfs:
+        kernel.set_link(host, pf.ifindex, LinkChanges(up=False))
+    return [pf.name for pf in pfs]
+
+
+def _has_carrier(netdev: str) -> bool:
+    return (SYSFS_NET / netdev / "carrier").read_text().strip() == "1"
+
+
+def _carrier_if_up(netdev: str) -> bool:
+    flags = int((SYSFS_NET / netdev / "flags").read_text(), 16)
+    return not flags & IFF_UP or _has_carrier(netdev)
+
+
+def _phy_link(netdev: str) -> bool:
+    """The link bit of the PHY's status register (MII BMSR), read through the driver
+    (SIOCGMIIPHY, SIOCGMIIREG), which answers while the netdev is down too."""
+    import fcntl
+
+    name = netdev.encode()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = bytearray(struct.pack("16s24x", name))
+        fcntl.ioctl(sock, SIOCGMIIPHY, request)
+        phy_id = struct.unpack_from("H", request, 16)[0]
+        request = bytearray(struct.pack("16sHHHH16x", name, phy_id, MII_BMSR, 0, 0))
+        fcntl.ioctl(sock, SIOCGMIIREG, request)
+        status = struct.unpack_from("H", request, 22)[0]
+    return bool(status & BMSR_LINK_STATUS)
 
 
 def _sriov_counts(device: Path) -> dict[str, int]:
@@ -371,6 +448,11 @@ class VmKernel(FakeKernelClient):
         return str(
             self._call("await_bond_active", ns=ns.path, bond=bond, avoid=avoid, timeout_s=timeout_s)
         )
+
+    def await_port_link(self, pf: str, timeout_s: float) -> bool:
+        """Whether the PF's port has link (and carrier, while up), once it has or at the
+        deadline (``GuestSide.await_port_link``)."""
+        return bool(self._call("await_port_link", pf=pf, timeout_s=timeout_s))
 
     def hang(self, seconds: float) -> None:
         """Test only: the agent stops answering for ``seconds`` (``GuestSide.hang``); this

@@ -78,6 +78,8 @@ def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> st
     if op == "numvfs":
         outcome = world.numvfs(step["pf"], step["count"])
         return "ok" if outcome[0] == "ok" else str(outcome[1])
+    if op == "set_vf" and {"min_tx_rate", "max_tx_rate"} & step["changes"].keys():
+        world.settle_port(step["pf"])
     call = _call_of(world, step, resolve)
     outcome = world.attempt(call, describe(step))
     return "ok" if outcome[0] == "ok" else str(outcome[1])

@@ -22,7 +22,7 @@ from labs.vm import KERNELS, VmLab
 
 from .generated_session import Session, run_session
 from .generated_shrink import regression_source, shrink
-from .world import GUEST_PFS, FakeWorld, GuestBaseline, VmWorld, vm_like_model
+from .world import GUEST_PFS, GuestBaseline, VmWorld
 
 
 @contextlib.contextmanager
@@ -48,9 +48,8 @@ def make_session(
     log: Callable[[str], None],
     seconds: float | None = None,
 ) -> Session:
-    rename = guest.live_rename
     return Session(
-        lambda: FakeWorld(live_rename=rename, model=vm_like_model(live_rename=rename)),
+        guest.fake_world,
         lambda: VmWorld(lab.kernel, guest),
         steps=steps,
         log=log,

@@ -65,3 +65,129 @@ def generated_61_ipvlan_has_its_parents_permanent_address(w: World) -> None:
             },
         ],
     )
+
+
+@regression(
+    (
+        Signature("set_vf max_tx_rate", "outcome", ("fake EINVAL", "linux ok")),
+        Signature("set_vf min_tx_rate", "outcome", ("fake EINVAL", "linux ok")),
+    ),
+    "device",
+)
+def generated_61_vf_rate_with_the_pf_down(w: World) -> None:
+    """igb sets a VF rate while its PF is down: it asks for the port's link status
+    (STATUS.LU), which QEMU's igb keeps from the PF's first link to the end of the boot
+    (the VM lab opens each PF once at boot: vm-igb.yaml's ``link_kept``), and a max rate
+    of at most the link speed it saw, none while down (igb_down zeroes link_speed): so
+    0 is taken and 100 refused. The model refused any rate while the PF was down.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1): `set_vf min_tx_rate 0` and
+    `max_tx_rate 0` on a down PF, EINVAL in the fake.
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp1s0", "count": 2},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"max_tx_rate": 0}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 1, "changes": {"min_tx_rate": 0}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"max_tx_rate": 100}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"min_tx_rate": 10}},
+        ],
+    )
+
+
+@regression(
+    Signature("set master", "outcome", ("fake EADDRNOTAVAIL", "linux EPERM")), "device", "bond"
+)
+def generated_61_the_hosts_lo_is_up(w: World) -> None:
+    """The guest's root namespace has its ``lo`` up (virtme-ng's init opens it), so
+    enslaving it is refused for being up (EPERM) before lo's address is looked at; the
+    model's lo was down (EADDRNOTAVAIL). vm-igb.yaml's ``host_loopback_up``.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 30).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond0",
+                "bond_mode": "balance-rr",
+                "miimon": 100,
+            },
+            {"op": "set", "ns": "host", "link": "lo", "changes": {"master": "bond0"}},
+        ],
+    )
+
+
+@regression(Signature("options bond bond_mode", "state", ("bond.miimon_ms",)), "device", "bond")
+def generated_61_bond_mode_change_turns_the_mii_monitor_on(w: World) -> None:
+    """A bond without MII monitoring switched to a mode that has no ARP monitoring
+    (802.3ad, balance-tlb, balance-alb) gets miimon 100 (bond_option_mode_set:
+    BOND_DEFAULT_MIIMON); the model kept 0.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 30).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond0",
+                "bond_mode": "active-backup",
+                "miimon": 100,
+            },
+            {"op": "options", "ns": "host", "link": "bond0", "kind": "bond", "miimon_ms": 0},
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "bond_mode": "802.3ad",
+            },
+            {"op": "options", "ns": "host", "link": "bond0", "kind": "bond", "miimon_ms": 0},
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "bond_mode": "balance-rr",
+            },
+        ],
+    )
+
+
+@regression(
+    Signature("set master", "outcome", ("fake EADDRNOTAVAIL", "linux ok")), "device", "bond"
+)
+def generated_61_a_vf_keeps_its_own_address_while_its_pf_is_down(w: World) -> None:
+    """A VF whose PF set its address may still take another one while the PF is down:
+    igb reads the VFs' mailboxes in its interrupt, so the request goes unanswered and
+    igbvf keeps the address it asked for (only an answered NACK refuses it,
+    e1000_rar_set_vf). An active-backup bond sets its second slave's address; the
+    model refused it (EADDRNOTAVAIL) whatever the PF's state.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 30).
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp1s0", "count": 2},
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond0",
+                "bond_mode": "active-backup",
+                "miimon": 100,
+                "mac": "02:00:00:00:0b:01",
+            },
+            {"op": "set", "ns": "host", "link": "enp1s0v0", "changes": {"master": "bond0"}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 1, "changes": {"mac": "02:00:00:00:01:01"}},
+            {"op": "set", "ns": "host", "link": "enp1s0v1", "changes": {"master": "bond0"}},
+        ],
+    )

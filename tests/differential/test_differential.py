@@ -49,12 +49,15 @@ def run(world: World, sc: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any
 
 
 def run_on_fake(
-    sc: Scenario, *, live_rename: bool | None = None, vm_like: bool = False
+    sc: Scenario, *, guest: GuestBaseline | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """On a fresh fake; a scenario using SR-IOV PFs (kind "device"), and any when
-    ``vm_like``, on a fake of the VM lab's guest (its igb PFs)."""
-    rename = running_kernel_has_live_rename() if live_rename is None else live_rename
-    model = vm_like_model(live_rename=rename) if vm_like or "device" in sc.kinds else None
+    """On a fresh fake: of the VM lab's ``guest`` (its igb PFs, its release) when
+    given; else of this machine's kernel, and of a 6.1 guest for a scenario using
+    SR-IOV PFs (kind "device")."""
+    if guest is not None:
+        return run(guest.fake_world(), sc)
+    rename = running_kernel_has_live_rename()
+    model = vm_like_model(live_rename=rename) if "device" in sc.kinds else None
     return run(FakeWorld(live_rename=rename, model=model), sc)
 
 
@@ -130,7 +133,7 @@ def test_fake_matches_vm(
 ) -> None:
     stats.vm_release = guest.release
     series = kernel_series(guest.release)
-    fake_log, fake_view = run_on_fake(sc, live_rename=guest.live_rename, vm_like=True)
+    fake_log, fake_view = run_on_fake(sc, guest=guest)
     real_log, real_view = run(VmWorld(vm_lab.kernel, guest, sriov="device" in sc.kinds), sc)
     outcome_agrees, state_agrees = fake_log == real_log, fake_view == real_view
     record(sc, guest.release, {"fake": [fake_log, fake_view], "linux": [real_log, real_view]})

@@ -36,7 +36,7 @@ from .generated import (
     udev_only,
 )
 from .generated_session import Session, run_session
-from .generated_shrink import regression_source, shrink
+from .generated_shrink import first_divergence, regression_source, shrink
 from .known_divergences import KNOWN_DIVERGENCES, kernel_series
 from .scenarios import SCENARIOS
 from .world import FakeWorld, GuestBaseline, VmWorld, World, vm_like_model
@@ -89,10 +89,9 @@ def test_generated_session(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed = _env_int(SEED_ENV, DEFAULT_SEED)
-    rename = guest.live_rename
     lines: list[str] = []
     session = Session(
-        lambda: FakeWorld(live_rename=rename, model=vm_like_model(live_rename=rename)),
+        guest.fake_world,
         lambda: VmWorld(vm_lab.kernel, guest),
         steps=STEPS,
         log=lines.append,
@@ -189,8 +188,13 @@ def test_a_planted_divergence_is_found_counted_shrunk_and_matched() -> None:
     assert target in session.divergences, list(session.divergences)
     trace = session.divergences[target].trace
     steps = shrink(fake_world, _NoJumbo, trace, target, seconds=30)
-    assert len(steps) <= 2, steps  # the link it is set on may need creating
+    # the link it is set on, and its namespace, may need creating
+    assert len(steps) <= 3, steps
     assert list(steps[-1]["changes"]) == ["mtu"], steps
+    for i in range(len(steps) - 1):  # 1-minimal: without any one step it is gone
+        fewer = steps[:i] + steps[i + 1 :]
+        found = first_divergence(fake_world, _NoJumbo, fewer)
+        assert found is None or not found[1].matched_by(target), (i, steps)
     source = regression_source(target, steps, "6.1.0-57-amd64", 3, 0)
     assert "Shrunk from a generated run on 6.1.0-57-amd64 (seed 3)" in source
     compile(source, "<regression>", "exec")  # the written scenario is valid Python

@@ -61,9 +61,15 @@ from plugins.sdk import NamespaceHandle
 HOST = "host"
 MISSING_IFINDEX = 0x7FFFFF00  # what ``ifindex`` gives for a link that is not there
 LIVE_RENAME_SINCE = (6, 2)  # dev_change_name lets an UP link be renamed since Linux 6.2
+# igb answers a VF made while its PF is up at once (NicProfile.vf_probe_answered): so
+# on 6.12, not on 6.1 (igb_sriov_reinit resets the PF after enabling the VFs); the
+# releases between were not measured, so the first series known to do it is the bound.
+VF_PROBE_ANSWERED_SINCE = (6, 12)
 NAMESPACE_DEATH_DEADLINE_S = 10.0
 # How long a bond's link monitor may take to fail over (miimon 100 ms; TCG is slow).
 BOND_FAILOVER_DEADLINE_S = 2.0
+# How long a PF's port may take to have link again after a reset (QEMU's igb: 500 ms).
+PORT_LINK_DEADLINE_S = 3.0
 
 Outcome = tuple[Literal["ok"], Any] | tuple[Literal["errno"], str]
 
@@ -243,6 +249,8 @@ class World:
     def set_vf(self, pf: str, vf: int, /, **changes: Any) -> Outcome:
         index = self.ifindex(self.host, pf)
         what = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+        if {"min_tx_rate", "max_tx_rate"} & changes.keys():
+            self.settle_port(pf)
         return self.attempt(
             lambda: self.kernel.set_vf(self.host, index, vf, VFChanges(**changes)),
             f"set_vf {pf} vf {vf} {what}",
@@ -266,6 +274,11 @@ class World:
 
     def _write_numvfs(self, pf: str, count: int) -> list[str]:
         raise kernel_error(errno.ENODEV, f"{pf}: no SR-IOV PF in this world")
+
+    def settle_port(self, pf: str) -> None:
+        """Before a VF rate call, which asks for the PF port's link: wait until the port
+        has its link back after the PF's last reset, where that takes time (the model
+        gives link at once)."""
 
     def _change_link(self, ns: NsRef, link: str, option: str, value: str) -> None:
         raise NotImplementedError
@@ -692,6 +705,12 @@ class VmWorld(World):
     def _await_active(self, ns: NsRef, bond: str, avoid: str) -> str:
         return self.vm.await_bond_active(ns, bond, avoid, BOND_FAILOVER_DEADLINE_S)
 
+    def settle_port(self, pf: str) -> None:
+        # QEMU's igb restarts its emulated autonegotiation at each PF reset (open, close,
+        # MTU, sriov_numvfs): no link status for 500 ms, VF rates refused meanwhile. The
+        # outcome is whatever the call answers after the wait, link or not.
+        self.vm.await_port_link(pf, PORT_LINK_DEADLINE_S)
+
     def _dump(self) -> dict[str, dict[int, Link]]:
         """One snapshot (one round trip) instead of a dump per namespace; veth peers
         come with it."""
@@ -815,9 +834,18 @@ GUEST_PFS = ("enp1s0", "enp2s0")
 VM_LAB = Path(fakekernel.__file__).parent / "labs" / "vm-igb.yaml"
 
 
-def vm_like_model(*, live_rename: bool) -> FakeKernelModel:
-    """The fake kernel of the VM lab's guest: its igb PFs (``VM_LAB``)."""
+def vm_like_model(*, live_rename: bool, vf_probe_answered: bool = False) -> FakeKernelModel:
+    """The fake kernel of the VM lab's guest: its igb PFs (``VM_LAB``); what differs
+    between its kernel releases given here (``GuestBaseline.model`` reads them off the
+    guest's release)."""
     desc = dict(parse_lab_yaml(VM_LAB.read_text(), str(VM_LAB)), live_rename=live_rename)
+    if vf_probe_answered:
+        variant = "igb-vf-probe-answered"
+        desc["nics"] = {
+            **(desc.get("nics") or {}),
+            variant: {"driver": "igb", "vf_probe_answered": True},
+        }
+        desc["pfs"] = [{**pf, "nic": variant} for pf in desc["pfs"]]
     return build_model(desc, str(VM_LAB))
 
 
@@ -864,10 +892,24 @@ class GuestBaseline:
         self.devices_by_name = {lk.name: lk for lk in self.devices.values()}
 
     @property
-    def live_rename(self) -> bool:
+    def series(self) -> tuple[int, int]:
         match = re.match(r"(\d+)\.(\d+)", self.release)
-        found = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-        return found >= LIVE_RENAME_SINCE
+        return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+    @property
+    def live_rename(self) -> bool:
+        return self.series >= LIVE_RENAME_SINCE
+
+    @property
+    def vf_probe_answered(self) -> bool:
+        return self.series >= VF_PROBE_ANSWERED_SINCE
+
+    def model(self) -> FakeKernelModel:
+        """A fresh fake kernel of this guest, for its kernel release."""
+        return vm_like_model(live_rename=self.live_rename, vf_probe_answered=self.vf_probe_answered)
+
+    def fake_world(self) -> FakeWorld:
+        return FakeWorld(live_rename=self.live_rename, model=self.model())
 
 
 def restore_guest(kernel: VmKernel, baseline: GuestBaseline) -> None:
