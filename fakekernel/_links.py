@@ -177,6 +177,10 @@ def _validate(spec: LinkSpec) -> None:
             raise fail(errno.ERANGE, f"invalid vlan id {spec.vlan_id}")  # vlan_validate
         if spec.vlan_protocol not in VLAN_PROTOCOLS:
             raise fail(errno.EPROTONOSUPPORT, f"vlan protocol {spec.vlan_protocol!r}")
+    elif spec.kind == "veth" and spec.mtu is not None and not 68 <= spec.mtu <= ETH_MAX_MTU:
+        # veth_validate (ops->validate, before a taken name's EEXIST; with the module not
+        # loaded yet there is no validate: the model's kernel has its modules loaded)
+        raise fail(errno.EINVAL, f"veth mtu {spec.mtu} outside 68..{ETH_MAX_MTU}")
     elif spec.kind == "macvlan" and spec.mode is not None and spec.mode not in MACVLAN_MODES:
         raise fail(errno.EINVAL, f"macvlan mode {spec.mode!r}")  # macvlan_validate
     elif spec.kind == "ipvlan" and spec.mode is not None and spec.mode not in IPVLAN_MODES:

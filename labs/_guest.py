@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fakekernel.client import FakeKernelClient
-from plugins.kernel import Kernel, LinkChanges, NsRef, kernel_error
+from plugins.kernel import Kernel, LinkChanges, LinkKind, LinkSpec, NsRef, kernel_error
 
 __all__ = ["GUEST_METHODS", "GUEST_PARAMS", "GuestSide", "VmKernel"]
 
@@ -298,6 +298,34 @@ def give_pfs_link_once(kernel: Kernel, node_pin: str, deadline_s: float = 30.0) 
     for pf in pfs:
         kernel.set_link(host, pf.ifindex, LinkChanges(up=False))
     return [pf.name for pf in pfs]
+
+
+# The kinds whose module the kernel loads on first use and whose ops->validate runs
+# before a taken name is found (EEXIST): until the module is loaded, a taken name with a
+# bad MTU or VLAN id answers EEXIST, after it EINVAL or ERANGE. A veth pair is made
+# first, these on it; bonding and dummy are left out (loading them makes bond0 and
+# dummy0 in the root namespace).
+MODULE_KINDS: tuple[tuple[LinkKind, dict[str, Any]], ...] = (
+    ("vlan", {"vlan_id": 2}),
+    ("macvlan", {}),
+    ("ipvlan", {}),
+    ("bridge", {}),
+)
+
+
+def load_link_modules(kernel: Kernel, ns: NsRef) -> None:
+    """Make and delete a veth pair and one link of each of MODULE_KINDS in ``ns`` (a
+    scratch namespace), so that their modules are loaded from the boot on, whatever ran
+    first: a node whose link kinds have been used, as the model of the guest has it."""
+    veth = LinkSpec(kind="veth", name="dranp-load0", peer_name="dranp-load1")
+    base = kernel.create_link(ns, veth)
+    try:
+        for kind, extra in MODULE_KINDS:
+            parent = None if kind == "bridge" else base.ifindex
+            spec = LinkSpec(kind=kind, name=f"dranp-{kind}", parent=parent, **extra)
+            kernel.delete_link(ns, kernel.create_link(ns, spec).ifindex)
+    finally:
+        kernel.delete_link(ns, base.ifindex)
 
 
 def _has_carrier(netdev: str) -> bool:

@@ -51,7 +51,13 @@ from fakekernel.server import ProtocolError, answer, dispatch
 from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec, NsRef, kernel_error
 from plugins.sdk import NamespaceHandle
 
-from ._guest import GUEST_METHODS, GUEST_PARAMS, GuestSide, give_pfs_link_once
+from ._guest import (
+    GUEST_METHODS,
+    GUEST_PARAMS,
+    GuestSide,
+    give_pfs_link_once,
+    load_link_modules,
+)
 from ._traffic import TRAFFIC_METHODS, TRAFFIC_PARAMS, TrafficSide
 
 if TYPE_CHECKING:
@@ -418,8 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         incoming_fd = sys.stdin.fileno()
     else:
-        # The VM lab's guest (QEMU's igb): its PFs' link history made the same each boot.
+        # The VM lab's guest: its PFs' link history (QEMU's igb) and its loaded link
+        # modules made the same in every boot, whatever the tests do first.
         give_pfs_link_once(kernel, guest.node_pin)
+        load_link_modules(kernel, kernel.wire)
         fd, ready = os.open(f"/dev/virtio-ports/{args.port}", os.O_RDWR | os.O_CLOEXEC), sys.stdout
         incoming_fd = fd
     try:

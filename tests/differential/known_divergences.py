@@ -47,7 +47,20 @@ LO_BOND_SLAVE_612 = Known(
     "follows 6.1 and has no per-release switch for it: nothing but this scenario makes lo "
     "a slave.",
 )
+VF_CARRIER_612 = Known(
+    OUTCOME,
+    "6.12's igb answers a VF made while its PF is up at once (modelled: "
+    "NicProfile.vf_probe_answered, on for 6.12), so the model gives the VF carrier as "
+    "soon as it is up and a bond takes it as its active slave; in the guest the first "
+    "VF had no carrier within the scenario's 2 s wait for a failover (the bond had no "
+    "active slave, or took the second VF). igbvf learns its link from its watchdog, in "
+    "its own time; seen once on 6.12 with the model per release, not yet measured "
+    "further.",
+    may_agree=True,
+)
 KNOWN_DIVERGENCES: dict[tuple[str, str], Known] = {
+    ("6.12", "sriov_vf_enslaved_into_an_up_bond"): VF_CARRIER_612,
+    ("6.12", "sriov_vf_enslaved_into_a_down_bond_with_its_pf_up"): VF_CARRIER_612,
     ("6.12", "loopback_under_vlan_ipvlan_and_bond"): LO_BOND_SLAVE_612,
     ("6.1", "open_namespace_estale_and_enoent"): NS_INODE_REUSE,
     ("6.12", "open_namespace_estale_and_enoent"): NS_INODE_REUSE,
