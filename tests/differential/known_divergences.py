@@ -62,6 +62,7 @@ KNOWN_DIVERGENCES: dict[tuple[str, str], Known] = {
     ("6.12", "sriov_vf_enslaved_into_an_up_bond"): VF_CARRIER_612,
     ("6.12", "sriov_vf_enslaved_into_a_down_bond_with_its_pf_up"): VF_CARRIER_612,
     ("6.12", "loopback_under_vlan_ipvlan_and_bond"): LO_BOND_SLAVE_612,
+    ("6.12", "generated_612_lo_into_an_empty_bond"): LO_BOND_SLAVE_612,
     ("6.1", "open_namespace_estale_and_enoent"): NS_INODE_REUSE,
     ("6.12", "open_namespace_estale_and_enoent"): NS_INODE_REUSE,
 }
