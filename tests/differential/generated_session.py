@@ -122,6 +122,10 @@ class Figures:
         if self.classes:
             per = ", ".join(f"{c} {k}" for k, c in self.classes.most_common())
             out.append(f"generated: steps whose state differs, by field class: {per}")
+            agree = ", ".join(
+                f"{k} {100 * (n - c) / n:.2f} %" for k, c in self.classes.most_common()
+            )
+            out.append(f"generated: agreement by field class (every other class 100 %): {agree}")
         return out
 
 
