@@ -58,6 +58,8 @@ TITLES = {
     "P6": "VF move into a sandbox + restore, VM lab's emulated igb, vs a pyroute2 floor",
     "P7": "pod network ready through NRI (RunPodSandbox to its answer, connected): macvlan "
     "on a NetnsLab vs CNI ADD and a pyroute2 floor; one VF on the VM lab's guest vs P6's floor",
+    "P8": "memory: RSS and threads of each process idle after ready and after 10,000 "
+    "operations (fake kernel), vs P5's bare gRPC server",
 }
 GOALS = tuple(TITLES)
 GUEST_LOCK = "/tmp/dranp-guest.lock"
@@ -77,6 +79,7 @@ class Sizes:
         self.vf = (4, 1) if quick else (20, 2)
         self.pod_ready = (10, 2) if quick else (40, 5)
         self.pod_vf = (4, 1) if quick else (20, 2)  # P7's VF row, on the guest as P6
+        self.memory = (1, 1000) if quick else (3, 10_000)  # P8: rounds, operations
 
 
 def needs_root(goal_id: str, title: str) -> Outcome | None:
@@ -511,6 +514,51 @@ def p7_pod_ready(sizes: Sizes, log: Path, guest: bool) -> Outcome:
     return Outcome("P7", title, rows, samples, facts=facts)
 
 
+# -- P8 ----------------------------------------------------------------------------------
+
+
+def p8_memory(sizes: Sizes) -> Outcome:
+    title = TITLES["P8"]
+    import bench_memory as memory
+
+    runs, ops = sizes.memory
+    m = memory.measure(runs, ops)
+    idle = {r: [memory.mb(x.rss_kb) for x in m.idle[r]] for r in m.idle}
+    after = {r: [memory.mb(x.rss_kb) for x in m.after[r]] for r in m.after}
+    floor_idle, floor_after = stat(idle[memory.FLOOR], "MB"), stat(after[memory.FLOOR], "MB")
+    floor_growth = statistics.median(m.growth_pct(memory.FLOOR))
+    rows = []
+    for row in m.idle:
+        if row == memory.FLOOR:
+            continue
+        ours_idle, ours_after = stat(idle[row], "MB"), stat(after[row], "MB")
+        growth = statistics.median(m.growth_pct(row))
+        anon, file = (memory.mb(m.median(row, "idle", f)) for f in ("anon_kb", "file_kb"))
+        threads = [m.median(row, w, "threads") for w in ("idle", "after")]
+        rows += [
+            Row("P8", f"{row} RSS, idle after ready", ours_idle, "bare gRPC server",
+                floor_idle, ratio(ours_idle, floor_idle), f"<= {memory.IDLE_RSS_GOAL_MB:g} MB",
+                ours_idle.median <= memory.IDLE_RSS_GOAL_MB,
+                f"anon {anon:.1f} MB, file {file:.1f} MB, {threads[0]:.0f} threads"),
+            Row("P8", f"{row} RSS after {m.ops[row]}", ours_after, "bare gRPC server",
+                floor_after, ratio(ours_after, floor_after),
+                f"growth <= {memory.GROWTH_GOAL_PCT:g} %", growth <= memory.GROWTH_GOAL_PCT,
+                f"growth {growth:+.1f} % (floor {floor_growth:+.1f} % after "
+                f"{m.ops[memory.FLOOR]}), {threads[1]:.0f} threads"),
+        ]  # fmt: skip
+    facts: dict[str, Any] = {
+        "runs": runs,
+        "ops": m.ops,
+        "settle_s": m.settle_s,
+        "load_at_start": m.load_at_start,
+        "load_at_end": m.load_at_end,
+        "idle_kb": {r: [vars(x) for x in v] for r, v in m.idle.items()},
+        "after_kb": {r: [vars(x) for x in v] for r, v in m.after.items()},
+        "ops_seconds": m.seconds,
+    }
+    return Outcome("P8", title, rows, sample_unit="MB", facts=facts)
+
+
 # -- the run -----------------------------------------------------------------------------
 
 
@@ -562,6 +610,7 @@ def main() -> int:
         "P5": lambda: p5_startup(sizes),
         "P6": lambda: p6_vf(sizes, logs / "vf.log"),
         "P7": lambda: p7_pod_ready(sizes, logs / "pod-vf.log", not args.skip_vm),
+        "P8": lambda: p8_memory(sizes),
     }
     started = time.time()
     load_before = loadavg()
