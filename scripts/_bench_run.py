@@ -523,6 +523,7 @@ def p8_memory(sizes: Sizes) -> Outcome:
 
     runs, ops = sizes.memory
     m = memory.measure(runs, ops)
+    memory.report(m)  # the whole table (anon, file, threads) in the run's output
     idle = {r: [memory.mb(x.rss_kb) for x in m.idle[r]] for r in m.idle}
     after = {r: [memory.mb(x.rss_kb) for x in m.after[r]] for r in m.after}
     floor_idle, floor_after = stat(idle[memory.FLOOR], "MB"), stat(after[memory.FLOOR], "MB")
