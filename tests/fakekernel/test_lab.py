@@ -20,7 +20,7 @@ from fakekernel.lab import (
     randomize_start_state,
 )
 from fakekernel.model import diff
-from plugins.kernel import KernelError, Link, VFConfig
+from plugins.kernel import KernelError, Link, LinkChanges, NsRef, VFChanges, VFConfig
 from plugins.sdk import DocumentSchema
 
 from .helpers import link
@@ -336,3 +336,51 @@ def test_the_pod_interface_is_the_sandboxs_first_link_with_its_peer_at_home() ->
     assert peer.peer == eth0.ifindex
     m.delete_namespace("pod-a")
     assert m.get_link(m.host_namespace(), name=peer.name) is None  # it dies with the pod
+
+
+def test_a_qemu_igb_keeps_its_link_status_and_a_booted_host_has_lo_up() -> None:
+    """``link_kept`` (QEMU's igb, opened once at boot): a VF rate is taken with the PF
+    down, but only 0 (the speed the driver saw is gone with the PF); without it every
+    rate waits for the PF's link. ``host_loopback_up``: the host's lo is up, other
+    namespaces' are not; it needs ``loopback``. igb's spoof checking on a PF without VFs
+    is EOPNOTSUPP."""
+
+    def lab(**pf: Any) -> tuple[FakeKernelModel, NsRef, int]:
+        model = build_model(
+            {
+                "loopback": True,
+                "host_loopback_up": True,
+                "namespaces": ["pod"],
+                "pfs": [{"name": "enp1s0", "pci": "0000:01:00.0", "nic": "igb", **pf}],
+            }
+        )
+        host = model.host_namespace()
+        found = model.get_link(host, name="enp1s0")
+        assert found is not None
+        return model, host, found.ifindex
+
+    def rate(model: FakeKernelModel, host: NsRef, pf: int, mbps: int) -> str:
+        try:
+            model.set_vf(host, pf, 0, VFChanges(max_tx_rate=mbps))
+        except KernelError as exc:
+            return errno.errorcode[exc.code]
+        return "ok"
+
+    kept, host, pf = lab(link_kept=True, num_vfs=1)
+    assert (rate(kept, host, pf, 0), rate(kept, host, pf, 100)) == ("ok", "EINVAL")
+    kept.set_link(host, pf, LinkChanges(up=True))
+    assert rate(kept, host, pf, 100) == "ok"
+    plain, host, pf = lab(num_vfs=1)
+    assert (rate(plain, host, pf, 0), rate(plain, host, pf, 100)) == ("EINVAL", "EINVAL")
+    lo = plain.get_link(host, name="lo")
+    assert lo is not None
+    assert lo.up
+    pod_lo = plain.get_link(plain.namespace("pod"), name="lo")
+    assert pod_lo is not None
+    assert not pod_lo.up
+    bare, host, pf = lab()
+    with pytest.raises(KernelError) as refused:
+        bare.set_vf(host, pf, 0, VFChanges(spoofchk=False))
+    assert refused.value.code == errno.EOPNOTSUPP
+    with pytest.raises(LabError, match=r"host_loopback_up: the lab has no loopback devices"):
+        build_model({"host_loopback_up": True})
