@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import errno
 import struct
+import subprocess
+import sys
 
 import pytest
-from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from plugins.kernel import KernelError, VFConfig
 from plugins.kernel.linux import _wire as w
-from plugins.kernel.linux._decode import decode_link_msg, to_vfs
-from plugins.kernel.linux._errors import kernel_errors
+from plugins.kernel.linux._decode import decode_link_msg, decode_nsid, to_vfs
+from plugins.kernel.linux._errors import NetlinkError, kernel_errors
 
 HDR = struct.Struct("=IHHII")
 
@@ -227,3 +229,47 @@ def test_the_hot_path_decoder_gives_the_link_pyroute2_gives(case: str) -> None:
     assert fast == to_link(decode_link_msg(chunk), here, resolve)
     assert fast.ifindex == 5
     assert fast.name == ("lo" if case == "bare" else "net1")
+
+
+@pytest.mark.parametrize("nsid", [0, 5, -1])
+def test_nsid_answers_decode_as_pyroute2_decodes_them(nsid: int) -> None:
+    body = struct.pack("=Bxxx", 0) + w.nla(w.NETNSA_NSID, struct.pack("=i", nsid))
+    chunk = message(w.RTM_NEWNSID, body)
+    theirs = nsidmsg(chunk)
+    theirs.decode()
+    # the kernel's s32 (-1: NETNSA_NSID_NOT_ASSIGNED), which pyroute2 reads as a u32
+    assert decode_nsid(chunk) == nsid
+    assert theirs.get_attr("NETNSA_NSID") == nsid % 2**32
+    assert decode_nsid(message(w.RTM_NEWNSID, struct.pack("=Bxxx", 0))) is None
+
+
+def test_vf_tables_decode_as_pyroute2_decodes_them() -> None:
+    vfs = w.nest(w.IFLA_VFINFO_LIST, [_vf_info(0, spoofchk=1, trust=0, proto=0x88A8)])
+    chunk = message(w.RTM_NEWLINK, w.ifinfomsg(7) + w.nla_str(w.IFLA_IFNAME, "pf0") + vfs)
+    theirs = ifinfmsg(chunk)
+    theirs.decode()
+    (info,) = theirs.get_attr("IFLA_VFINFO_LIST").get_attrs("IFLA_VF_INFO")
+    (ours,) = to_vfs(decode_link_msg(chunk))
+    vlan = info.get_attr("IFLA_VF_VLAN_LIST").get_attrs("IFLA_VF_VLAN_INFO")[0]
+    rate = info.get_attr("IFLA_VF_RATE")
+    assert (ours.mac, ours.vlan, ours.qos, ours.vlan_proto) == (
+        info.get_attr("IFLA_VF_MAC")["mac"],
+        vlan["vlan"],
+        vlan["qos"],
+        "802.1ad" if vlan["proto"] == 0x88A8 else hex(vlan["proto"]),
+    )
+    assert (ours.min_tx_rate, ours.max_tx_rate) == (rate["min_tx_rate"], rate["max_tx_rate"])
+    assert ours.spoofchk == bool(info.get_attr("IFLA_VF_SPOOFCHK")["spoofchk"])
+
+
+def test_the_product_never_imports_pyroute2() -> None:
+    """Any pyroute2 module imports the whole package (370 modules, ~22 MB resident): the
+    services and their Linux backend decode netlink themselves."""
+    code = (
+        "import sys, plugins.services, plugins.kernel.linux.kernel, plugins.coordinator;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]", out

@@ -1,19 +1,35 @@
-"""Kernel replies (decoded by pyroute2) to the ``Link`` and ``VFConfig`` values."""
+"""Kernel replies to the ``Link`` and ``VFConfig`` values.
+
+Decoded here, attribute by attribute, with pyroute2's names and values (checked against
+pyroute2 in tests/linux/test_codec.py) but without importing it: any pyroute2 module
+imports the whole package (ndb, ipdb, conntrack, asyncio: 370 modules, about 22 MB of
+a service's resident memory and 140 ms of its start; docs/benchmarks.md, P8)."""
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
-
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 
 from plugins.sdk import PCI_ADDRESS
 
 from .._types import FAIL_OVER_MAC, BondInfo, Link, LinkKind, NsRef, VFConfig
-from ._wire import IFF_UP
+from ._wire import (
+    IFF_UP,
+    IFLA_VF_INFO,
+    IFLA_VF_LINK_STATE,
+    IFLA_VF_MAC,
+    IFLA_VF_RATE,
+    IFLA_VF_SPOOFCHK,
+    IFLA_VF_TRUST,
+    IFLA_VF_TX_RATE,
+    IFLA_VF_VLAN,
+    IFLA_VF_VLAN_INFO,
+    IFLA_VF_VLAN_LIST,
+    IFLA_VFINFO_LIST,
+    NETNSA_NSID,
+)
 
 KINDS: frozenset[str] = frozenset({"veth", "dummy", "bond", "vlan", "macvlan", "ipvlan", "bridge"})
 STACKED = frozenset({"vlan", "macvlan", "ipvlan"})  # IFLA_LINK names the lower device
@@ -44,13 +60,6 @@ def _by_value(table: dict[str, int], value: Any) -> str | None:
     return next((k for k, v in table.items() if v == value), None)
 
 
-def decode_link_msg(chunk: bytes) -> Any:
-    """pyroute2's full decoding of an RTM_NEWLINK message (every attribute it knows)."""
-    msg = ifinfmsg(chunk)
-    msg.decode()
-    return msg
-
-
 # -- the hot path's decoding: only the attributes a Link is made of --------------------
 #
 # pyroute2 decodes every attribute of a link message (IFLA_AF_SPEC alone is hundreds
@@ -58,7 +67,7 @@ def decode_link_msg(chunk: bytes) -> Any:
 # long to decode as the kernel took to answer it, and the service decodes a few dozen
 # per attach+detach (docs/benchmarks.md). ``decode_link`` reads the rtattr chain once and
 # decodes only what is asked for, with the same names and values as pyroute2 (checked
-# against it in tests/linux/test_codec.py). The VF tables keep pyroute2's decoding.
+# against it in tests/linux/test_codec.py), the VF tables included.
 
 _NLMSGHDR_SIZE = 16
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
@@ -82,17 +91,28 @@ def _uint(fmt: str) -> Callable[[bytes], int]:
 _u8, _u16, _u32, _s32, _be16 = (_uint(f) for f in ("=B", "=H", "=I", "=i", ">H"))
 
 
-def _rtattrs(raw: bytes, offset: int = 0) -> dict[int, bytes]:
-    """Type -> payload of each attribute of a chain (the first of a repeated type)."""
-    attrs: dict[int, bytes] = {}
+def _rtattr_items(raw: bytes, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of each attribute of a chain, in order."""
     end = len(raw)
     while offset + _RTA.size <= end:
         length, kind = _RTA.unpack_from(raw, offset)
         if length < _RTA.size or offset + length > end:
-            break  # truncated: what came before stands, as pyroute2 does
-        attrs.setdefault(kind & _NLA_TYPE_MASK, raw[offset + _RTA.size : offset + length])
+            return  # truncated: what came before stands, as pyroute2 does
+        yield kind & _NLA_TYPE_MASK, raw[offset + _RTA.size : offset + length]
         offset += (length + 3) & ~3
+
+
+def _rtattrs(raw: bytes, offset: int = 0) -> dict[int, bytes]:
+    """Type -> payload of each attribute of a chain (the first of a repeated type)."""
+    attrs: dict[int, bytes] = {}
+    for kind, payload in _rtattr_items(raw, offset):
+        attrs.setdefault(kind, payload)
     return attrs
+
+
+def _vfinfo_list(raw: bytes) -> list[dict[int, bytes]]:
+    """IFLA_VFINFO_LIST: one attribute chain per IFLA_VF_INFO."""
+    return [_rtattrs(payload) for kind, payload in _rtattr_items(raw) if kind == IFLA_VF_INFO]
 
 
 Schema = dict[str, tuple[int, Callable[[bytes], Any]]]
@@ -153,6 +173,7 @@ _LINK_SCHEMA: Schema = {
     "IFLA_PERM_ADDRESS": (54, _l2addr),
     "IFLA_PARENT_DEV_NAME": (56, _asciiz),
     "IFLA_PARENT_DEV_BUS_NAME": (57, _asciiz),
+    "IFLA_VFINFO_LIST": (IFLA_VFINFO_LIST, _vfinfo_list),
 }
 
 
@@ -175,11 +196,18 @@ def decode_link(chunk: bytes) -> LinkMessage:
     return LinkMessage(chunk)
 
 
+def decode_link_msg(chunk: bytes) -> LinkMessage:
+    """An RTM_NEWLINK message of a PF asked for with RTEXT_FILTER_VF (``to_vfs``)."""
+    return LinkMessage(chunk)
+
+
+_RTGENMSG_SIZE = 4  # struct rtgenmsg, padded to NLMSG_ALIGNTO
+
+
 def decode_nsid(chunk: bytes) -> int | None:
-    msg = nsidmsg(chunk)
-    msg.decode()
-    value = msg.get_attr("NETNSA_NSID")
-    return None if value is None else int(value)
+    """NETNSA_NSID of an RTM_NEWNSID answer (-1: none assigned), None without one."""
+    payload = _rtattrs(chunk, _NLMSGHDR_SIZE + _RTGENMSG_SIZE).get(NETNSA_NSID)
+    return None if payload is None else _s32(payload)
 
 
 def _int(value: Any) -> int | None:
@@ -348,41 +376,55 @@ def vf_of(pci: str) -> tuple[str, int] | None:
 
 def to_vfs(msg: Any) -> list[VFConfig]:
     """IFLA_VFINFO_LIST of a PF (asked for with RTEXT_FILTER_VF)."""
-    vflist = msg.get_attr("IFLA_VFINFO_LIST")
+    vflist: list[dict[int, bytes]] | None = msg.get_attr("IFLA_VFINFO_LIST")
     if vflist is None:
         return []
-    out = [_vf(info) for info in vflist.get_attrs("IFLA_VF_INFO")]
-    return sorted(out, key=lambda vf: vf.vf_index)
+    return sorted((_vf(info) for info in vflist), key=lambda vf: vf.vf_index)
 
 
-def _vf(info: Any) -> VFConfig:
-    mac = info.get_attr("IFLA_VF_MAC")
-    vlan = info.get_attr("IFLA_VF_VLAN")
-    vlan_list = info.get_attr("IFLA_VF_VLAN_LIST")
-    vlan_info = vlan_list.get_attrs("IFLA_VF_VLAN_INFO") if vlan_list is not None else []
-    spoofchk = info.get_attr("IFLA_VF_SPOOFCHK")
-    trust = info.get_attr("IFLA_VF_TRUST")
-    rate = info.get_attr("IFLA_VF_RATE")
-    tx_rate = info.get_attr("IFLA_VF_TX_RATE")
-    link_state = info.get_attr("IFLA_VF_LINK_STATE")
-    fields: dict[str, Any] = {"vf_index": int(mac["vf"]), "mac": str(mac["mac"]).lower()}
+# struct ifla_vf_*: each starts with the VF's index (u32); then u32 values, but for the
+# MAC (u8[32], of which an Ethernet address is the first 6) and a VLAN's __be16 protocol
+_VF_VLAN_INFO = struct.Struct("=III2s")  # vf, vlan, qos, vlan_proto (network order)
+_ETH_ALEN = 6
+
+
+def _vf_u32s(payload: bytes | None, count: int) -> tuple[int, ...] | None:
+    """The ``count`` u32 values after the VF index, or None for an absent attribute."""
+    if payload is None:
+        return None
+    return struct.unpack_from(f"={count}I", payload, 4)
+
+
+def _vf(info: dict[int, bytes]) -> VFConfig:
+    mac = info[IFLA_VF_MAC]
+    fields: dict[str, Any] = {"vf_index": _u32(mac), "mac": _l2addr(mac[4 : 4 + _ETH_ALEN])}
+    vlan_list = info.get(IFLA_VF_VLAN_LIST)
+    vlan_info = [
+        _VF_VLAN_INFO.unpack_from(payload)
+        for kind, payload in _rtattr_items(vlan_list or b"")
+        if kind == IFLA_VF_VLAN_INFO
+    ]
+    vlan = _vf_u32s(info.get(IFLA_VF_VLAN), 2)
     if vlan_info:
-        first = vlan_info[0]
-        fields["vlan"], fields["qos"] = int(first["vlan"]), int(first["qos"])
-        fields["vlan_proto"] = _by_value(VLAN_PROTOCOLS, int(first["proto"])) or hex(
-            int(first["proto"])
-        )
+        _, vid, qos, raw_proto = vlan_info[0]
+        proto = int.from_bytes(raw_proto, "big")
+        fields["vlan"], fields["qos"] = vid, qos
+        fields["vlan_proto"] = _by_value(VLAN_PROTOCOLS, proto) or hex(proto)
     elif vlan is not None:
-        fields["vlan"], fields["qos"] = int(vlan["vlan"]), int(vlan["qos"])
-    if spoofchk is not None and int(spoofchk["spoofchk"]) != U32_UNSET:
-        fields["spoofchk"] = bool(spoofchk["spoofchk"])
-    if trust is not None and int(trust["trust"]) != U32_UNSET:
-        fields["trust"] = bool(trust["trust"])
+        fields["vlan"], fields["qos"] = vlan
+    spoofchk = _vf_u32s(info.get(IFLA_VF_SPOOFCHK), 1)
+    if spoofchk is not None and spoofchk[0] != U32_UNSET:
+        fields["spoofchk"] = bool(spoofchk[0])
+    trust = _vf_u32s(info.get(IFLA_VF_TRUST), 1)
+    if trust is not None and trust[0] != U32_UNSET:
+        fields["trust"] = bool(trust[0])
+    rate = _vf_u32s(info.get(IFLA_VF_RATE), 2)
+    tx_rate = _vf_u32s(info.get(IFLA_VF_TX_RATE), 1)
     if rate is not None:
-        fields["min_tx_rate"] = int(rate["min_tx_rate"])
-        fields["max_tx_rate"] = int(rate["max_tx_rate"])
+        fields["min_tx_rate"], fields["max_tx_rate"] = rate
     elif tx_rate is not None:
-        fields["max_tx_rate"] = int(tx_rate["tx_rate"])
+        fields["max_tx_rate"] = tx_rate[0]
+    link_state = _vf_u32s(info.get(IFLA_VF_LINK_STATE), 1)
     if link_state is not None:
-        fields["link_state"] = _by_value(VF_LINK_STATES, int(link_state["link_state"]))
+        fields["link_state"] = _by_value(VF_LINK_STATES, link_state[0])
     return VFConfig(**fields)

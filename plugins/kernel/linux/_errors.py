@@ -1,8 +1,9 @@
 """The one place where failures of the Linux backend become ``KernelError``.
 
 Every public method of ``LinuxKernel`` runs under ``kernel_errors``: a netlink
-error answer (pyroute2's ``NetlinkError``, raised by our transport exactly as
-pyroute2 raises it) and a failed system call (``OSError``) both leave as a
+error answer (``NetlinkError``, raised by our transport with the shape of pyroute2's,
+which the backend no longer imports: _decode.py says why) and a failed system call
+(``OSError``) both leave as a
 ``KernelError`` carrying the same errno the kernel gave. Nothing else in the
 package converts errors, so the errno a caller sees is always the kernel's.
 """
@@ -16,12 +17,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
-from pyroute2.netlink.exceptions import NetlinkError
-
 from .._types import KernelError
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class NetlinkError(Exception):
+    """An error answer of the kernel: its errno (``code``) and a message (the extack's
+    when it sent one). Inside the package only: ``kernel_errors`` turns it into
+    ``KernelError``."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(code, message or os.strerror(code))
+        self.code = code
 
 
 @contextmanager

@@ -1,7 +1,6 @@
 """rtnetlink on the wire: request encoding and a synchronous, thread-safe socket.
 
-Link replies are decoded by ``_decode.decode_link``, the others by pyroute2's message
-classes (``ifinfmsg`` for VF tables, ``nsidmsg``).
+Replies are decoded by ``_decode`` (links, VF tables, namespace ids).
 Requests are encoded here, byte for byte as the kernel's structs are laid out,
 because pyroute2 0.9 encodes ``struct ifla_vf_vlan_info`` two bytes short (the
 kernel answers EINVAL) and cannot send the zero-length ``IFLA_IFALIAS`` that
@@ -12,7 +11,7 @@ It is also faster: pyroute2 with both bugs patched (commit 6d80f6b) cost 15-33 %
 more per macvlan attach+detach of the real service, as measured in
 docs/benchmarks.md ("Netlink transport: pyroute2 vs the home-made one").
 
-Errors are raised as pyroute2's ``NetlinkError`` with the kernel's errno and
+Errors are raised as ``_errors.NetlinkError`` with the kernel's errno and
 extended-ack message; ``_errors.kernel_errors`` turns them into ``KernelError``.
 
 A request that never returns

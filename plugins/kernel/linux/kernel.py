@@ -80,8 +80,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from pyroute2.netlink.exceptions import NetlinkError
-
 from plugins.sdk import NamespaceHandle, kernel_name_problem
 from plugins.sdk.telemetry import log_event
 
@@ -115,7 +113,7 @@ from ._decode import (
     to_link,
     to_vfs,
 )
-from ._errors import kernel_errors, netlink_error, translated
+from ._errors import NetlinkError, kernel_errors, netlink_error, translated
 from ._nsfs import (
     Identity,
     current_thread_identity,
