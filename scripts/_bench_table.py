@@ -84,8 +84,10 @@ def section(
         "",
         HOW,
         "Ours and its peer alternate every iteration (ABAB) after warm-ups; medians, p90 in "
-        "parentheses; a ratio is of medians. The goals are issue 13's. A verdict is what "
-        "this run measured, on a machine shared with other work, and never a test.",
+        "parentheses; a ratio is of medians. P8 measures memory, not time: each of its "
+        "rounds runs every process at once, floor included. The goals are issue 13's (P8's, "
+        "issue 31's). A verdict is what this run measured, on a machine shared with other "
+        "work, and never a test.",
         "",
         *table(outcomes),
         "",
