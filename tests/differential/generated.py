@@ -26,7 +26,7 @@ from typing import Any
 
 from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkOptions, LinkSpec, VFChanges
 
-from .world import HOST, MISSING_IFINDEX, World, errno_name
+from .world import GUEST_PFS, HOST, MISSING_IFINDEX, World, errno_name
 
 Step = dict[str, Any]
 # How a step finds a link's ifindex: (world, namespace label, link name) -> ifindex.
@@ -77,12 +77,37 @@ def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> st
         return "ok"
     if op == "numvfs":
         outcome = world.numvfs(step["pf"], step["count"])
+        for pf in _ports_reset(step):
+            world.settle_port(pf)
         return "ok" if outcome[0] == "ok" else str(outcome[1])
-    if op == "set_vf" and {"min_tx_rate", "max_tx_rate"} & step["changes"].keys():
-        world.settle_port(step["pf"])
+    for pf in _ports_asked(step):
+        world.settle_port(pf)
     call = _call_of(world, step, resolve)
     outcome = world.attempt(call, describe(step))
+    for pf in _ports_reset(step):
+        world.settle_port(pf)
     return "ok" if outcome[0] == "ok" else str(outcome[1])
+
+
+# What depends on a PF port's link (a VF rate; a PF made a bond's active slave, which
+# must have carrier) waits for it first, and a step that resets a PF (open, close, an
+# MTU change, an enslave or release, which open and close it) waits for it after, so
+# the observation does not fall inside QEMU's 500 ms of autonegotiation (World.settle_port).
+def _ports_asked(step: Step) -> list[str]:
+    if step["op"] == "set_vf" and {"min_tx_rate", "max_tx_rate"} & step["changes"].keys():
+        return [step["pf"]]
+    if step["op"] == "options" and step.get("active_slave") in GUEST_PFS:
+        return [str(step["active_slave"])]
+    return []
+
+
+def _ports_reset(step: Step) -> list[str]:
+    if step["op"] == "numvfs":
+        return [str(step["pf"])]
+    on_a_pf = step["op"] == "set" and step["link"] in GUEST_PFS and step.get("ns") == HOST
+    if on_a_pf and {"up", "mtu", "master"} & step["changes"].keys():
+        return [str(step["link"])]
+    return []
 
 
 NO_NAMESPACE = "no such namespace"  # the outcome of a step naming a dead namespace
