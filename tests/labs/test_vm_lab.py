@@ -32,6 +32,18 @@ def test_the_guest_runs_the_asked_kernel(vm_lab: VmLab) -> None:
     assert vm_lab.kernel.release() == image.name.removeprefix("vmlinuz-")
 
 
+def test_the_guest_boots_with_its_pfs_down_and_their_ports_linked(vm_lab: VmLab) -> None:
+    """The agent opened each PF once at boot (QEMU's igb keeps the link status from
+    then on), and left it down: the fake of the guest (vm-igb.yaml) says so."""
+    k = vm_lab.kernel
+    host = k.host_namespace()
+    for pf in PFS:
+        pf_link = k.get_link(host, name=pf)
+        assert pf_link is not None
+        assert not pf_link.up, f"{pf} is up after boot"
+        assert k.await_port_link(pf, 5.0), f"{pf}'s port has no link status after boot"
+
+
 def test_both_igb_pfs_give_vfs_with_netdevs(vm_lab: VmLab) -> None:
     k = vm_lab.kernel
     host = k.host_namespace()
