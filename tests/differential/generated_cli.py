@@ -86,20 +86,28 @@ def main(argv: list[str] | None = None) -> int:
         if line.startswith("divergence"):
             print(f"  [{time.monotonic() - started:7.0f} s] {line}", flush=True)
 
+    ended: BaseException | None = None
     lab = VmLab(args.kernel)
     try:
         with prepared_guest(lab) as guest:
             print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")
             seconds = None if args.minutes is None else 60 * args.minutes
             session = make_session(lab, guest, args.steps, log, seconds)
-            run_session(session, seed)
+            try:
+                run_session(session, seed)
+            except Exception as exc:  # the guest died: the figures so far still count
+                ended = exc
+                print(f"generated: the session ended early: {exc!r}", flush=True)
+                for name, text in lab.evidence().items():  # gone with the lab's directory
+                    print(f"--- {name} (last lines)\n{text[-4000:]}", flush=True)
             lines = session.figures.lines(guest.release)
             print("\n".join(lines), flush=True)
             found = sorted(session.divergences.values(), key=lambda d: -d.count)
             for d in found:
                 print(f"  {d.count:5d}x {d.signature} (first after {len(d.trace)} steps)")
             sources = []
-            deadline = time.monotonic() + args.shrink_seconds
+            # no shrinking on a guest that failed (it needs the guest)
+            deadline = time.monotonic() + (0 if ended else args.shrink_seconds)
             for i, d in enumerate(found):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -130,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                             "divergences": [
                                 {"signature": str(d.signature), "count": d.count} for d in found
                             ],
+                            "ended_early": None if ended is None else repr(ended),
                         },
                         indent=1,
                     )
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         lab.close()
         if sink is not None:
             sink.close()
-    return 0
+    return 0 if ended is None else 1
 
 
 if __name__ == "__main__":
