@@ -188,16 +188,17 @@ def start_service(
     return started, service
 
 
+def _start_module(
+    command: Sequence[str], config: Path, log_path: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``python -m COMMAND --config CONFIG`` from the repository, its output to the log."""
+    argv = [sys.executable, "-m", *command, "--config", str(config), "--log-level", "WARNING"]
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
 def _launch_service(service: ServiceProcess, env: dict[str, str], row: str) -> Started:
-    command = [*service.command, "--config", str(service.config), "--log-level", "WARNING"]
-    with service.log.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", *command],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _start_module(service.command, service.config, service.log, env)
     service.proc = proc
     paths = [service.socket_dir / s for s in service.sockets]
     try:
@@ -261,16 +262,8 @@ def start_hook_pair(lab: Lab, root: Path, env: dict[str, str]) -> list[Started]:
         inventory=TOPOLOGY_DIR / "inventory.yaml",
         policies=TOPOLOGY_DIR / "policies.yaml",
     )
-    command = [*program.command, "--config", str(program.config), "--log-level", "WARNING"]
     try:
-        with program.log.open("ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", *command],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        proc = _start_module(program.command, program.config, program.log, env)
         program.proc = proc
         try:
             with program.coordinator_client() as client:
