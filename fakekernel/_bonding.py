@@ -123,8 +123,9 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
     slave.saved = saved
     info.slaves.append(slave.id)
     # with miimon the slave's link is its carrier now, without it is taken as up; a VF
-    # whose driver learns its link from its PF (igbvf's watchdog) has none yet: it was
-    # just opened
+    # whose driver learns its link from its PF (igbvf's watchdog), or a PF whose port
+    # autonegotiates, has none yet: it was just opened (a down bond's monitor does not
+    # run, so it stays without one until the bond comes up)
     if not info.miimon_ms:
         info.link_up[slave.id] = True
     else:
@@ -182,9 +183,13 @@ def carrier(state: State, link: LinkState) -> bool:
 
 def _link_comes_later(state: State, link: LinkState) -> bool:
     """A VF whose driver learns its link through its PF's mailbox (igbvf's watchdog,
-    started by igbvf_open) has no carrier right after it was opened."""
-    table = state.pfs.get(link.vf_of[0]) if link.vf_of is not None else None
-    return table is not None and table.nic.vf_mailbox
+    started by igbvf_open) has no carrier right after it was opened, nor has a PF whose
+    port autonegotiates after an open."""
+    if link.vf_of is not None:
+        table = state.pfs.get(link.vf_of[0])
+        return table is not None and table.nic.vf_mailbox
+    own = state.pfs.get(link.pci_address or "")
+    return own is not None and own.nic.port_link_after_open
 
 
 def pf_has_link(state: State, device: LinkState) -> bool:

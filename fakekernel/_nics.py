@@ -68,6 +68,9 @@ class NicProfile:
     vf_probe_answered: bool = False
     # a VF may change its own address after its PF set one (igb: no, EADDRNOTAVAIL)
     vf_mac_override: bool = True
+    # the PF's port has link a moment after the PF opens (its PHY autonegotiates; QEMU's
+    # igb takes 500 ms): a bond that enslaves it, which opens it, sees no carrier then
+    port_link_after_open: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,6 +93,7 @@ DRIVERS: dict[str, NicProfile] = {
         qos_needs_vlan=False,
         vf_mailbox=True,
         vf_mac_override=False,
+        port_link_after_open=True,
     ),
 }
 
