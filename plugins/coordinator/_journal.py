@@ -414,9 +414,17 @@ class CoordinatorJournal:
             lambda r: {s: r.count("applications", {"state": s}) for s in APPLICATION_STATES}
         )
 
-    def applications(self, attachment: str | None = None) -> list[Application]:
-        where = None if attachment is None else {"attachment": attachment}
-        rows = self.read(lambda r: r.select("applications", where, order_by="attachment"))
+    def applications(
+        self, attachment: str | None = None, *, claim: str | None = None
+    ) -> list[Application]:
+        """Every application recorded (removed ones too), or those of ``attachment`` or
+        ``claim``: filtered in SQL, so an apply does not decode the whole history."""
+        where: dict[str, str] = {}
+        if attachment is not None:
+            where["attachment"] = attachment
+        if claim is not None:
+            where["claim"] = claim
+        rows = self.read(lambda r: r.select("applications", where or None, order_by="attachment"))
         return [
             Application(
                 r["attachment"],

@@ -275,8 +275,8 @@ class CoordinatorService:
 
     def _new_application(self, request: ApplyRequest, compiled: CompiledTopology) -> Application:
         assert self._journal is not None
-        for other in self._journal.applications():
-            if other.claim == request.claim and other.state != "removed":
+        for other in self._journal.applications(claim=request.claim):
+            if other.state != "removed":
                 raise FailedPrecondition(
                     f"claim {request.claim} is already applied by attachment {other.attachment}"
                 )
