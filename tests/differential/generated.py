@@ -26,7 +26,7 @@ from typing import Any
 
 from plugins.kernel import BondInfo, KernelError, LinkChanges, LinkOptions, LinkSpec, VFChanges
 
-from .world import GUEST_PFS, HOST, MISSING_IFINDEX, World, errno_name
+from .world import GUEST_PFS, HOST, MISSING_IFINDEX, PORT_LINK_VF_CHANGES, World, errno_name
 
 Step = dict[str, Any]
 # How a step finds a link's ifindex: (world, namespace label, link name) -> ifindex.
@@ -94,7 +94,7 @@ def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> st
 # MTU change, an enslave or release, which open and close it) waits for it after, so
 # the observation does not fall inside QEMU's 500 ms of autonegotiation (World.settle_port).
 def _ports_asked(step: Step) -> list[str]:
-    if step["op"] == "set_vf" and {"min_tx_rate", "max_tx_rate"} & step["changes"].keys():
+    if step["op"] == "set_vf" and PORT_LINK_VF_CHANGES & step["changes"].keys():
         return [step["pf"]]
     if step["op"] == "options" and step.get("active_slave") in GUEST_PFS:
         return [str(step["active_slave"])]
@@ -246,9 +246,6 @@ def op_class(step: Step) -> str:
 VIRTUAL_MAC = "mac (virtual link)"
 
 
-ADDRESS_CLASSES = frozenset({"mac", "perm_mac", "device.perm_mac", "vf.mac", VIRTUAL_MAC})
-
-
 def udev_only(sig: Signature) -> bool:
     """A state divergence the lab's udev explains, not the kernel
     (docs/generated-differential.md): in virtual links' addresses alone, or in addresses
@@ -269,6 +266,7 @@ def udev_only(sig: Signature) -> bool:
 # give a new VF its address late. When that lands depends on time, which the model
 # has none of.
 DEVICE_ADDRESS_CLASSES = frozenset({"mac", "perm_mac", "device.perm_mac", "vf.mac"})
+ADDRESS_CLASSES = DEVICE_ADDRESS_CLASSES | {VIRTUAL_MAC}
 
 
 def vf_address_timing(sig: Signature) -> bool:

@@ -53,7 +53,7 @@ from plugins.kernel import (
 )
 from plugins.kernel.linux import LinuxKernel
 from plugins.kernel.linux import _wire as wire
-from plugins.kernel.linux._decode import decode_link_msg, decode_nsid
+from plugins.kernel.linux._decode import decode_link, decode_nsid
 from plugins.kernel.linux._nsfs import open_netns, run_in_netns
 from plugins.kernel.linux.netns import create_namespace, delete_namespace
 from plugins.sdk import NamespaceHandle
@@ -70,6 +70,8 @@ NAMESPACE_DEATH_DEADLINE_S = 10.0
 BOND_FAILOVER_DEADLINE_S = 2.0
 # How long a PF's port may take to have link again after a reset (QEMU's igb: 500 ms).
 PORT_LINK_DEADLINE_S = 3.0
+# The VF settings the PF's driver sets only with its port's link (igb: rates).
+PORT_LINK_VF_CHANGES = frozenset({"min_tx_rate", "max_tx_rate"})
 
 Outcome = tuple[Literal["ok"], Any] | tuple[Literal["errno"], str]
 
@@ -249,7 +251,7 @@ class World:
     def set_vf(self, pf: str, vf: int, /, **changes: Any) -> Outcome:
         index = self.ifindex(self.host, pf)
         what = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-        if {"min_tx_rate", "max_tx_rate"} & changes.keys():
+        if PORT_LINK_VF_CHANGES & changes.keys():
             self.settle_port(pf)
         return self.attempt(
             lambda: self.kernel.set_vf(self.host, index, vf, VFChanges(**changes)),
@@ -629,7 +631,7 @@ class LinuxWorld(World):
             body = wire.ifinfomsg() + wire.nla_u32(wire.IFLA_EXT_MASK, wire.RTEXT_FILTER_SKIP_STATS)
             for label, (_, sock) in opened.items():
                 for chunk in sock.request(wire.RTM_GETLINK, wire.NLM_F_DUMP, body):
-                    msg = decode_link_msg(chunk)
+                    msg = decode_link(chunk)
                     nsid = msg.get_attr("IFLA_LINK_NETNSID")
                     link = msg.get_attr("IFLA_LINK")
                     if nsid is not None and link is not None:

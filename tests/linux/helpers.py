@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from plugins.kernel.linux._decode import decode_link_msg
+from plugins.kernel.linux._decode import decode_link
 from plugins.kernel.linux._nsfs import open_netns, run_in_netns
 from plugins.kernel.linux._wire import RTM_DELLINK, RTM_NEWLINK
 
@@ -43,7 +43,7 @@ class LinkEvents:
             while offset + _HDR.size <= len(data):
                 length, mtype = _HDR.unpack_from(data, offset)[:2]
                 if mtype in (RTM_NEWLINK, RTM_DELLINK):
-                    msg = decode_link_msg(bytes(data[offset : offset + length]))
+                    msg = decode_link(bytes(data[offset : offset + length]))
                     event = "new" if mtype == RTM_NEWLINK else "del"
                     name = str(msg.get_attr("IFLA_IFNAME"))
                     self.seen.append((event, name))

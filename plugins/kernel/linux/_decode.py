@@ -196,11 +196,6 @@ def decode_link(chunk: bytes) -> LinkMessage:
     return LinkMessage(chunk)
 
 
-def decode_link_msg(chunk: bytes) -> LinkMessage:
-    """An RTM_NEWLINK message of a PF asked for with RTEXT_FILTER_VF (``to_vfs``)."""
-    return LinkMessage(chunk)
-
-
 _RTGENMSG_SIZE = 4  # struct rtgenmsg, padded to NLMSG_ALIGNTO
 
 

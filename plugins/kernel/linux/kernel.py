@@ -107,7 +107,6 @@ from ._decode import (
     VF_LINK_STATES,
     VLAN_PROTOCOLS,
     decode_link,
-    decode_link_msg,
     decode_nsid,
     pci_address_of,
     to_link,
@@ -1014,7 +1013,6 @@ class LinuxKernel:
         name: str | None = None,
         ifindex: int | None = None,
         ext_mask: int = w.RTEXT_FILTER_SKIP_STATS,
-        decode: Callable[[bytes], Any] = decode_link,
     ) -> Any | None:
         """RTM_GETLINK of one link; None when it does not exist."""
         attrs = w.nla_u32(w.IFLA_EXT_MASK, ext_mask)
@@ -1031,7 +1029,7 @@ class LinuxKernel:
             if exc.code == errno.ENODEV:
                 return None
             raise
-        return decode(replies[0]) if replies else None
+        return decode_link(replies[0]) if replies else None
 
     def _setlink(
         self,
@@ -1080,7 +1078,7 @@ class LinuxKernel:
     def _vfs(self, space: _Namespace, pf_ifindex: int) -> list[VFConfig]:
         mask = w.RTEXT_FILTER_VF | w.RTEXT_FILTER_SKIP_STATS
         # pyroute2's decoding: the VF table's nested structs are not on the hot path
-        msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask, decode=decode_link_msg)
+        msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask)
         if msg is None:
             raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
         return to_vfs(msg)
