@@ -16,6 +16,8 @@ Format (every key but the names is optional)::
         vf_offset: 128              # SR-IOV First VF Offset / VF Stride (routing ids)
         vf_stride: 2
         vf_probe_answered: false    # true: a VF made with its PF up is answered at once
+        vf_mailbox: true            # false: the VFs' VLANs, carrier and the VF table's MACs
+                                    # do not wait for the PF to answer (default: the driver's)
     pfs:
       - name: enp3s0f0              # enpBsSfF encodes the PCI address 0000:BB:SS.F
         pci: "0000:03:00.0"         # required when the name does not encode it
@@ -181,6 +183,7 @@ def _nic(r: _Section) -> NicProfile:
         vf_stride=r.data.get("vf_stride"),
         totalvfs=r.data.get("totalvfs"),
         vf_probe_answered=r.data.get("vf_probe_answered"),
+        vf_mailbox=r.data.get("vf_mailbox"),
     )
 
 

@@ -22,6 +22,7 @@ from labs.vm import KERNELS, VmLab
 
 from .generated_session import Session, run_session
 from .generated_shrink import regression_source, shrink
+from .mutants import MUTANTS, Mutant
 from .world import GUEST_PFS, GuestBaseline, VmWorld
 
 
@@ -47,9 +48,10 @@ def make_session(
     steps: int,
     log: Callable[[str], None],
     seconds: float | None = None,
+    mutant: Mutant | None = None,
 ) -> Session:
     return Session(
-        guest.fake_world,
+        guest.fake_world if mutant is None else lambda: mutant.world(guest),
         lambda: VmWorld(lab.kernel, guest),
         steps=steps,
         log=log,
@@ -72,11 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--regressions", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, help="the figures, as JSON")
+    parser.add_argument(
+        "--mutant",
+        choices=sorted(MUTANTS),
+        default=None,
+        help="run this mutant of the model (tests/differential/mutants.py) against the guest",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
     seed = random.SystemRandom().getrandbits(32) if args.seed is None else args.seed
-    print(f"generated: seed {seed}, {args.steps} steps, kernel {args.kernel}", flush=True)
+    mutant = None if args.mutant is None else MUTANTS[args.mutant]
+    against = "" if mutant is None else f", the model's mutant {mutant.name}"
+    print(f"generated: seed {seed}, {args.steps} steps, kernel {args.kernel}{against}", flush=True)
     sink = args.log.open("w", buffering=1) if args.log is not None else None
     started = time.monotonic()
 
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         with prepared_guest(lab) as guest:
             print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")
             seconds = None if args.minutes is None else 60 * args.minutes
-            session = make_session(lab, guest, args.steps, log, seconds)
+            session = make_session(lab, guest, args.steps, log, seconds, mutant)
             try:
                 run_session(session, seed)
             except Exception as exc:  # the guest died: the figures so far still count
@@ -113,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
                 if left <= 0:
                     print(f"shrink: out of time, {len(found) - i} divergences left unshrunk")
                     break
-                fresh = make_session(lab, guest, 0, log)
+                fresh = make_session(lab, guest, 0, log, mutant=mutant)
                 steps = shrink(fresh.make_fake, fresh.make_real, d.trace, d.signature, left)
                 print(f"shrink: {d.signature}: {len(d.trace)} -> {len(steps)} steps")
-                sources.append(regression_source(d.signature, steps, guest.release, seed, i))
+                sources.append(
+                    regression_source(d.signature, steps, guest.release, seed, i, args.mutant)
+                )
             if args.regressions is not None:
                 args.regressions.write_text("\n\n".join(sources))
             if args.json is not None:

@@ -94,9 +94,16 @@ def shrink(
 
 
 def regression_source(
-    signature: Signature, steps: list[Step], release: str, seed: int, number: int
+    signature: Signature,
+    steps: list[Step],
+    release: str,
+    seed: int,
+    number: int,
+    mutant: str | None = None,
 ) -> str:
-    """A regression scenario for tests/differential/regressions.py."""
+    """A regression scenario for tests/differential/regressions.py (``mutant``: the
+    mutant of the model the run was against, tests/differential/mutants.py)."""
+    against = "" if mutant is None else f", against the model's mutant {mutant}"
     series = "".join(re.findall(r"\d+", release)[:2])
     slug = re.sub(r"[^a-z0-9]+", "_", f"{signature.op} {signature.aspect}".lower()).strip("_")
     name = f"generated_{series}_{slug}"[:70] + f"_{number}"
@@ -106,7 +113,7 @@ def regression_source(
         f"@regression({signature!r}, {kinds})\n"
         f"def {name}(w: World) -> None:\n"
         f'    """{signature}.\n\n'
-        f"    Shrunk from a generated run on {release} (seed {seed}).\n"
+        f"    Shrunk from a generated run on {release} (seed {seed}{against}).\n"
         f'    """\n'
         f"    replay(\n"
         f"        w,\n"

@@ -31,7 +31,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -836,17 +836,23 @@ GUEST_PFS = ("enp1s0", "enp2s0")
 VM_LAB = Path(fakekernel.__file__).parent / "labs" / "vm-igb.yaml"
 
 
-def vm_like_model(*, live_rename: bool, vf_probe_answered: bool = False) -> FakeKernelModel:
+def vm_like_model(
+    *,
+    live_rename: bool,
+    vf_probe_answered: bool = False,
+    nic: Mapping[str, Any] | None = None,
+) -> FakeKernelModel:
     """The fake kernel of the VM lab's guest: its igb PFs (``VM_LAB``); what differs
     between its kernel releases given here (``GuestBaseline.model`` reads them off the
-    guest's release)."""
+    guest's release); ``nic``: overrides of the PFs' NIC profile (a lab's ``nics``
+    keys, e.g. ``{"vf_mailbox": False}`` for a mutant of the model)."""
     desc = dict(parse_lab_yaml(VM_LAB.read_text(), str(VM_LAB)), live_rename=live_rename)
+    overrides = dict(nic or {})
     if vf_probe_answered:
-        variant = "igb-vf-probe-answered"
-        desc["nics"] = {
-            **(desc.get("nics") or {}),
-            variant: {"driver": "igb", "vf_probe_answered": True},
-        }
+        overrides["vf_probe_answered"] = True
+    if overrides:
+        variant = "igb-of-this-release"
+        desc["nics"] = {**(desc.get("nics") or {}), variant: {"driver": "igb", **overrides}}
         desc["pfs"] = [{**pf, "nic": variant} for pf in desc["pfs"]]
     return build_model(desc, str(VM_LAB))
 
