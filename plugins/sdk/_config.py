@@ -11,8 +11,10 @@ Pipeline (``ConfigValidator.decode``):
 2. JSON: ``syntax`` (incl. trailing data), ``not-object``, ``duplicate-key``,
    ``non-finite`` (NaN, Infinity, float overflow), ``range`` (integers outside int64),
    ``encoding`` (lone surrogate escapes such as ``"\\ud800"``);
-3. JSON Schema 2020-12, decided by jsonschema alone (integers exclude floats, booleans
-   are never numbers; every other verdict is ``Draft202012Validator``'s);
+3. JSON Schema 2020-12, as jsonschema decides it (integers exclude floats, booleans
+   are never numbers; every other verdict is ``Draft202012Validator``'s): its accept
+   path compiled by ``_accept`` where that vouches for the schema, jsonschema itself
+   to explain a refusal (``SchemaCheck``);
 4. cross-field rules (``cross-field:<id>``);
 5. typed decoding into frozen dataclasses.
 """
@@ -26,11 +28,13 @@ import itertools
 import json
 import math
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
+from plugins.sdk._accept import compile_accept
 from plugins.sdk._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -587,20 +591,40 @@ class SchemaCheck:
 
     ``problems(value)`` is ``()`` exactly when jsonschema's strict validator (Draft
     2020-12 with the overrides above: integers exclude floats, each unknown key its own
-    error) finds ``value`` valid, asked through ``is_valid`` (the accept path of every
-    request config); a refused value is explained by ``schema_problems``. An invalid
-    schema raises ValueError here. Build one per schema and keep it (a bundle, a file
-    format, a coordinator's descriptor): compiling costs a metaschema check, 1 to 3 ms
-    for our schemas. Safe to share between threads.
+    error) finds ``value`` valid; a refused value is explained by ``schema_problems``. An
+    invalid schema raises ValueError here. Build one per schema and keep it (a bundle, a
+    file format, a coordinator's descriptor). Safe to share between threads.
+
+    The accept path (every valid request config) does not ask jsonschema: a schema
+    ``_accept`` vouches for is compiled to closures that answer what jsonschema's
+    ``is_valid`` would, and jsonschema is imported and its validator built only for the
+    first refusal to explain (P8: a service that never sees a bad config never imports
+    it). Any other schema is compiled by jsonschema at once, checked against the
+    metaschema (1 to 3 ms for our schemas).
     """
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
-        self._validator = compile_schema(schema)
+        _local_refs_only(schema)
+        self._schema = copy.deepcopy(dict(schema))
+        self._accept = compile_accept(self._schema)
+        self._strict: Validator | None = None
+        self._lock = threading.Lock()
+        if self._accept is None:
+            self._strict = compile_schema(self._schema)
+
+    def _explainer(self) -> Validator:
+        with self._lock:
+            if self._strict is None:
+                self._strict = compile_schema(self._schema)
+            return self._strict
 
     def problems(self, value: object) -> tuple[SchemaProblem, ...]:
-        if self._validator.is_valid(cast(Any, value)):
+        if self._accept is not None:
+            if self._accept(value):
+                return ()
+        elif self._explainer().is_valid(cast(Any, value)):
             return ()
-        return schema_problems(self._validator, value) or (_UNEXPLAINED,)
+        return schema_problems(self._explainer(), value) or (_UNEXPLAINED,)
 
 
 # --- step 4: cross-field rules ------------------------------------------------------------

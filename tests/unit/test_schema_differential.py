@@ -32,6 +32,8 @@ import json
 import math
 import random
 import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from hypothesis import strategies as st
 
 from plugins.effects.linux import linux_effects
 from plugins.sdk import ConfigError, ConfigValidator, DocumentSchema, RegistrationError
+from plugins.sdk._accept import VOCABULARY, compile_accept
 from plugins.sdk._contracts import BUNDLE_SCHEMA, BundleStore, _parse_bundle
 from plugins.sdk._plan import thaw_json
 from plugins.sdk.runner import EffectRegistry
@@ -342,11 +345,27 @@ SCALAR_ONE_OF: dict[str, Any] = {
 }
 
 
+def without_unevaluated(schema: Any) -> Any:
+    """``schema`` with every ``unevaluatedProperties`` dropped: one the product compiles
+    (plugins/sdk/_accept.py) instead of asking jsonschema, so that the same keywords are
+    judged on both paths."""
+    if isinstance(schema, dict):
+        return {
+            k: without_unevaluated(v) for k, v in schema.items() if k != "unevaluatedProperties"
+        }
+    if isinstance(schema, list):
+        return [without_unevaluated(v) for v in schema]
+    return schema
+
+
 def keyword_cases() -> list[Case]:
     cases = []
+    one_of_seeds = ({"name": "a", "mtu": 1500}, {"index": 0})
     for name, schema, seeds in [
         ("keywords", KEYWORDS, (KEYWORDS_VALID,)),
-        ("oneOf objects", ONE_OF_OBJECTS, ({"name": "a", "mtu": 1500}, {"index": 0})),
+        ("oneOf objects", ONE_OF_OBJECTS, one_of_seeds),
+        ("keywords compiled", without_unevaluated(KEYWORDS), (KEYWORDS_VALID,)),
+        ("oneOf objects compiled", without_unevaluated(ONE_OF_OBJECTS), one_of_seeds),
     ]:
         validator = ConfigValidator(schema)
         cases.append(Case(f"{name} (config)", schema, config_verdict(validator), True, True, seeds))
@@ -354,9 +373,13 @@ def keyword_cases() -> list[Case]:
     cases.append(
         Case("scalar oneOf (file)", SCALAR_ONE_OF, document_verdict(SCALAR_ONE_OF), True, False)
     )
-    registry = EffectRegistry([_Executor("test/one-of/v1", ONE_OF_OBJECTS)])
-    cases.append(Case("oneOf objects (payload)", ONE_OF_OBJECTS,
-                      payload_verdict(registry, "test/one-of/v1"), False, True))  # fmt: skip
+    for name, schema in [
+        ("oneOf objects", ONE_OF_OBJECTS),
+        ("oneOf objects compiled", without_unevaluated(ONE_OF_OBJECTS)),
+    ]:
+        registry = EffectRegistry([_Executor("test/one-of/v1", schema)])
+        cases.append(Case(f"{name} (payload)", schema,
+                          payload_verdict(registry, "test/one-of/v1"), False, True))  # fmt: skip
     return cases
 
 
@@ -486,6 +509,75 @@ def test_every_pattern_has_candidate_strings() -> None:
             assert not empty, f"{case.name}: no candidate string matches {empty}"
 
 
+# --- the compiled accept path is the one taken ---------------------------------------------
+
+
+def test_every_shipped_schema_and_the_compiled_keywords_take_the_compiled_path() -> None:
+    """The verdicts above come from plugins/sdk/_accept.py's closures wherever it vouches
+    for a schema; the shipped ones must all be such, or the product would import
+    jsonschema on its accept path after all (and this file would test the fallback)."""
+    for name in FAMILIES:
+        for case in family(name):
+            compiled = compile_accept(case.schema, strict=case.strict) is not None
+            # only the keywords family has schemas on jsonschema's path: theirs
+            expected = name != "keywords" or "unevaluatedProperties" not in json.dumps(case.schema)
+            assert compiled == expected, case.name
+
+
+def test_jsonschema_acts_on_no_keyword_outside_the_compiled_vocabulary() -> None:
+    """A key outside ``VOCABULARY`` is ignored by the compiled path; jsonschema must
+    ignore it too."""
+    assert set(jsonschema.Draft202012Validator.VALIDATORS) <= VOCABULARY
+
+
+def test_a_refusal_is_still_explained_by_jsonschema() -> None:
+    validator = ConfigValidator(without_unevaluated(ONE_OF_OBJECTS))
+    with pytest.raises(ConfigError) as caught:
+        validator.validate(json.dumps({"name": "a", "index": 2}))
+    assert caught.value.rule == "oneOf", caught.value
+
+
+ACCEPT_PATH_IMPORTS = """
+import json, sys
+from pathlib import Path
+from plugins.effects.linux import linux_effects
+from plugins.sdk import ConfigValidator, DocumentSchema
+from plugins.sdk._contracts import BundleStore
+store = BundleStore(Path("plugins/contracts"))
+accepted = 0
+for schema_id in store.schema_ids:
+    bundle = store.load(schema_id)
+    for example in bundle.valid_examples:
+        bundle.validator.check(json.dumps(example))
+        accepted += 1
+config = DocumentSchema.packaged("plugins.sdk", "service-config.schema.json")
+valid = {"socketDir": "/run/s", "stateDir": "/var/lib/s", "tokenFile": "t", "kernel": "linux:///x"}
+assert not config.problems(valid)
+registry = linux_effects(None)
+assert registry.payload_problem("linux/set-link-mtu/v1", {}) is not None
+print(accepted, "jsonschema" in sys.modules)
+"""
+
+
+def test_the_accept_path_never_imports_jsonschema() -> None:
+    """P8 (docs/benchmarks.md): a service that sees only valid configs, bundles and
+    payloads never imports jsonschema (~6 MB); the refused payload above is what imports
+    it, so the check runs on the accepted ones first."""
+    accepted_only = ACCEPT_PATH_IMPORTS.replace(
+        'assert registry.payload_problem("linux/set-link-mtu/v1", {}) is not None', ""
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", accepted_only], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert int(out[0]) > 0, out
+    assert out[1] == "False", "jsonschema was imported on the accept path"
+    out = subprocess.run(
+        [sys.executable, "-c", ACCEPT_PATH_IMPORTS], cwd=REPO, capture_output=True, text=True,
+        check=True,
+    ).stdout.split()  # fmt: skip
+    assert out[1] == "True", "the refusal did not reach jsonschema: the test proves nothing"
+
+
 # --- oneOf: exactly one branch -----------------------------------------------------------
 
 
@@ -506,7 +598,7 @@ def test_one_of_takes_exactly_one_branch_at_every_entry_point(
     document: dict[str, Any], valid: bool
 ) -> None:
     cases = [c for c in family("keywords") if c.name.startswith("oneOf objects")]
-    assert len(cases) == 3  # config, file, payload
+    assert len(cases) == 6  # config, file, payload; compiled and jsonschema's path each
     for case in cases:
         assert judge(case, document) == (valid, valid), case.name
 

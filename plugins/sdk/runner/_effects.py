@@ -17,10 +17,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._accept import compile_accept
 from .._errors import RegistrationError
 from .._plan import canonical_json, digest, thaw_json
 
-if TYPE_CHECKING:  # jsonschema: imported when a kind's payload schema is first compiled
+if TYPE_CHECKING:  # jsonschema: imported to explain a refused payload (or judge a schema)
     import jsonschema
 
 JSON = Any
@@ -113,22 +114,58 @@ class EffectExecutor(Protocol):
         ...
 
 
+class PayloadCheck:
+    """A kind's payload schema, compiled once: ``_accept``'s closures decide a payload
+    where they vouch for the schema (jsonschema is imported only to explain a refusal),
+    jsonschema's Draft 2020-12 validator otherwise (the schema checked against the
+    metaschema first)."""
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = schema
+        self._accept = compile_accept(schema, strict=False)
+        self._validator: jsonschema.Draft202012Validator | None = None
+        if self._accept is None:
+            self._validator = self._checked()
+
+    def _checked(self) -> jsonschema.Draft202012Validator:
+        import jsonschema
+
+        jsonschema.Draft202012Validator.check_schema(self.schema)
+        return jsonschema.Draft202012Validator(self.schema)
+
+    def problem(self, payload: Mapping[str, JSON]) -> str | None:
+        """None if ``payload`` is valid, else jsonschema's best error."""
+        document = dict(payload)
+        if self._accept is not None and self._accept(document):
+            return None
+        if self._validator is None:
+            self._validator = self._checked()  # a benign race: both build the same
+        if self._validator.is_valid(document):
+            return None
+        import jsonschema
+
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(document))
+        if error is None:  # pragma: no cover - is_valid said there is one
+            return "(payload): does not match the payload schema"
+        where = "/".join(str(p) for p in error.absolute_path) or "(payload)"
+        return f"{where}: {error.message}"
+
+
 @functools.lru_cache(maxsize=256)
-def _payload_validator(schema_json: str) -> jsonschema.Draft202012Validator:
-    """Checking a schema against the metaschema is costly; a schema's text decides it."""
-    import jsonschema
-
-    schema = json.loads(schema_json)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+def _payload_check(schema_json: str) -> PayloadCheck:
+    """Compiling a schema (and checking it against the metaschema) is costly; a schema's
+    text decides it."""
+    return PayloadCheck(json.loads(schema_json))
 
 
-def _compiled(kind: str, executor: EffectExecutor) -> jsonschema.Draft202012Validator:
-    import jsonschema
-
+def _compiled(kind: str, executor: EffectExecutor) -> PayloadCheck:
     try:
-        return _payload_validator(canonical_json(thaw_json(executor.payload_schema)))
-    except jsonschema.SchemaError as exc:
+        return _payload_check(canonical_json(thaw_json(executor.payload_schema)))
+    except Exception as exc:
+        import jsonschema
+
+        if not isinstance(exc, jsonschema.SchemaError):
+            raise
         raise RegistrationError(
             f"effect kind {kind!r}: invalid payload schema: {exc.message}"
         ) from exc
@@ -163,7 +200,7 @@ class EffectRegistry:
         # metaschema) when a plan first uses the kind: at start-up that was ~5 ms per
         # kind and the import of jsonschema, before the first socket served. A kind
         # whose schema is invalid fails every plan that uses it, naming the kind.
-        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._validators: dict[str, PayloadCheck] = {}
         self._validators_lock = threading.Lock()
         for ex in executors:
             if ex.kind in self._executors:
@@ -183,7 +220,7 @@ class EffectRegistry:
     def get(self, kind: str) -> EffectExecutor | None:
         return self._executors.get(kind)
 
-    def payload_validator(self, kind: str) -> jsonschema.Draft202012Validator:
+    def payload_validator(self, kind: str) -> PayloadCheck:
         """The kind's compiled payload schema; RegistrationError if it is no valid schema."""
         with self._validators_lock:
             validator = self._validators.get(kind)
@@ -192,15 +229,6 @@ class EffectRegistry:
             return validator
 
     def payload_problem(self, kind: str, payload: Mapping[str, JSON]) -> str | None:
-        """None if jsonschema finds ``payload`` valid for the kind, else its best error."""
-        validator = self.payload_validator(kind)
-        document = dict(payload)
-        if validator.is_valid(document):
-            return None
-        import jsonschema
-
-        error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-        if error is None:  # pragma: no cover - is_valid said there is one
-            return "(payload): does not match the payload schema"
-        where = "/".join(str(p) for p in error.absolute_path) or "(payload)"
-        return f"{where}: {error.message}"
+        """None if ``payload`` is valid for the kind (as jsonschema decides), else its
+        best error."""
+        return self.payload_validator(kind).problem(payload)
