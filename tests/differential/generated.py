@@ -19,6 +19,7 @@ replays during shrinking, and is written into a regression scenario as it is. Op
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,9 +51,42 @@ def resolve_from_last_observation(world: World, label: str, name: str) -> int:
 
 
 def describe(step: Step) -> str:
-    """One line for the log."""
+    """One line for the log (``parse_described`` reads it back)."""
     rest = ", ".join(f"{k}={v!r}" for k, v in step.items() if k != "op")
     return f"{step['op']} {rest}"
+
+
+_LOGGED_STEP = re.compile(r"step (\d+): (\w+) ?(.*) -> fake \S+, linux \S+")
+_LOGGED_DIVERGENCE = re.compile(r"divergence \(\w+\): .* after (\d+) steps since a reset")
+
+
+def parse_described(op: str, rest: str) -> Step:
+    """The step ``describe`` wrote as ``op rest``."""
+    call = ast.parse(f"f({rest})", mode="eval").body
+    assert isinstance(call, ast.Call)
+    step: Step = {"op": op}
+    for keyword in call.keywords:
+        step[str(keyword.arg)] = ast.literal_eval(keyword.value)
+    return step
+
+
+def logged_trace(lines: list[str], number: int) -> list[Step]:
+    """The steps since the last reset up to step ``number`` of a session's log, when that
+    step diverged (the trace a session keeps for shrinking, read back from its log)."""
+    steps: dict[int, Step] = {}
+    for i, line in enumerate(lines):
+        found = _LOGGED_STEP.fullmatch(line)
+        if found is None:
+            continue
+        steps[int(found.group(1))] = parse_described(found.group(2), found.group(3))
+        if int(found.group(1)) != number:
+            continue
+        after = _LOGGED_DIVERGENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if after is None:
+            raise ValueError(f"step {number} of the log did not diverge")
+        length = int(after.group(1))
+        return [steps[n] for n in range(number - length + 1, number + 1)]
+    raise ValueError(f"no step {number} in the log")
 
 
 def run_step(world: World, step: Step, resolve: Resolve = resolve_by_call) -> str:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from labs.vm import KERNELS, VmLab
 
+from .generated import Step, logged_trace
 from .generated_session import Session, run_session
-from .generated_shrink import regression_source, shrink
+from .generated_shrink import first_divergence, regression_source, shrink
 from .mutants import MUTANTS, Mutant
 from .world import GUEST_PFS, GuestBaseline, VmWorld
 
@@ -72,6 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="stop stepping after this long (default: no limit)",
     )
+    parser.add_argument(
+        "--shrink-logged",
+        action="append",
+        default=[],
+        metavar="LOG:STEP",
+        help="run no session: replay the steps since the reset before step STEP of a "
+        "session's --log (a step that diverged, 'divergence (new)'), and shrink what it "
+        "gives on this guest (repeatable)",
+    )
     parser.add_argument("--regressions", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, help="the figures, as JSON")
     parser.add_argument(
@@ -97,10 +107,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  [{time.monotonic() - started:7.0f} s] {line}", flush=True)
 
     ended: BaseException | None = None
+    logged = [_logged(parser, spec) for spec in args.shrink_logged]
     lab = VmLab(args.kernel)
     try:
         with prepared_guest(lab) as guest:
             print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")
+            if logged:
+                fresh = make_session(lab, guest, 0, log, mutant=mutant)
+                sources = shrink_logged(fresh, logged, guest.release, seed, args)
+                if args.regressions is not None:
+                    args.regressions.write_text("\n\n".join(sources))
+                return 0
             seconds = None if args.minutes is None else 60 * args.minutes
             session = make_session(lab, guest, args.steps, log, seconds, mutant)
             try:
@@ -160,6 +177,39 @@ def main(argv: list[str] | None = None) -> int:
         if sink is not None:
             sink.close()
     return 0 if ended is None else 1
+
+
+def _logged(parser: argparse.ArgumentParser, spec: str) -> tuple[str, list[Step]]:
+    path, _, number = spec.rpartition(":")
+    try:
+        return spec, logged_trace(Path(path).read_text().splitlines(), int(number))
+    except (OSError, ValueError) as exc:
+        parser.error(f"--shrink-logged {spec}: {exc}")
+
+
+def shrink_logged(
+    session: Session,
+    logged: list[tuple[str, list[Step]]],
+    release: str,
+    seed: int,
+    args: argparse.Namespace,
+) -> list[str]:
+    """Each logged trace replayed on fresh worlds; what diverges, shrunk (the budget
+    shared), as regression sources."""
+    sources = []
+    deadline = time.monotonic() + args.shrink_seconds
+    for number, (spec, trace) in enumerate(logged):
+        found = first_divergence(session.make_fake, session.make_real, trace)
+        if found is None:
+            print(f"shrink: {spec}: {len(trace)} steps replayed, no divergence this time")
+            continue
+        at, signature = found
+        print(f"shrink: {spec}: diverges at step {at + 1} of {len(trace)}: {signature}")
+        left = max(deadline - time.monotonic(), 0.0)
+        steps = shrink(session.make_fake, session.make_real, trace[: at + 1], signature, left)
+        print(f"shrink: {signature}: {len(trace)} -> {len(steps)} steps")
+        sources.append(regression_source(signature, steps, release, seed, number, args.mutant))
+    return sources
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from .generated import (
     Step,
     describe,
     field_classes,
+    logged_trace,
     run_step,
     udev_only,
     vf_address_timing,
@@ -228,6 +229,20 @@ def test_a_session_finds_each_mutant_of_the_model_and_shrinks_it(name: str) -> N
         assert len(shrunk) <= min(len(found.trace), 8), (name, str(sig), shrunk)
         assert first_divergence(mutated, fake_world, shrunk) is not None
         assert first_divergence(fake_world, fake_world, shrunk) is None, (name, shrunk)
+
+
+def test_a_logged_divergence_is_read_back_as_the_trace_the_session_kept() -> None:
+    """scripts/fidelity-session --shrink-logged: a session's log gives back the steps it
+    kept for a divergence, so one can be shrunk later, on another guest."""
+    session, lines = session_on_fakes(600, _NoJumbo)
+    run_session(session, 3)
+    target = Signature("set mtu", "outcome", ("fake ok", "linux EINVAL"))
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"divergence (new): {target}"))
+    number = int(lines[at - 1].split()[1].rstrip(":"))
+    trace = logged_trace(lines, number)
+    assert trace == session.divergences[target].trace
+    with pytest.raises(ValueError, match="did not diverge"):
+        logged_trace(lines, 1 if number != 1 else 2)
 
 
 def test_field_classes_name_what_differs() -> None:
