@@ -31,9 +31,7 @@ import itertools
 import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence, Sized
-from fractions import Fraction
 from typing import Any, cast
-from urllib.parse import unquote
 
 __all__ = ["Accept", "compile_accept"]
 
@@ -184,7 +182,9 @@ class _Compiler:
         if pointer not in self._refs:
             target = self._root
             for escaped in pointer[2:].split("/") if pointer != "#" else []:
-                token = unquote(escaped).replace("~1", "/").replace("~0", "~")
+                if "%" in escaped:  # percent-encoded: jsonschema decodes it, we do not
+                    raise _Unsupported(f"$ref {pointer}")
+                token = escaped.replace("~1", "/").replace("~0", "~")
                 if isinstance(target, dict) and token in target:
                     target = target[token]
                 elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
@@ -461,6 +461,8 @@ def _multiple(value: Any, divisor: Any) -> bool:
         try:
             return bool(int(quotient) == quotient)
         except OverflowError:
+            from fractions import Fraction  # rare; it imports decimal (memory, P8)
+
             return (Fraction(value) / Fraction(divisor)).denominator == 1
     return not value % divisor
 

@@ -537,6 +537,42 @@ def test_a_refusal_is_still_explained_by_jsonschema() -> None:
     assert caught.value.rule == "oneOf", caught.value
 
 
+EDGE_SCHEMAS: list[tuple[Any, list[Any]]] = [
+    ({"multipleOf": 0.1}, [1e308, 0.3, 3, 1e-320]),  # a quotient that overflows int()
+    ({"multipleOf": 3}, [9, 9.0, 10, 4.5, True]),
+    ({"enum": [1, [True], {"a": 0}]}, [1, 1.0, True, [1], [True], {"a": False}, {"a": 0.0}]),
+    ({"const": False}, [False, 0, 0.0, None]),
+    ({"uniqueItems": True}, [[1, True], [1, 1.0], [[1, True], [1, 1], [1, True]], [{}, {}]]),
+    ({"type": "integer"}, [1, 1.0, 1.5, True]),
+    ({"minimum": 1, "exclusiveMaximum": 2}, [1, 1.5, 2, True, "a"]),
+    ({"prefixItems": [{"type": "string"}], "items": False}, [[], ["a"], ["a", 1], [1]]),
+    ({"contains": {"type": "null"}, "minContains": 0, "maxContains": 1}, [[], [None, None]]),
+]
+
+
+@pytest.mark.parametrize(("schema", "values"), EDGE_SCHEMAS, ids=str)
+def test_edge_values_are_judged_as_jsonschema_judges_them(schema: Any, values: list[Any]) -> None:
+    plain = jsonschema.Draft202012Validator(schema)
+    accept = compile_accept(schema, strict=False)
+    assert accept is not None
+    for value in values:
+        assert accept(value) == plain.is_valid(value), (schema, value)
+
+
+def test_what_the_compiled_path_does_not_vouch_for_goes_to_jsonschema() -> None:
+    for schema in (
+        {"$ref": "#/$defs/a%25b", "$defs": {"a%b": {}}},  # percent-encoded pointer
+        {"unevaluatedProperties": False},
+        {"$anchor": "x"},
+        {"minLength": 1.0},  # a count as a float: valid for the metaschema, left to it
+        {"type": "nonsense"},
+        {"pattern": "("},
+        {"properties": {"a": {"$schema": "x"}}},
+    ):
+        assert compile_accept(schema) is None, schema
+    assert compile_accept({"x-vendor": {"type": "nonsense"}}) is not None  # not a keyword
+
+
 ACCEPT_PATH_IMPORTS = """
 import json, sys
 from pathlib import Path
