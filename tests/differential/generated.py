@@ -201,7 +201,11 @@ def _spec(world: World, step: Step, resolve: Resolve) -> LinkSpec:
         parent_ns = world.ref(where) if where != step["ns"] else None
     bond = None
     if kind == "bond":
-        bond = BondInfo(step.get("bond_mode", "active-backup"), step.get("miimon", 100))
+        bond = BondInfo(
+            step.get("bond_mode", "active-backup"),
+            step.get("miimon", 100),
+            fail_over_mac=step.get("fail_over_mac", "none"),
+        )
     peer_ns = world.ref(step["peer_ns"]) if "peer_ns" in step else None
     return LinkSpec(
         kind=kind,
@@ -215,6 +219,8 @@ def _spec(world: World, step: Step, resolve: Resolve) -> LinkSpec:
         mode=step.get("mode"),
         peer_name=step.get("peer"),
         peer_ns=peer_ns,
+        ifindex=step.get("ifindex"),
+        ipvlan_flag=step.get("ipvlan_flag"),
     )
 
 

@@ -69,6 +69,13 @@ FIXED = {
 # bonds, VLANs and dummies to bond, twice as likely as the rest
 KINDS = ("dummy", "dummy", "bond", "bond", "vlan", "vlan", "veth", "macvlan", "ipvlan", "bridge")
 MTUS = (68, 67, 1280, 1500, 9000, 9216, 65536)
+# A link at an asked ifindex (LinkSpec.ifindex), in the lab's namespaces only: 1 is
+# always lo's (EEXIST), the other no counter reaches in a session. The host's ifindexes
+# are not comparable (the guest boots with links the model has not, and numbers its
+# VFs on from there), so an index there could be free on one side only.
+IFINDEXES = (1, 1_000_000)
+FAIL_OVER_MAC = (None, None, "active", "follow", "none")  # None: not given
+IPVLAN_FLAGS = (None, None, "private", "vepa", "bridge")  # None: not given (bridge)
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02", "03:00:00:00:00:01", "00:00:00:00:00:00")
 VF_CHANGES: dict[str, tuple[Any, ...]] = {
     "mac": ("02:00:00:00:01:01", "02:00:00:00:01:02", "00:00:00:00:00:00", "03:00:00:00:01:01"),
@@ -398,9 +405,15 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
                 step["mode"] = self._pick(data, ("bridge", "private", "vepa", "passthru"))
             elif kind == "ipvlan":
                 step["mode"] = self._pick(data, ("l2", "l3", "l3s"))
+                flag = self._pick(data, IPVLAN_FLAGS)
+                if flag is not None:
+                    step["ipvlan_flag"] = flag
             elif kind == "bond":
                 step["bond_mode"] = self._pick(data, BOND_MODES)
                 step["miimon"] = self._pick(data, (100, 0))
+                policy = self._pick(data, FAIL_OVER_MAC)
+                if policy is not None:
+                    step["fail_over_mac"] = policy
             elif kind == "veth":
                 peer = self._pick(data, (None, "", "vp0", "veth%d"))
                 if peer is not None:
@@ -410,6 +423,8 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
                     step["peer_ns"] = self._pick(data, others)
             if data.index(8) == 0:
                 step["mtu"] = self._pick(data, MTUS)
+            if label != HOST and data.index(4) == 0:
+                step["ifindex"] = self._pick(data, IFINDEXES)
             session.step(step)
 
         @rule(c=CHOICES)
@@ -442,6 +457,8 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
             label = self._label(data)
             links = self._links(label)
             slave = self._some_link(data, label)
+            if label != HOST and data.index(6) == 0:
+                slave = "lo"  # lo's enslave errors (issue 30's list): a namespace's lo is down
             masters = [n for n, k in links.items() if k in ("bond", "bridge")]
             master = self._pick(data, ["", *sorted(masters) * 2, "lo"])
             session.step({"op": "set", "ns": label, "link": slave, "changes": {"master": master}})
@@ -484,14 +501,19 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
             if kind == "macvlan":
                 step["mode"] = self._pick(data, ("bridge", "private", "vepa", "passthru"))
             elif kind == "ipvlan":
-                step["mode"] = self._pick(data, ("l2", "l3", "l3s"))
+                if data.flip():
+                    step["mode"] = self._pick(data, ("l2", "l3", "l3s"))
+                else:
+                    step["ipvlan_flag"] = self._pick(data, ("private", "vepa", "bridge"))
             else:
                 step["kind"] = "bond"
-                what = self._pick(data, ("bond_mode", "miimon_ms", "active_slave"))
+                what = self._pick(data, ("bond_mode", "miimon_ms", "active_slave", "fail_over_mac"))
                 if what == "bond_mode":
                     step[what] = self._pick(data, BOND_MODES)
                 elif what == "miimon_ms":
                     step[what] = self._pick(data, (0, 100))
+                elif what == "fail_over_mac":
+                    step[what] = self._pick(data, ("none", "active", "follow"))
                 else:
                     slaves = sorted(n for n in links if n != link)
                     step[what] = self._pick(data, ["", *slaves[:4]])

@@ -202,12 +202,12 @@ def test_a_planted_divergence_is_found_counted_shrunk_and_matched() -> None:
 
 # Each mutant, the seed and the steps in which a session finds it on the fakes (the first
 # seed from 1 up that does within 300 steps: lo into a bond with slaves, in a namespace
-# whose lo is down, is rare). The sessions are deterministic, so these hold until the
+# whose lo is down, is rare: 1 seed in 59). The sessions are deterministic, so these hold until the
 # generator or the model changes; then a failure says which mutant is no longer reached.
 MUTANT_SESSIONS = {
     "kernel_chosen_names": (1, 300),
     "no_vf_mailbox": (1, 300),
-    "loopback_enslave": (25, 300),
+    "loopback_enslave": (14, 300),
 }
 
 

@@ -435,6 +435,10 @@ class World:
                     perm = lk.perm_mac
                     where = f"{label}:{lk.name} perm"
                     rows[-1]["perm_mac"] = None if perm is None else mac_token(perm, where)
+                    # what the protocol reports since issue 30 (added fields)
+                    rows[-1]["ipvlan_flag"] = lk.ipvlan_flag
+                    if bond is not None and lk.bond is not None:
+                        bond["fail_over_mac"] = lk.bond.fail_over_mac
             out[label] = rows
         if not full:
             return out
