@@ -88,6 +88,9 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
         if info.slaves:
             # another dev->type than the slaves' (ARPHRD_LOOPBACK, not ARPHRD_ETHER)
             raise fail(errno.EINVAL, "the loopback device's type differs from the slaves'")
+        if info.mode == "802.3ad":
+            # the first slave of another type: refused before the bond takes its type
+            raise fail(errno.EINVAL, "8023AD mode requires Ethernet devices")
         # bond_setup_by_slave takes lo's type, then its all-zero address is refused; the
         # unwind's ether_setup leaves an empty bond with ETH_DATA_LEN as its max MTU
         bond.max_mtu = 1500

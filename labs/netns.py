@@ -451,6 +451,8 @@ def _row(ns_path: str, link: Link, here: list[Link], peer: str | None) -> dict[s
             "slaves": [_link_id(ns_path, s) for s in slaves],
             "active": None if active is None else _link_id(ns_path, active),
         }
+        if link.bond.fail_over_mac != "none":  # as the fake's snapshot: only when set
+            bond["fail_over_mac"] = link.bond.fail_over_mac
     row: dict[str, Any] = {
         "id": _link_id(ns_path, link.ifindex),
         "ifindex": link.ifindex,
@@ -475,6 +477,8 @@ def _row(ns_path: str, link: Link, here: list[Link], peer: str | None) -> dict[s
         "mode": link.mode,
         **dict.fromkeys(NOT_REPORTED_BY_LINUX),
     }
+    if link.ipvlan_flag is not None:  # the fake's snapshot has it on the lower (its port)
+        row["ipvlan_flag"] = link.ipvlan_flag
     return dict(sorted(row.items()))
 
 

@@ -809,7 +809,14 @@ def _link_of_row(row: dict[str, Any], ref: NsRef, by_path: dict[str, tuple[str, 
     if row["bond"] is not None:
         b = row["bond"]
         active = None if b["active"] is None else _split_id(b["active"])[1]
-        bond = BondInfo(b["mode"], b["miimon_ms"], b["updelay_ms"], b["downdelay_ms"], active)
+        bond = BondInfo(
+            b["mode"],
+            b["miimon_ms"],
+            b["updelay_ms"],
+            b["downdelay_ms"],
+            active,
+            fail_over_mac=b.get("fail_over_mac", "none"),
+        )
     return Link(
         ifindex=row["ifindex"],
         name=row["name"],
@@ -832,6 +839,7 @@ def _link_of_row(row: dict[str, Any], ref: NsRef, by_path: dict[str, tuple[str, 
         vlan_protocol=row["vlan_protocol"],
         mode=row["mode"],
         peer=None if row["peer"] is None else _split_id(row["peer"])[1],
+        ipvlan_flag=row.get("ipvlan_flag"),
     )
 
 
