@@ -92,8 +92,10 @@ def newlink(state: State, ns: Namespace, spec: LinkSpec) -> LinkState:
         state.namespace(spec.peer_ns)
     target = ns.ref.inode
     if spec.ifindex is not None:
+        # rtnl_newlink looks the link up by the asked index alone (NLM_F_EXCL: EEXIST);
+        # a taken name is then found only by register_netdevice, after the kind's checks
         _ifindex_free(state, ns, spec)
-    if "%" not in name and state.by_name(target, name) is not None:
+    elif "%" not in name and state.by_name(target, name) is not None:
         raise fail(errno.EEXIST, f"interface {spec.name!r} already exists")  # NLM_F_EXCL
     min_mtu, max_mtu = SETUP_MTU_BOUNDS[spec.kind]
     if spec.mtu is not None and (

@@ -117,7 +117,10 @@ def _loopback_without_a_valid_address(model: Any) -> Wrapped:
         except KernelError as exc:
             found = model.get_link(ns, ifindex=ifindex)
             is_lo = found is not None and found.name == "lo"
-            if changes.master and exc.errno == errno.EINVAL and is_lo:
+            # the model's refusal of lo's type (into a bond with slaves, or an empty
+            # 802.3ad one), not any EINVAL (a master that is not there is one too)
+            types = "type differs" in str(exc) or "requires Ethernet" in str(exc)
+            if changes.master and exc.errno == errno.EINVAL and is_lo and types:
                 raise KernelError(errno.EADDRNOTAVAIL, "mutant: lo has no address") from exc
             raise
         return result
