@@ -478,3 +478,30 @@ def generated_61_lo_into_an_empty_8023ad_bond(w: World) -> None:
             {"op": "set", "ns": "b", "link": "lo", "changes": {"master": "bond0"}},
         ],
     )
+
+
+@regression(
+    Signature("create vlan (template)", "outcome", ("fake ok", "linux EINVAL")), "device", "vlan"
+)
+def generated_61_a_vlan_on_a_vf_its_pf_does_not_answer(w: World) -> None:
+    """A VLAN on a new VF whose PF is down: EINVAL. igbvf asks its PF for the VLAN
+    filter through the mailbox (igbvf_vlan_rx_add_vid), and a PF that is down, or has
+    not answered the VF since it was made, does not answer; the model without the
+    mailbox created the VLAN.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 2, against the model's mutant no_vf_mailbox).
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp2s0", "count": 2},
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "vlan",
+                "name": "vlan%d",
+                "parent": "enp2s0v0",
+                "vlan_id": 5,
+            },
+        ],
+    )
