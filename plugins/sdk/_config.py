@@ -619,10 +619,10 @@ class SchemaCheck:
             return self._strict
 
     def problems(self, value: object) -> tuple[SchemaProblem, ...]:
-        if self._accept is not None:
-            if self._accept(value):
-                return ()
-        elif self._explainer().is_valid(cast(Any, value)):
+        if self._accept is not None and self._accept(value):
+            return ()
+        # jsonschema has the last word on a refusal (the compiled path only accepts sooner)
+        if self._explainer().is_valid(cast(Any, value)):
             return ()
         return schema_problems(self._explainer(), value) or (_UNEXPLAINED,)
 
