@@ -14,6 +14,8 @@ import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +67,37 @@ PORT_LINK_POLL_S = 0.01
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 GUEST_METHODS = tuple(GUEST_PARAMS)
+
+
+# udev, asked whether it is alive after it left VFs unnamed; at most once a minute.
+UDEV_PING_TIMEOUT_S = 5
+UDEV_CHECK_EVERY_S = 60.0
+_udev_checked = [float("-inf")]  # never checked yet
+
+
+def revive_udev() -> None:
+    """After udev left new VFs unnamed: if it no longer answers a ping, start it again
+    (a 6.1 guest's udev stopped naming VFs for good after ~50 minutes of a long session,
+    docs/generated-differential.md, and every later ``sriov_numvfs`` then waited out
+    ``UDEV_GRACE_S``). Either way the agent's log says which it was."""
+    now = time.monotonic()
+    if now - _udev_checked[0] < UDEV_CHECK_EVERY_S:
+        return
+    _udev_checked[0] = now
+    ping = ["udevadm", "control", "--ping", f"--timeout={UDEV_PING_TIMEOUT_S}"]
+    alive = subprocess.run(ping, capture_output=True, check=False).returncode == 0
+    if alive:
+        print("udev left new VFs unnamed but answers a ping", file=sys.stderr, flush=True)
+        return
+    started = subprocess.run(
+        ["/lib/systemd/systemd-udevd", "--daemon"], capture_output=True, check=False
+    )
+    print(
+        f"udev left new VFs unnamed and answered no ping: started again "
+        f"(exit {started.returncode})",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class GuestSide:
@@ -146,6 +179,7 @@ class GuestSide:
                     # came): give them the name udev's policy gives, <pf>v<index>
                     self._name_vfs(stem, device, count)
                     renamed = True
+                    revive_udev()
                     continue
                 wait = (started + UDEV_GRACE_S if not renamed else deadline) - time.monotonic()
                 if not events.wait(max(wait, 0.001)) and renamed and time.monotonic() > deadline:
