@@ -96,6 +96,11 @@ def asked_kernel() -> str:
     return os.environ.get(KERNEL_ENV, DEFAULT_KERNEL)
 
 
+# Extra kernel command line for the guest, for experiments (e.g. "nohz=off": the guests'
+# RCU stalls under TCG, docs/vm-lab.md); empty: none.
+APPEND_ENV = "DRANP_VM_APPEND"
+
+
 class VmLabUnavailable(AgentUnavailable):
     """The VM lab cannot run or did not boot; the message says why (and the console's tail)."""
 
@@ -290,6 +295,7 @@ class VmLab(AgentLab):
             "--memory",
             memory,
             f"--qemu-opts={' '.join(devices)}",
+            *(["--append", extra] if (extra := os.environ.get(APPEND_ENV, "")) else []),
             "--exec",
             agent,
         ]
