@@ -39,12 +39,17 @@ Accept = Callable[[object], bool]
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 _TYPES: dict[str, Callable[[object], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "number": _is_number,
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
 }
@@ -101,10 +106,6 @@ def compile_accept(schema: object, *, strict: bool = True) -> Accept | None:
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _unique_strings(value: object) -> bool:

@@ -32,6 +32,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from plugins.kernel import FAIL_OVER_MAC
+
 from .generated import (
     Signature,
     Step,
@@ -74,8 +76,9 @@ MTUS = (68, 67, 1280, 1500, 9000, 9216, 65536)
 # are not comparable (the guest boots with links the model has not, and numbers its
 # VFs on from there), so an index there could be free on one side only.
 IFINDEXES = (1, 1_000_000)
-FAIL_OVER_MAC = (None, None, "active", "follow", "none")  # None: not given
-IPVLAN_FLAGS = (None, None, "private", "vepa", "bridge")  # None: not given (bridge)
+# what a create gives (None: not given, the kernel's default)
+FAIL_OVER_MAC_AT_CREATION = (None, None, "active", "follow", "none")
+IPVLAN_FLAG_AT_CREATION = (None, None, "private", "vepa", "bridge")
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02", "03:00:00:00:00:01", "00:00:00:00:00:00")
 VF_CHANGES: dict[str, tuple[Any, ...]] = {
     "mac": ("02:00:00:00:01:01", "02:00:00:00:01:02", "00:00:00:00:00:00", "03:00:00:00:01:01"),
@@ -405,13 +408,13 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
                 step["mode"] = self._pick(data, ("bridge", "private", "vepa", "passthru"))
             elif kind == "ipvlan":
                 step["mode"] = self._pick(data, ("l2", "l3", "l3s"))
-                flag = self._pick(data, IPVLAN_FLAGS)
+                flag = self._pick(data, IPVLAN_FLAG_AT_CREATION)
                 if flag is not None:
                     step["ipvlan_flag"] = flag
             elif kind == "bond":
                 step["bond_mode"] = self._pick(data, BOND_MODES)
                 step["miimon"] = self._pick(data, (100, 0))
-                policy = self._pick(data, FAIL_OVER_MAC)
+                policy = self._pick(data, FAIL_OVER_MAC_AT_CREATION)
                 if policy is not None:
                     step["fail_over_mac"] = policy
             elif kind == "veth":
@@ -513,7 +516,7 @@ def machine_class(session: Session) -> type[RuleBasedStateMachine]:
                 elif what == "miimon_ms":
                     step[what] = self._pick(data, (0, 100))
                 elif what == "fail_over_mac":
-                    step[what] = self._pick(data, ("none", "active", "follow"))
+                    step[what] = self._pick(data, FAIL_OVER_MAC)
                 else:
                     slaves = sorted(n for n in links if n != link)
                     step[what] = self._pick(data, ["", *slaves[:4]])

@@ -1077,7 +1077,7 @@ class LinuxKernel:
 
     def _vfs(self, space: _Namespace, pf_ifindex: int) -> list[VFConfig]:
         mask = w.RTEXT_FILTER_VF | w.RTEXT_FILTER_SKIP_STATS
-        # pyroute2's decoding: the VF table's nested structs are not on the hot path
+        # the PF's VF table (IFLA_VFINFO_LIST): asked for only where the VFs are read
         msg = self._get_msg(space, ifindex=pf_ifindex, ext_mask=mask)
         if msg is None:
             raise netlink_error(errno.ENODEV, f"no link with ifindex {pf_ifindex}")
