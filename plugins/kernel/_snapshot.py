@@ -13,14 +13,18 @@ first read and the last. A change by someone else in between is one the probe co
 as well have missed by reading a moment earlier; a probe's answer is an observation
 at one instant, recorded as a note, never acted on by recovery itself.
 
-A create hook (NodePrepare, ConnectNetwork: ``Runner._create``) runs in a block too,
-for a narrower reason: between a mutation of ours and the next, an effect's apply asks
-again what its capture just read, with nothing but our own journal commit in between;
-that second answer is the same observation a moment later. Every mutation forgets
-everything first, so what follows a change of ours reads the kernel again.
+A hook (``Runner._create`` for NodePrepare and ConnectNetwork, ``Runner._cleanup`` for
+RemoveNetwork and NodeUnprepare, once it holds its unit) runs in a block too, for a
+narrower reason: between a mutation of ours and the next, an effect's apply asks again
+what its capture just read, and the next effect's capture or undo asks again what the
+previous one just read, with nothing but our own journal commit in between; that second
+answer is the same observation a moment later. Every mutation forgets everything
+first, so what follows a change of ours reads the kernel again, with one exception: a
+mutation's answer that is a PCI device (the backend reads the link back after the
+change) answers the next ``find_device`` of that function, the same observation.
 
-Outside a ``shared_reads()`` block (removals, inspection) nothing is remembered. A
-mutation inside one forgets everything first and passes through.
+Outside a ``shared_reads()`` block (inspection) nothing is remembered. A mutation
+inside one forgets everything first and passes through.
 Errors are not remembered: a read that failed is asked again. Only the thread that
 opened the block shares; other threads (a GetInfo, the health service) never see it.
 """
@@ -35,6 +39,7 @@ from typing import Any
 from ._forwarding import ForwardingKernel
 from ._protocol import Kernel
 from ._seam import KernelCall
+from ._types import Link
 
 
 class ReadSharingKernel(ForwardingKernel):
@@ -63,7 +68,13 @@ class ReadSharingKernel(ForwardingKernel):
             return super()._kernel_call(call, arguments)
         if call.mutating:
             answers.clear()
-            return super()._kernel_call(call, arguments)
+            changed = super()._kernel_call(call, arguments)
+            if isinstance(changed, Link) and changed.pci_address:
+                # The mutation's answer is the kernel's report of the device right after
+                # our change (read back by the backend): the next effect's lookup of it
+                # by PCI function would ask the same a moment later.
+                answers[("find_device", changed.pci_address)] = changed
+            return changed
         key = (call.name, *arguments.values())  # every parameter, in the protocol's order
         if key not in answers:
             answers[key] = super()._kernel_call(call, arguments)

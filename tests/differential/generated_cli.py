@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regressions", type=Path, default=None, metavar="FILE")
     parser.add_argument("--json", type=Path, default=None, help="the figures, as JSON")
     parser.add_argument(
+        "--cpus",
+        type=int,
+        default=None,
+        help="the guest's vCPUs (default: the VM lab's; docs/vm-lab.md, 'Guests that stop')",
+    )
+    parser.add_argument(
         "--mutant",
         action="append",
         default=[],
@@ -109,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  [{time.monotonic() - started:7.0f} s] {line}", flush=True)
 
     logged = [_logged(parser, spec) for spec in args.shrink_logged]
-    lab = VmLab(args.kernel)
+    lab = VmLab(args.kernel) if args.cpus is None else VmLab(args.kernel, cpus=args.cpus)
     try:
         with prepared_guest(lab) as guest:
             print(f"generated: guest {guest.release} booted in {lab.boot_seconds:.0f} s")

@@ -28,7 +28,13 @@ from plugins.effects.linux._common import describe, ns_json
 from plugins.kernel import LinkChanges, LinkSpec, VFChanges
 from plugins.kernel._crashing import CrashingKernel
 from plugins.sdk import FailedPrecondition
-from plugins.sdk.runner import CrashPoints, EffectContext, SimulatedCrash, UndoOutcome
+from plugins.sdk.runner import (
+    CrashPoints,
+    EffectContext,
+    SimulatedCrash,
+    UndoOutcome,
+    scope_evidence,
+)
 
 from .node import LAB
 
@@ -45,6 +51,9 @@ class Case:
     inputs: Callable[[FakeKernelModel], dict[str, Any]] = field(default=lambda m: {})
     setup: Callable[[FakeKernelModel], None] = field(default=lambda m: None)
     foreign: Callable[[FakeKernelModel], None] | None = None
+    # The effect whose undo restores what this one changed: this one's undo changes
+    # nothing (``test_the_move_vf_subplan_is_undone_by_its_move_home`` checks the pair).
+    restored_by: str | None = None
 
 
 def sandbox(m: FakeKernelModel) -> Any:
@@ -114,6 +123,7 @@ CASES = [
         inputs=lambda m: {"link": {"pciAddress": VF0_PCI}},
         setup=lambda m: vf_in_sandbox(m, "np0000000000000"),
         foreign=lambda m: m.create_link(sandbox(m), LinkSpec(kind="dummy", name="net1")),
+        restored_by="move-link",
     ),
     Case(
         "set-link-up",
@@ -244,8 +254,12 @@ def test_apply_then_undo_restores_exactly(case: Case) -> None:
         assert diff(initial, model.snapshot()) != [], "apply changed nothing"
     ctx = context(case, model)
     assert executor.probe(ctx, before, outputs).value == "ours"
+    applied = model.snapshot()
     result = executor.undo(ctx, before, outputs)
     assert result.outcome is UndoOutcome.UNDONE, result
+    if case.restored_by is not None:
+        assert diff(applied, model.snapshot()) == [], f"left to {case.restored_by}'s undo"
+        return
     changes = diff(initial, model.snapshot())
     if case.name == "attach-member":
         # The bond's own address belongs to create-bond: Linux hands the bond its first
@@ -257,6 +271,59 @@ def test_apply_then_undo_restores_exactly(case: Case) -> None:
         ]
     assert changes == []
     assert executor.undo(ctx, before, outputs).outcome is not UndoOutcome.QUARANTINED  # idempotent
+
+
+class CountingMutations:
+    """The model, counting the mutations that reach it (``mutations``, by method)."""
+
+    MUTATING = frozenset({"set_link", "move_link", "create_link", "delete_link", "set_vf"})
+
+    def __init__(self, model: FakeKernelModel) -> None:
+        self.model = model
+        self.mutations: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.model, name)
+        if name in self.MUTATING:
+            self.mutations.append(name)
+        return method
+
+
+@pytest.mark.parametrize("home_up", [False, True], ids=["down-at-home", "up-at-home"])
+def test_the_move_vf_subplan_is_undone_by_its_move_home(home_up: bool) -> None:
+    """``effects.move_vf`` (move under our marker, rename, up) undone in reverse restores
+    the VF exactly, and only the move's undo changes the kernel: one move home, plus
+    bringing it up again if it was up at home (the move closes it)."""
+    model = fresh(CASES[0])
+    vf = model.find_device(VF0_PCI)
+    assert vf is not None
+    model.set_link(vf.ns, vf.ifindex, LinkChanges(up=home_up))
+    initial = model.snapshot()
+    kernel = CountingMutations(model)
+    steps = [
+        (
+            MoveLink(kernel),
+            {"link": {"description": host_vf_description(model)}, "to": ns_json(sandbox(model))},
+        ),
+        (RenameLink(kernel), {"name": "net1"}),
+        (SetLinkUp(kernel), {}),
+    ]
+    done = []
+    for index, (executor, payload) in enumerate(steps):
+        inputs = {"link": {"pciAddress": VF0_PCI}} if index else {}
+        ctx = EffectContext("p/v1", "op-1", f"e{index}", "att-1", "step", payload, inputs)
+        before = executor.capture(ctx)
+        done.append((executor, ctx, before, executor.apply(ctx, before)))
+    moved = model.find_device(VF0_PCI)
+    assert moved is not None
+    assert (moved.name, moved.up) == ("net1", True)
+    assert moved.alias is not None
+    assert moved.alias.startswith(scope_evidence("p/v1", "att-1"))
+    kernel.mutations.clear()
+    for executor, ctx, before, outputs in reversed(done):
+        assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.UNDONE
+    assert kernel.mutations == ["move_link", *(["set_link"] if home_up else [])]
+    assert diff(initial, model.snapshot()) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

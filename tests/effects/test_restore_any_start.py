@@ -32,9 +32,9 @@ BUSY_MTU = 9000
 BUSY_MACS = {VF0["pciAddress"]: "02:aa:00:00:00:01", VF1["pciAddress"]: "02:aa:00:00:00:02"}
 
 
-def lab_model(*, live_rename: bool = False, sandbox: bool = True) -> FakeKernelModel:
+def lab_model(*, sandbox: bool = True) -> FakeKernelModel:
     desc = parse_lab_yaml(LAB.read_text(), str(LAB))
-    model = build_model({**desc, "live_rename": live_rename})
+    model = build_model(desc)
     if sandbox:
         model.add_namespace("pod-a")
     return model
@@ -109,6 +109,39 @@ def moved_in(model: FakeKernelModel, name: str = "np0000000000000", up: bool = F
     model.set_link(link.ns, link.ifindex, LinkChanges(up=up))
 
 
+class MoveThenRename:
+    """MoveVF's first two steps (``effects.move_vf``) as one executor: the move, then
+    the rename's capture and apply; undo in reverse, the rename's first."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.move, self.rename = MoveLink(kernel), RenameLink(kernel)
+
+    @staticmethod
+    def _part(ctx: EffectContext, part: str) -> EffectContext:
+        inputs = {"link": {"pciAddress": PCI}} if part == "rename" else {}
+        payload = ctx.payload[part]
+        assert isinstance(payload, dict)
+        return EffectContext(
+            ctx.partition, ctx.operation_id, part, ctx.scope, ctx.step, payload, inputs
+        )
+
+    def capture(self, ctx: EffectContext) -> Any:
+        return self.move.capture(self._part(ctx, "move"))
+
+    def apply(self, ctx: EffectContext, before: Any) -> dict[str, Any]:
+        self.move.apply(self._part(ctx, "move"), before)
+        renaming = self._part(ctx, "rename")
+        renamed = self.rename.capture(renaming)
+        self.rename.apply(renaming, renamed)
+        return {"rename": renamed}
+
+    def undo(self, ctx: EffectContext, before: Any, outputs: Any) -> Any:
+        first = self.rename.undo(self._part(ctx, "rename"), outputs["rename"], None)
+        if first.outcome is UndoOutcome.QUARANTINED:
+            return first
+        return self.move.undo(self._part(ctx, "move"), before, None)
+
+
 CASES: dict[str, tuple[Any, Any, Any]] = {
     # executor, payload, inputs (each from the prepared model)
     "set-vf-config": (SetVFConfig, vf_config_payload, lambda m: {}),
@@ -125,10 +158,11 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
         },
         lambda m: {},
     ),
-    "rename-link": (
-        RenameLink,
-        lambda m: {"name": "net1"},
-        lambda m: {"link": {"pciAddress": PCI}},
+    # The rename's undo is the move's (``RenameLink``): restored exactly only as a pair.
+    "move-then-rename": (
+        MoveThenRename,
+        lambda m: {"move": CASES["move-link"][1](m), "rename": {"name": "net1"}},
+        lambda m: {},
     ),
     "attach-member": (
         AttachMember,
@@ -156,10 +190,9 @@ def changes(case: str, before: dict[str, Any], after: dict[str, Any]) -> list[st
 
 
 def prepared(case: str) -> FakeKernelModel:
-    # Renaming an UP link needs Linux >= 6.2; on older kernels the VF is never up here.
-    model = lab_model(live_rename=case == "rename-link")
+    model = lab_model()
     start_busy(model, PCI)
-    if case in ("rename-link", "attach-member"):
+    if case == "attach-member":
         moved_in(model, up=True)  # as the pod may have it
     if case == "attach-member":
         bond = LinkSpec(kind="bond", name="bond0", alias="dranp:ours", mtu=1500)

@@ -19,9 +19,10 @@ from typing import Any, cast
 import pytest
 
 from fakekernel import FakeKernelModel
+from fakekernel.lab import load_lab
 from plugins.effects import CREATE_SHARED_CHILD
 from plugins.effects.linux import linux_effects
-from plugins.kernel import Kernel, KernelError, LinkSpec, ReadSharingKernel
+from plugins.kernel import Kernel, KernelError, LinkChanges, LinkSpec, ReadSharingKernel
 from plugins.sdk import NamespaceHandle
 from plugins.sdk.runner import (
     CrashPoint,
@@ -33,9 +34,12 @@ from plugins.sdk.runner import (
     PhaseKind,
     Runner,
 )
+from tests.effects.node import LAB
 from tests.runner import node as n
 from tests.runner.node import ToyNode
 from tests.runner.toy import ToyKernel, toy_effects, toy_registry
+
+VF0_PCI = "0000:03:10.0"  # the lab's first VF of enp3s0f0
 
 
 class Counting:
@@ -124,6 +128,32 @@ def test_a_move_with_an_alias_passes_through_and_forgets(counting: Counting) -> 
         assert kernel.get_link(pod, name="net0") == moved
     assert (moved.name, moved.alias) == ("net0", "marker")
     assert counting.calls == {"get_link": 2, "move_link": 1}
+
+
+def test_a_mutation_answering_a_device_answers_its_next_lookup(counting: Counting) -> None:
+    """A mutation's answer that is a PCI device (read back after the change) is what the
+    next ``find_device`` of that function would read: it asks nothing more."""
+    model = load_lab(LAB)
+    model.add_namespace("pod")
+    counted = Counting(model)
+    kernel = ReadSharingKernel(cast(Kernel, counted))
+    vf = model.find_device(VF0_PCI)
+    assert vf is not None
+    with kernel.shared_reads():
+        pod = kernel.open_namespace(_handle(counted))
+        moved = kernel.move_link(vf.ns, vf.ifindex, pod, new_name="net1", alias="marker")
+        assert kernel.find_device(VF0_PCI) == moved == model.find_device(VF0_PCI)
+        up = kernel.set_link(pod, moved.ifindex, LinkChanges(up=True))
+        assert kernel.find_device(VF0_PCI) == up == model.find_device(VF0_PCI)
+        kernel.find_device("0000:03:10.1")  # another function: asked
+    assert counted.calls == {
+        "open_namespace": 1,
+        "move_link": 1,
+        "set_link": 1,
+        "find_device": 1,
+    }
+    kernel.find_device(VF0_PCI)  # the block is over: asked again
+    assert counted.calls["find_device"] == 2
 
 
 def test_errors_are_not_remembered(counting: Counting) -> None:

@@ -338,7 +338,11 @@ class MoveLink:
 
 
 class RenameLink:
-    """MoveVF step 2: the final, coordinator-assigned name inside the sandbox."""
+    """MoveVF step 2: the final, coordinator-assigned name inside the sandbox.
+
+    Only ever planned after ``MoveLink`` (``effects.move_vf``), whose undo restores the
+    VF's home name: so this one's undo only reads.
+    """
 
     kind: str = "linux/rename-link/v1"
     outputs: tuple[str, ...] = ("link",)
@@ -390,23 +394,14 @@ class RenameLink:
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
     ) -> UndoResult:
-        link = self._link(ctx)
+        link = self._link(ctx)  # shared with the undo before this one (``shared_reads``)
         if link is None or link.ns.key == self.kernel.host_namespace().key:
             return UndoResult(UndoOutcome.ABSENT, "VF no longer in the sandbox")
-        renamed = False
-        if link.name == ctx.payload["name"]:
-            if link.up:  # kernels before 6.2 refuse to rename an UP link (EBUSY)
-                link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=False))
-            link = self.kernel.set_link(link.ns, link.ifindex, LinkChanges(name=before["name"]))
-            renamed = True
-        elif link.name != before["name"]:
+        if link.name != ctx.payload["name"]:
             return UndoResult(UndoOutcome.ABSENT, "VF does not carry the assigned name")
-        # The sandbox's admin state belongs to the pod while it is attached, so a
-        # difference is no external change to quarantine; what undo took down to
-        # rename (possibly before a crash) comes back up if it was up at capture.
-        # Records from before "up" was captured say nothing: leave the state alone.
-        if before.get("up") and not link.up:
-            self.kernel.set_link(link.ns, link.ifindex, LinkChanges(up=True))
-        elif not renamed:
-            return UndoResult(UndoOutcome.ABSENT, "VF already carries its captured name")
-        return UndoResult(UndoOutcome.UNDONE)
+        # No change here: this step is MoveVF's second, and the move home (``MoveLink``'s
+        # undo, next in this cleanup or in its resumption after a crash) gives the VF its
+        # own name back in the message that moves it, from whatever name it has in the
+        # sandbox. Renaming it back here first cost two round trips (down, since kernels
+        # before 6.2 refuse to rename an UP link, then the rename) for a name nobody sees.
+        return UndoResult(UndoOutcome.UNDONE, "left to the move home, which restores the name")

@@ -723,6 +723,9 @@ class Runner:
             self._crash.scope(env.hook.value, env.operation_id),
             self._quiescing.removing(partition, unit),
             self._units.hold(partition, unit),
+            # Held, the unit's objects change only by this removal: an undo's re-read of
+            # what the one before it read (with no mutation of ours between) is shared.
+            self._effects.shared_reads(),
         ):
             response = self._undo.scope(reg, record, target, removal)
             answer = response_json(response)
