@@ -155,7 +155,8 @@ class Attachment:
     # marker -> create step, and temporary name -> create step, for links this incarnation owns
     owned: dict[str, str] = field(default_factory=dict)
     vfs: dict[str, str] = field(default_factory=dict)  # VF PCI address -> its connect step
-    vf_temp: dict[str, str] = field(default_factory=dict)  # VF PCI address -> temporary name
+    # VF PCI address -> the names it has in the sandbox: temporary, then assigned
+    vf_sandbox_names: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def creates(self) -> int:
@@ -277,9 +278,8 @@ def chain(node: FakeNode, gen: int) -> Attachment:
     for v in VFS:
         pci = v.attributes["pciAddress"]
         a.vfs[pci] = f"connect-{v.root}"
-        a.vf_temp[pci] = owned_names("sriov/v1alpha1", f"conn-{v.root}-{att}", "move-vf.move", att)[
-            1
-        ]
+        temp = owned_names("sriov/v1alpha1", f"conn-{v.root}-{att}", "move-vf.move", att)[1]
+        a.vf_sandbox_names[pci] = (temp, v.ifname)
     return a
 
 

@@ -531,12 +531,14 @@ class Schedules(RuleBasedStateMachine):
             assert link is not None, f"VF {pci} disappeared"
             if link.ns.key == host.key:
                 if link.name != home:
-                    # Only a removal that found its home name taken leaves it under the
-                    # temporary name it had in the sandbox, until the name is free again.
+                    # Only a removal that found its home name taken leaves it under a
+                    # name it had in the sandbox (the move home renames it after moving
+                    # it: do_setlink), until its own name is free again.
                     step = a.vfs[pci]
                     assert a.live(step), f"VF {pci} is home as {link.name}, not {home}"
                     assert step in a.cleanup_attempted, (pci, link.name)
-                    assert link.name == a.vf_temp[pci], (pci, link.name, a.vf_temp[pci])
+                    names = a.vf_sandbox_names[pci]
+                    assert link.name in names, (pci, link.name, names)
                 continue
             assert link.ns.key == self.node.pod_ns.key, f"VF {pci} in {link.ns.path}"
             assert a.live(a.vfs[pci]), (

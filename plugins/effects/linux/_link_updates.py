@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from plugins.effects import ATTACH_MEMBER, SET_LINK_UP
-from plugins.kernel import Kernel, Link, LinkChanges
+from plugins.kernel import Kernel, Link, LinkChanges, NsRef
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import (
     EffectContext,
@@ -28,11 +28,12 @@ class SetLinkUp:
     Undo brings the link down again, unless the link is one this scope's own plan created
     (its marker carries the scope's evidence prefix): the create comes earlier in the same
     plan, so the same cleanup deletes the link right after this undo, and the kernel
-    closes a link it unregisters; or a device it moved in (``moved_in_by_this_cleanup``),
+    closes a link it unregisters; or a device it moved in (``moved_home_by_this_cleanup``),
     which the move home closes. Taking a created link down first would cost a second
     RCU grace period (``dev_close`` and unregistering each wait for one: about 13 ms
-    here, see docs/benchmarks.md), a moved device a round trip, for a state nobody sees. A link another scope owns (a prepared
-    bond, a VF another scope moved in) outlives this cleanup and is brought down.
+    here, see docs/benchmarks.md), a moved device a round trip, for a state nobody
+    sees. A link another scope owns (a prepared bond, a VF another scope moved in)
+    outlives this cleanup and is brought down.
     """
 
     kind: str = SET_LINK_UP
@@ -81,7 +82,7 @@ class SetLinkUp:
         link = self._link(ctx)
         if link is None or not link.up:
             return UndoResult(UndoOutcome.ABSENT, "nothing to bring down")
-        if moved_in_by_this_cleanup(ctx, link):
+        if moved_home_by_this_cleanup(ctx, link, self.kernel.host_namespace()):
             return UndoResult(
                 UndoOutcome.UNDONE, "left up: this scope moved the device in and moves it home next"
             )
@@ -89,20 +90,22 @@ class SetLinkUp:
         return UndoResult(UndoOutcome.UNDONE)
 
 
-def moved_in_by_this_cleanup(ctx: EffectContext, link: Link) -> bool:
-    """Whether ``link`` is a device this scope's own plan moved into its namespace, so
-    that its cleanup moves it home after this undo (``MoveLink``'s undo).
+def moved_home_by_this_cleanup(ctx: EffectContext, link: Link, host: NsRef) -> bool:
+    """Whether ``link`` is a device away from ``host`` that this scope's own plan moved
+    there, so that its cleanup moves it home after this undo (``MoveLink``'s undo).
 
     The move put the marker of its effect on the device as its alias (the scope's
     evidence prefix: ``EffectContext.marker``); a namespace move closes a running
     device, and the move home restores its home admin state, so bringing it down here
-    would be a round trip for a state nobody sees. A device moved in by another scope
-    (a VF the ``sriov`` plugin attached, enslaved by a bond's plan) carries that
-    scope's marker and outlives this cleanup: it is brought down.
+    would be a round trip for a state nobody sees. A device already home (its namespace
+    died) is not moved again, so it is brought down here. A device moved in by another
+    scope (a VF the ``sriov`` plugin attached, enslaved by a bond's plan) carries that
+    scope's marker and outlives this cleanup: it is brought down too.
     """
     marker = link.alias
     return (
         bool(link.pci_address)
+        and link.ns.key != host.key
         and isinstance(marker, str)
         and marker.startswith(scope_evidence(ctx.partition, ctx.scope))
     )
