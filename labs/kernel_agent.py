@@ -156,6 +156,7 @@ class KernelAgent:
 
     def serve(self, incoming: BinaryIO, outgoing_fd: int) -> None:
         """Answer each request line until the stream ends (the host hung up)."""
+        answered_count = 0
         for line in incoming:
             if not line.strip():
                 continue
@@ -165,6 +166,14 @@ class KernelAgent:
             finally:
                 faulthandler.cancel_dump_traceback_later()
             _write_all(outgoing_fd, json.dumps(answered).encode() + b"\n")
+            answered_count += 1
+        # Said on stderr (the guest's agent log): an agent that ends quietly is otherwise
+        # told apart from one that died only by the absence of a traceback.
+        print(
+            f"kernel agent: end of the request stream after {answered_count} requests",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _session_of(line: bytes) -> Any:

@@ -3,8 +3,12 @@ here over the kernel model, so it runs on every machine (the vm tier runs it in 
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fakekernel.lab import load_lab
 from labs import DEFAULT_LAB
@@ -66,3 +70,20 @@ def test_a_move_with_an_alias_is_decoded_from_the_protocols_hints() -> None:
         alias="dranp:1234:x",
     )
     assert (reply["result"]["name"], reply["result"]["alias"]) == ("net1", "dranp:1234:x")
+
+
+def test_the_end_of_the_stream_is_said_in_the_agents_log(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A stream that ends (the host hung up) ends the agent with a line on its log, so a
+    quiet end is told from a crash by more than a missing traceback."""
+    requests = b"".join(
+        json.dumps({"v": PROTOCOL_VERSION, "id": i, "method": "boot_id", "params": {}}).encode()
+        + b"\n"
+        for i in range(2)
+    )
+    answers = tmp_path / "answers"
+    with answers.open("wb") as out:
+        KernelAgent(load_lab(DEFAULT_LAB)).serve(io.BytesIO(requests + b"\n"), out.fileno())
+    assert [json.loads(line)["id"] for line in answers.read_bytes().splitlines()] == [0, 1]
+    assert capfd.readouterr().err == "kernel agent: end of the request stream after 2 requests\n"
