@@ -32,8 +32,10 @@ def linux_effects(
     """Every executor the three services are approved to run, bound to one kernel.
 
     ``stuck_calls``: the kernel's count of calls stuck past their deadline, for the
-    metrics (``LinuxKernel.stuck_calls``). Their reads go through a ``ReadSharingKernel``: recovery's probes share one dump per
-    namespace (``EffectRegistry.shared_reads``); every other call reads the kernel.
+    metrics (``LinuxKernel.stuck_calls``). The executors' reads go through a
+    ``ReadSharingKernel``: recovery's probes share one dump per namespace, and a hook's
+    effects share what was read since its last mutation (``EffectRegistry.shared_reads``,
+    ``plugins.kernel._snapshot``); the evidence scan always reads the kernel.
     """
     shared = ReadSharingKernel(kernel)
     return EffectRegistry(

@@ -173,8 +173,9 @@ def _compiled(kind: str, executor: EffectExecutor) -> PayloadCheck:
 
 SharedReads = Callable[[], AbstractContextManager[None]]
 """``with shared_reads():`` the executors' kernel may answer a repeated read from the
-first answer until the next mutation: recovery's probes (one dump per namespace) and a
-create hook (an apply's re-read of what its capture read; ``plugins.kernel._snapshot``)."""
+first answer until the next mutation: recovery's probes (one dump per namespace), a
+create hook (an apply's re-read of what its capture read) and a removal holding its
+unit (an undo's re-read of what the undo before it read; ``plugins.kernel._snapshot``)."""
 
 
 class EffectRegistry:
