@@ -155,6 +155,7 @@ class Runner:
         self._boot_id = boot_id
         self._crash = crash
         self._regs = {r.endpoint.socket_name: r for r in registrations}
+        self._descriptors_json: dict[str, str] = {}  # socket name -> its descriptor, encoded
         self._ready = False
         self._lock = threading.Lock()
         # Each bounded by the work in flight, not by the scopes ever served.
@@ -781,6 +782,16 @@ class Runner:
             semantic_digest=op.semantic_digest,
         )
 
+    def _descriptor_json(self, reg: Registration) -> str:
+        """The registration's descriptor, encoded once: the host asks ``info()`` before
+        every hook (its readiness gate), and the descriptor never changes."""
+        encoded = self._descriptors_json.get(reg.endpoint.socket_name)
+        if encoded is None:
+            encoded = self._descriptors_json[reg.endpoint.socket_name] = canonical_json(
+                reg.descriptor.to_json()
+            )
+        return encoded
+
     def info(self, reg: Registration) -> EndpointInfo:
         d = reg.descriptor
         return EndpointInfo(
@@ -791,7 +802,7 @@ class Runner:
             artifact_digest=self._artifact_digest,
             state_namespace=reg.endpoint.state_namespace,
             ready=self._ready and self._store is not None,
-            descriptor_json=canonical_json(d.to_json()),
+            descriptor_json=self._descriptor_json(reg),
             fault=self._journal_fault(),
             store_format=self._store.store_format if self._store is not None else 0,
             readable_store_formats=PLUGIN_JOURNAL.readable,
