@@ -276,7 +276,6 @@ class CrashPoints:
             trace=Path(trace) if trace else None,
         )
 
-    @contextlib.contextmanager
     def scope(
         self,
         hook: str,
@@ -284,8 +283,12 @@ class CrashPoints:
         effect_id: str = UNSCOPED,
         *,
         owner: Owner = Owner.SERVICE,
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Name the boundaries hit by this thread (including kernel calls) inside the block."""
+        return self._scope(hook, operation_id, effect_id, owner)
+
+    @contextlib.contextmanager
+    def _scope(self, hook: str, operation_id: str, effect_id: str, owner: Owner) -> Iterator[None]:
         previous = getattr(self._local, "scope", None), getattr(self._local, "kernel_calls", 0)
         self._local.scope = _Scope(hook, operation_id, effect_id, owner)
         self._local.kernel_calls = 0
@@ -335,13 +338,15 @@ class CrashPoints:
         raise SimulatedCrash(str(point))
 
 
+_NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
 class _NoCrash(CrashPoints):
     """Production's crash points: records nothing, never crashes, keeps no per-thread state."""
 
     def __init__(self) -> None:
         super().__init__()
 
-    @contextlib.contextmanager
     def scope(
         self,
         hook: str,
@@ -349,8 +354,10 @@ class _NoCrash(CrashPoints):
         effect_id: str = UNSCOPED,
         *,
         owner: Owner = Owner.SERVICE,
-    ) -> Iterator[None]:
-        yield
+    ) -> contextlib.AbstractContextManager[None]:
+        # One shared, reusable no-op: a generator-made context manager per effect cost
+        # ~3 % of a hook's Python time here.
+        return _NO_SCOPE
 
     def hit(self, phase: Phase) -> None:
         return None
