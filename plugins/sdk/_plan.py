@@ -175,11 +175,18 @@ class PlannedEffect:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_MAPPINGS = frozenset({dict, MappingProxyType})  # what payloads are made of
+_SEQUENCES = frozenset({list, tuple})
 
 
 def thaw_json(value: JSON) -> JSON:
-    if type(value) in _SCALARS:  # most leaves: skips the ABC's isinstance below
+    kind = type(value)
+    if kind in _SCALARS:  # most leaves: skips the ABCs' isinstance below
         return value
+    if kind in _MAPPINGS:  # dicts and frozen payloads, without the ABC's isinstance
+        return {k: thaw_json(v) for k, v in value.items()}
+    if kind in _SEQUENCES:
+        return [thaw_json(v) for v in value]
     if isinstance(value, Mapping):
         return {k: thaw_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
