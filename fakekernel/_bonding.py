@@ -107,9 +107,9 @@ def _bond_enslave(state: State, bond: LinkState, slave: LinkState) -> None:
         if not keeps_mac:
             dev_set_mac(state, slave, bond.mac)
         dev_open(state, slave)
-        if (bond.up or state.children(bond, "vlan")) and vlan_filter_refused(state, slave):
-            # vlan_vids_add_by_dev: the bond's VLAN ids (VID 0 while it is up: 8021q adds
-            # it on NETDEV_UP) go to the new slave, whose driver refuses them
+        if (info.vid0 or state.children(bond, "vlan")) and vlan_filter_refused(state, slave):
+            # vlan_vids_add_by_dev: the bond's VLAN ids (VID 0 if 8021q could add it as
+            # the bond went up: BondState.vid0) go to the new slave, whose driver refuses them
             raise fail(errno.EINVAL, f"{slave.name} refuses {bond.name}'s VLAN ids")
     except KernelError:
         # bond_enslave's unwind: err_close, err_restore_mac, err_restore_mtu, err_undo_flags
@@ -298,5 +298,9 @@ def _br_add_if(state: State, bridge: LinkState, port: LinkState) -> None:
         raise fail(errno.EBUSY, f"{port.name} is in use")  # netdev_rx_handler_register
     if _is_upper_of(state, port, bridge):
         raise fail(errno.EBUSY, "enslaving would make a loop")
+    if vlan_filter_refused(state, port):
+        # nbp_vlan_init: every new port gets the bridge's default PVID (VLAN 1) through
+        # vlan_vid_add, which a VF's driver asks its PF for (igbvf_vlan_rx_add_vid)
+        raise fail(errno.EINVAL, f"{port.name} refuses {bridge.name}'s default VLAN")
     port.master = bridge.id
     br_ports_changed(state, bridge)

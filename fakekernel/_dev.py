@@ -87,6 +87,16 @@ def dev_set_mac(state: State, link: LinkState, mac: str) -> None:
     """dev_set_mac_address with the driver's ndo_set_mac_address."""
     if link.kind == "ipvlan":
         raise fail(errno.EOPNOTSUPP, "ipvlan has no ndo_set_mac_address")  # shares its lower's
+    if (
+        link.bond is not None
+        and link.bond.mode == "active-backup"
+        and link.bond.fail_over_mac != "none"
+    ):
+        # bond_set_mac_address: with fail_over_mac in active-backup it does nothing and
+        # succeeds, whatever the address (an error would fail ifenslave); then
+        # dev_set_mac_address marks the address as set all the same.
+        link.mac_assign = "set"
+        return
     mac = require_valid_ether_addr(mac)
     if link.vf_of is not None:
         from ._vfs import admin_mac_locks, vf_set_mac
@@ -181,6 +191,10 @@ def dev_open(state: State, link: LinkState) -> None:
         if _macvlan_addr_busy(state, lower, link.mac, exclude=link, up_only=True):
             raise fail(errno.EADDRINUSE, f"{link.mac} is in use on {lower.name}")  # macvlan_open
     link.up = True
+    if link.bond is not None:
+        from ._vfs import vlan_filter_refused
+
+        link.bond.vid0 = not vlan_filter_refused(state, link)  # vlan_device_event NETDEV_UP
     for child in state.children(link, "vlan"):  # vlan_device_event NETDEV_UP
         with contextlib.suppress(KernelError):
             dev_open(state, child)
@@ -190,6 +204,8 @@ def dev_close(state: State, link: LinkState) -> None:
     if not link.up:
         return
     link.up = False
+    if link.bond is not None:
+        link.bond.vid0 = False  # vlan_device_event NETDEV_DOWN
     if link.vf_of is not None:
         from ._vfs import vf_reset
 

@@ -47,6 +47,10 @@ class BondState:
     # each slave's link as the bond sees it (slave->link): with miimon, what its link
     # monitor last saw; without, up from the enslave on (nothing watches it)
     link_up: dict[int, bool] = field(default_factory=dict)
+    # VLAN 0 in the bond's VLAN filter: 8021q adds it as the bond goes up (NETDEV_UP),
+    # which fails when a slave refuses it, and deletes it as it goes down; a slave
+    # enslaved later gets it (vlan_vids_add_by_dev) only if it is there
+    vid0: bool = False
 
 
 @dataclass

@@ -160,13 +160,16 @@ def mailbox_answers(state: State, vf: LinkState) -> bool:
 
 def vlan_filter_refused(state: State, link: LinkState) -> bool:
     """vlan_vid_add on ``link`` fails (EINVAL): a VF whose PF does not answer it
-    (igbvf_vlan_rx_add_vid), or a bond with such a slave (bond_vlan_rx_add_vid passes
-    the id to every slave)."""
+    (igbvf_vlan_rx_add_vid), a bond with such a slave (bond_vlan_rx_add_vid passes
+    the id to every slave), or a macvlan or ipvlan over such a device (their
+    ndo_vlan_rx_add_vid passes it to the lower device)."""
     if link.vf_of is not None:
         table = _table_of(state, link)
         return table is not None and table.nic.vf_mailbox and not mailbox_answers(state, link)
     if link.bond is not None:
         return any(vlan_filter_refused(state, state.links[s]) for s in link.bond.slaves)
+    if link.kind in ("macvlan", "ipvlan") and link.parent is not None:
+        return vlan_filter_refused(state, state.links[link.parent])
     return False
 
 

@@ -505,3 +505,143 @@ def generated_61_a_vlan_on_a_vf_its_pf_does_not_answer(w: World) -> None:
             },
         ],
     )
+
+
+@regression(Signature("set master", "outcome", ("fake ok", "linux EINVAL")), "device", "bridge")
+def generated_612_a_vf_into_a_bridge_its_pf_does_not_answer(w: World) -> None:
+    """A new VF whose PF has not answered it, made a bridge port: EINVAL. br_add_if
+    gives every port the bridge's default PVID (nbp_vlan_init: VLAN 1), which reaches
+    igbvf's VLAN filter through the mailbox as a VLAN on the VF does
+    (``generated_61_a_vlan_on_a_vf_its_pf_does_not_answer``); the model enslaved it.
+
+    Shrunk from a generated run on 6.12.118+deb12-amd64 by hand (seed 2, step 1,642 of
+    the 20,000-step session, 28 steps after a reset: the VF made, a bridge made, the VF
+    made its port). Replayed on a fresh guest with the fixed model, the 28 steps agree.
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp2s0", "count": 2},
+            {"op": "create", "ns": "host", "kind": "bridge", "name": "br0"},
+            {"op": "set", "ns": "host", "link": "enp2s0v0", "changes": {"master": "br0"}},
+        ],
+    )
+
+
+@regression(Signature("set mac", "outcome", ("fake EADDRNOTAVAIL", "linux ok")), "device", "bond")
+def generated_612_an_active_backup_bond_with_fail_over_mac_keeps_its_address(w: World) -> None:
+    """An address set on an active-backup bond with fail_over_mac: success, and nothing
+    changes, even for an address no device may have (bond_set_mac_address returns 0
+    before looking at it, so that ifenslave does not fail); the model refused the
+    multicast address (EADDRNOTAVAIL).
+
+    Shrunk from a generated run on 6.12.118+deb12-amd64 (seed 2, step 9,202 of the
+    20,000-step session: 22 steps to 3).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond%d",
+                "bond_mode": "active-backup",
+                "miimon": 100,
+            },
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "fail_over_mac": "follow",
+            },
+            {"op": "set", "ns": "host", "link": "bond0", "changes": {"mac": "03:00:00:00:00:01"}},
+        ],
+    )
+
+
+@regression(
+    Signature("create vlan (no name)", "outcome", ("fake ok", "linux EINVAL")), "device", "macvlan"
+)
+def generated_612_a_vlan_on_a_macvlan_over_a_vf_its_pf_does_not_answer(w: World) -> None:
+    """A VLAN on a macvlan whose lower device is a new VF its PF has not answered:
+    EINVAL. The macvlan passes the VLAN id to its lower device
+    (macvlan_vlan_rx_add_vid), and igbvf asks its PF through the mailbox; the model
+    looked at the macvlan alone and created it.
+
+    Shrunk from a generated run on 6.12.118+deb12-amd64 by hand (seed 2, step 17,324 of
+    the 20,000-step session, 43 steps after a reset). Replayed on a fresh guest with the
+    fixed model, the 43 steps agree.
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp1s0", "count": 2},
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "macvlan",
+                "name": "mv0",
+                "parent": "enp1s0v0",
+                "mode": "bridge",
+            },
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "vlan",
+                "name": "",
+                "parent": "mv0",
+                "vlan_id": 5,
+            },
+        ],
+    )
+
+
+@regression(Signature("set master", "outcome", ("fake EINVAL", "linux ok")), "device", "bond")
+def generated_612_a_bond_that_went_up_with_a_refusing_slave_has_no_vlan_0(w: World) -> None:
+    """A VF its PF has not answered, enslaved into an up bond whose VLAN 0 never got in:
+    accepted. 8021q adds VLAN 0 as the bond goes up, which fails when a slave (a VF
+    without its PF's answer) refuses it, so the bond has no VLAN ids for the new slave
+    to refuse (vlan_vids_add_by_dev); the model gave every up bond VLAN 0 and refused
+    the VF (EINVAL). ``BondState.vid0`` now remembers whether the add went in.
+
+    Shrunk from a generated run on 6.12.118+deb12-amd64 (seed 2, step 11,548 of the
+    20,000-step session: 31 steps to 12).
+    """
+    replay(
+        w,
+        [
+            {"op": "numvfs", "pf": "enp1s0", "count": 2},
+            {"op": "set", "ns": "host", "link": "lo", "changes": {"master": ""}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 7, "changes": {"link_state": "auto"}},
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond%d",
+                "bond_mode": "802.3ad",
+                "miimon": 100,
+            },
+            {"op": "set", "ns": "host", "link": "enp1s0v1", "changes": {"master": "bond0"}},
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "fail_over_mac": "follow",
+            },
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "bond_mode": "balance-xor",
+            },
+            {"op": "numvfs", "pf": "enp2s0", "count": 3},
+            {"op": "set", "ns": "host", "link": "ren0", "changes": {"up": False}},
+            {"op": "set", "ns": "host", "link": "bond0", "changes": {"up": True}},
+            {"op": "set_vf", "pf": "enp1s0", "vf": 0, "changes": {"qos": 3}},
+            {"op": "set", "ns": "host", "link": "enp2s0v2", "changes": {"master": "bond0"}},
+        ],
+    )
