@@ -19,9 +19,11 @@ narrower reason: between a mutation of ours and the next, an effect's apply asks
 what its capture just read, and the next effect's capture or undo asks again what the
 previous one just read, with nothing but our own journal commit in between; that second
 answer is the same observation a moment later. Every mutation forgets everything
-first, so what follows a change of ours reads the kernel again, with one exception: a
-mutation's answer that is a PCI device (the backend reads the link back after the
-change) answers the next ``find_device`` of that function, the same observation.
+first, so what follows a change of ours reads the kernel again, with two exceptions:
+the namespaces opened stay shared (the protocol's mutations change links and VF tables,
+never which namespace a path names), and a mutation's answer that is a PCI device (the
+backend reads the link back after the change) answers the next ``find_device`` of that
+function, the same observation.
 
 Outside a ``shared_reads()`` block (inspection) nothing is remembered. A mutation
 inside one forgets everything first and passes through.
@@ -40,6 +42,9 @@ from ._forwarding import ForwardingKernel
 from ._protocol import Kernel
 from ._seam import KernelCall
 from ._types import Link
+
+# Reads a mutation of ours cannot change the answer of (it keeps them shared).
+_NAMESPACE_READS = frozenset({"open_namespace", "host_namespace"})
 
 
 class ReadSharingKernel(ForwardingKernel):
@@ -63,11 +68,15 @@ class ReadSharingKernel(ForwardingKernel):
             self._local.answers = None
 
     def _kernel_call(self, call: KernelCall, arguments: dict[str, Any]) -> Any:
-        answers: dict[Hashable, Any] | None = getattr(self._local, "answers", None)
+        answers: dict[tuple[Hashable, ...], Any] | None = getattr(self._local, "answers", None)
         if answers is None:
             return super()._kernel_call(call, arguments)
         if call.mutating:
+            # What a namespace's handle opens is no link's doing: every mutation of the
+            # protocol changes links and VF tables, never which namespace a path names.
+            kept = {key: answers[key] for key in answers if key[0] in _NAMESPACE_READS}
             answers.clear()
+            answers.update(kept)
             changed = super()._kernel_call(call, arguments)
             if isinstance(changed, Link) and changed.pci_address:
                 # The mutation's answer is the kernel's report of the device right after

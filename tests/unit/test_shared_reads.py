@@ -130,6 +130,23 @@ def test_a_move_with_an_alias_passes_through_and_forgets(counting: Counting) -> 
     assert counting.calls == {"get_link": 2, "move_link": 1}
 
 
+def test_a_mutation_keeps_the_namespaces_opened(counting: Counting) -> None:
+    kernel = _shared(counting)
+    with kernel.shared_reads():
+        pod = kernel.open_namespace(_handle(counting))
+        kernel.create_link(pod, LinkSpec(kind="dummy", name="d0"))
+        assert kernel.open_namespace(_handle(counting)) == pod
+        kernel.list_links(pod)
+        kernel.delete_link(pod, counting.model.list_links(pod)[-1].ifindex)
+        kernel.list_links(pod)
+    assert counting.calls == {
+        "open_namespace": 1,
+        "create_link": 1,
+        "list_links": 2,
+        "delete_link": 1,
+    }
+
+
 def test_a_mutation_answering_a_device_answers_its_next_lookup(counting: Counting) -> None:
     """A mutation's answer that is a PCI device (read back after the change) is what the
     next ``find_device`` of that function would read: it asks nothing more."""
@@ -146,6 +163,7 @@ def test_a_mutation_answering_a_device_answers_its_next_lookup(counting: Countin
         up = kernel.set_link(pod, moved.ifindex, LinkChanges(up=True))
         assert kernel.find_device(VF0_PCI) == up == model.find_device(VF0_PCI)
         kernel.find_device("0000:03:10.1")  # another function: asked
+        assert kernel.open_namespace(_handle(counted)) == pod  # a mutation keeps it
     assert counted.calls == {
         "open_namespace": 1,
         "move_link": 1,
