@@ -12,9 +12,9 @@ The contract: for a schema ``compile_accept`` returns an accept function for, th
 function answers exactly what ``_config``'s strict Draft 2020-12 validator's ``is_valid``
 answers (integers exclude floats and booleans, numbers exclude booleans; ``enum``,
 ``const`` and ``uniqueItems`` compare as jsonschema does: ``1 == 1.0``, ``True != 1``),
-and the schema passes the Draft 2020-12 metaschema. tests/unit/test_schema_differential.py checks both
-against jsonschema on generated schemas and values. For anything else it returns None and
-the caller uses jsonschema as before:
+and the schema passes the Draft 2020-12 metaschema. tests/unit/test_schema_differential.py
+checks both against jsonschema on generated schemas and values. For anything else it
+returns None and the caller uses jsonschema as before:
 
 * a keyword of Draft 2020-12 it does not compile (``unevaluatedProperties``,
   ``unevaluatedItems``, ``$anchor``, ``$dynamicRef``, ...; a key outside the draft's

@@ -25,7 +25,7 @@ from plugins.effects.linux import (
     SetVFConfig,
 )
 from plugins.effects.linux._common import describe, ns_json
-from plugins.kernel import LinkChanges, LinkSpec, VFChanges
+from plugins.kernel import KERNEL_CALLS, LinkChanges, LinkSpec, VFChanges
 from plugins.kernel._crashing import CrashingKernel
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import (
@@ -274,9 +274,10 @@ def test_apply_then_undo_restores_exactly(case: Case) -> None:
 
 
 class CountingMutations:
-    """The model, counting the mutations that reach it (``mutations``, by method)."""
+    """The model, recording the mutations called on it (``mutations``, by method; the
+    seam's declarations say which calls mutate)."""
 
-    MUTATING = frozenset({"set_link", "move_link", "create_link", "delete_link", "set_vf"})
+    MUTATING = frozenset(name for name, call in KERNEL_CALLS.items() if call.mutating)
 
     def __init__(self, model: FakeKernelModel) -> None:
         self.model = model
@@ -284,9 +285,14 @@ class CountingMutations:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.model, name)
-        if name in self.MUTATING:
+        if name not in self.MUTATING:
+            return method
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
             self.mutations.append(name)
-        return method
+            return method(*args, **kwargs)
+
+        return recorded
 
 
 @pytest.mark.parametrize("home_up", [False, True], ids=["down-at-home", "up-at-home"])
