@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn, TextIO
 
 from plugins.sdk import OperationState
-from plugins.sdk.service import package_version
+from plugins.sdk.service import add_version_option
 from plugins.services import SERVICES
 
 from . import _coordinator as coord
@@ -131,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         "of this node (docs/operating.md).",
         epilog=_epilog("ops", "reconcile", "coordinator apps"),
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
+    add_version_option(parser)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, help: str, *, key: str = "", parents: Sequence[Any] = ()) -> Any:

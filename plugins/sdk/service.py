@@ -677,8 +677,39 @@ def program_arguments(prog: str, description: str) -> argparse.ArgumentParser:
         help="create the state directory and its missing parents (a new journal): without "
         "it a stateDir whose parent is missing is refused",
     )
-    parser.add_argument("--version", action="version", version=f"{prog} {package_version()}")
+    add_version_option(parser)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, its text read only when asked for: ``action="version"`` takes the
+    text when the parser is built, and reading the installed distribution's metadata
+    imports ``importlib.metadata`` (and ``email``, ``zipfile``, ``csv``): about 3 MB of
+    every running service's memory, for an option it never sees (docs/benchmarks.md, P8)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the program's version and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"{parser.prog} {package_version()}\n")
+        parser.exit()
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """``--version``: ``PROG VERSION`` on stdout, exit 0; the version is read when asked."""
+    parser.add_argument("--version", action=_VersionAction)
 
 
 def package_version() -> str:
@@ -729,6 +760,7 @@ __all__ = [
     "EXIT_UNFINISHED",
     "ServiceConfig",
     "StartupRefused",
+    "add_version_option",
     "artifact_digest",
     "await_writer",
     "check_directories",

@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from plugins.sdk.service import ServiceConfig
+from plugins.sdk.service import ServiceConfig, package_version
 
 PROG = "networkplugin-links"
 SCRIPT = Path(sys.executable).with_name(PROG)
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 
@@ -463,6 +464,41 @@ def _read_until(stream: Any, marker: bytes, deadline_s: float) -> list[str]:
 
 
 # -- --version --------------------------------------------------------------------------------
+
+
+PARSE_WITHOUT_VERSION = """
+import sys
+import plugins.coordinator, plugins.kernel.linux, plugins.services
+from plugins.sdk.service import program_arguments
+program_arguments("p", "d").parse_args(["--config", "c"])
+print("importlib.metadata" in sys.modules)
+"""
+
+
+def test_a_program_reads_its_version_only_when_asked() -> None:
+    """P8 (docs/benchmarks.md): the version comes from the distribution's metadata, whose
+    reader (``importlib.metadata``, with ``email`` and ``zipfile``) is ~1.6 MB of a running
+    service on linux://. Building and parsing the command line must not import it; the
+    ``--version`` test below shows the same option still answers."""
+    out = subprocess.run(
+        [sys.executable, "-c", PARSE_WITHOUT_VERSION],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out == "False\n", "importlib.metadata was imported without --version"
+    asked = PARSE_WITHOUT_VERSION.replace('"--config", "c"', '"--version"')
+    result = subprocess.run(
+        [sys.executable, "-c", asked],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, f"p {package_version()}\n")
 
 
 @pytest.mark.parametrize(
