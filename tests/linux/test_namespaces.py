@@ -231,6 +231,31 @@ def test_the_linger_counts_from_the_last_use_not_from_the_socket(
         assert k._spaces[(ref.device, ref.inode)].sock is None
 
 
+def test_a_namespace_left_idle_after_others_is_let_go_at_its_own_time(
+    netns_dir: Path, make_ns: MakeNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's end skips the scan of held namespaces when none can be due before the idle
+    thread's deadline. A namespace last used before that deadline was set (a long call
+    in it, ending after a later call elsewhere) is due earlier: its end must scan, or it
+    stays held until the other one's time."""
+    import plugins.kernel.linux.kernel as module
+
+    clock = Clock()
+    monkeypatch.setattr(module, "time", clock)
+    with LinuxKernel(HOST_NS, linger_s=1.0) as k:
+        a, b = k.open_namespace(make_ns()), k.open_namespace(make_ns())
+        k.list_links(a)  # used at t
+        release = k._hold(k._spaces[(a.device, a.inode)])  # a call in a goes on
+        clock.now += 0.5
+        k.list_links(b)  # idle from t + 0.5
+        clock.now += 0.55
+        k.list_links(k.host_namespace())  # a scan: a in use is kept; next due, b at t + 1.5
+        clock.now += 0.05
+        release()  # t + 1.1: a, last used at t, was due at t + 1
+        assert k._spaces[(a.device, a.inode)].sock is None
+        assert k._spaces[(b.device, b.inode)].sock is not None
+
+
 def test_a_reused_inode_number_is_estale(netns_dir: Path, make_ns: MakeNamespace) -> None:
     """Let go, a namespace can die and another get its inode number under its path: the
     namespace cookie of the next socket tells them apart."""
