@@ -297,13 +297,15 @@ def test_no_thread_of_ours_changes_namespace(kernel: LinuxKernel, ns_a: NsRef, n
     kernel.list_links(ns_b)
     after = os.stat("/proc/thread-self/ns/net")
     assert (after.st_dev, after.st_ino) == (mine.st_dev, mine.st_ino)
-    # the throwaway threads that entered ns_a/ns_b have ended; the one left (it lets the
-    # namespaces go once idle) is in ours
-    new = set(threading.enumerate()) - threads
-    assert [t.name for t in new] == ["netns-idle"]
-    (idle,) = new
-    theirs = os.stat(f"/proc/self/task/{idle.native_id}/ns/net")
-    assert (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino)
+    # Between calls every thread of ours is in our namespace: the entry thread, which made
+    # the sockets in ns_a and ns_b, came back; the idle one never leaves.
+    new = {t.name for t in set(threading.enumerate()) - threads}
+    assert new <= {"netns-idle", "netns-enter"}, new
+    ours = [t for t in threading.enumerate() if t.name.startswith("netns-")]
+    assert {t.name for t in ours} == {"netns-idle", "netns-enter"}
+    for thread in ours:
+        theirs = os.stat(f"/proc/self/task/{thread.native_id}/ns/net")
+        assert (theirs.st_dev, theirs.st_ino) == (mine.st_dev, mine.st_ino), thread.name
 
 
 def test_concurrent_calls_share_one_socket_safely(kernel: LinuxKernel, ns_a: NsRef) -> None:
@@ -327,3 +329,64 @@ def test_concurrent_calls_share_one_socket_safely(kernel: LinuxKernel, ns_a: NsR
     assert not any(t.is_alive() for t in workers)
     assert errors == []
     assert results == [3] * 200
+
+
+def test_a_stuck_entry_job_times_out_and_later_jobs_get_a_new_thread(ns_a: NsRef) -> None:
+    """A job past its deadline is ETIMEDOUT for its caller; what it makes late is cleaned
+    up, not leaked; and the stuck thread is retired, so the next job does not wait
+    behind it."""
+    from plugins.kernel.linux import _nsfs
+
+    release, cleaned = threading.Event(), threading.Event()
+    fd = os.open(ns_a.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(KernelError) as stuck:
+            _nsfs.make_in_netns(
+                fd, lambda: release.wait(30) and "late", cleanup=lambda v: cleaned.set(),
+                deadline_s=0.2,
+            )  # fmt: skip
+        assert stuck.value.code == errno.ETIMEDOUT
+        inside = _nsfs.make_in_netns(fd, _nsfs.current_thread_identity, deadline_s=5)
+        assert inside == (ns_a.device, ns_a.inode)  # served while the first is still stuck
+        release.set()
+        assert cleaned.wait(10), "the late result was not handed to cleanup"
+    finally:
+        release.set()
+        os.close(fd)
+
+
+def test_an_entry_thread_that_cannot_come_back_is_retired(
+    ns_a: NsRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry thread returns to its own namespace after each job; if it cannot, it
+    takes no new job (the next one goes to a new thread) and no thread of ours stays
+    outside our namespace for longer than the jobs it had already been given."""
+    from plugins.kernel.linux import _nsfs
+
+    real = _nsfs.libc()
+    refused: list[int] = []
+
+    class FailingWayBack:
+        def setns(self, fd: int, nstype: int) -> int:
+            if fd != target and not refused:
+                refused.append(fd)
+                return -1  # the way back, once
+            return int(real.setns(fd, nstype))
+
+    target = os.open(ns_a.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _nsfs.make_in_netns(target, lambda: None)  # an entry thread exists
+        before = _nsfs._entry
+        monkeypatch.setattr(_nsfs, "libc", FailingWayBack)
+        first = _nsfs.make_in_netns(target, threading.get_native_id)
+        assert before is not None
+        assert before.thread.native_id == first
+        before.thread.join(10)  # retired, with no job left: it ends
+        monkeypatch.setattr(_nsfs, "libc", lambda: real)
+        assert refused
+        assert not before.thread.is_alive()
+        second = _nsfs.make_in_netns(target, threading.get_native_id)
+        assert second != first
+        assert _nsfs._entry is not before
+    finally:
+        os.close(target)

@@ -5,8 +5,8 @@ Namespaces
 A namespace is known by the (st_dev, st_ino) of its nsfs file. For each namespace
 opened through ``open_namespace`` (and the configured host namespace) the backend
 keeps a verified descriptor of the namespace and, once needed, one NETLINK_ROUTE
-socket created *inside* that namespace (see ``_nsfs`` for how: a throwaway thread,
-so no thread that does other work ever changes namespace). Requests about links of
+socket created *inside* that namespace (see ``_nsfs`` for how: on the entry thread,
+which does nothing else, so no thread that does other work ever changes namespace). Requests about links of
 a namespace go to that namespace's socket; a link is created in, or moved to,
 another namespace with ``IFLA_NET_NS_FD`` in the same message. A delete is answered at
 the kernel's announcement that the link is unregistered, not at its ack, which comes
@@ -116,11 +116,11 @@ from ._errors import NetlinkError, kernel_errors, netlink_error, translated
 from ._nsfs import (
     Identity,
     current_thread_identity,
+    make_in_netns,
     mounted_netns_identity,
     open_netns,
     process_netns_identity,
     read_boot_id,
-    run_in_netns,
     stat_identity,
 )
 from ._unregister import DeleteChannel
@@ -934,13 +934,14 @@ class LinuxKernel:
 
     def _sockets_in(self, space: _Namespace, count: int) -> list[socket.socket]:
         """``count`` new NETLINK_ROUTE sockets inside ``space`` (call with ``space.lock``
-        held), made on one throwaway thread, and checked to be in the namespace we know."""
+        held), made on the entry thread (``make_in_netns``), and checked to be in the
+        namespace we know."""
         fd = space.held_fd()
         make = self._open_socket
         if current_thread_identity() == space.key:
             raws = _new_rtnl_sockets(make, count)
         else:
-            raws = run_in_netns(fd, lambda: _new_rtnl_sockets(make, count), cleanup=_close_all)
+            raws = make_in_netns(fd, lambda: _new_rtnl_sockets(make, count), cleanup=_close_all)
         try:
             cookie = _netns_cookie(raws[0])
             if space.cookie is None:
