@@ -6,12 +6,12 @@ import os
 import select
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable
 
 from plugins.kernel.linux._decode import decode_link
 from plugins.kernel.linux._nsfs import open_netns, run_in_netns
+from plugins.kernel.linux._unregister import wait_for_deletes
 from plugins.kernel.linux._wire import RTM_DELLINK, RTM_NEWLINK
 
 RTMGRP_LINK = 0x1
@@ -80,12 +80,9 @@ def _listener() -> socket.socket:
 
 
 def senders_end() -> None:
-    """Wait for every delete's sender thread to end (each outlives its call by the kernel's
-    ack), up to the deadline; fail if one is still running then."""
-    end = time.monotonic() + DEADLINE_S
-    for thread in [t for t in threading.enumerate() if t.name == "netlink-delete"]:
-        thread.join(max(0.0, end - time.monotonic()))
-        assert not thread.is_alive(), f"a delete's sender still runs after {DEADLINE_S}s"
+    """Wait for every delete's sender to be done (each outlives its call by the kernel's
+    ack), up to the deadline; fail if one is still sending then."""
+    assert wait_for_deletes(DEADLINE_S), f"a delete's sender still runs after {DEADLINE_S}s"
 
 
 class Clock:

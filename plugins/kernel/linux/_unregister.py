@@ -12,8 +12,8 @@ docs/benchmarks.md, "The kernel's delete wait"), and nothing a caller is told de
 it: once announced, the device is in no namespace, and no netlink request, nor anything
 else that takes RTNL, can see or reach it.
 
-So a delete is sent on a socket of its own, from a short-lived thread (``sendmsg`` blocks
-for the whole delete), and the caller returns at whichever comes first:
+So a delete is sent on a socket of its own, from a sender thread (``sendmsg`` blocks
+for the whole delete; ``_Senders``), and the caller returns at whichever comes first:
 
 * the announcement of *this* device's unregistration on a socket listening in the same
   namespace: an ``AF_UNSPEC`` RTM_DELLINK for the ifindex *without* ``IFLA_NEW_NETNSID``
@@ -46,6 +46,7 @@ behind the stuck one. Until its thread returns, the stuck request counts in
 
 from __future__ import annotations
 
+import atexit
 import errno
 import logging
 import os
@@ -271,11 +272,8 @@ class DeleteChannel:
                 finally:
                     released()
 
-        # Not a daemon: an exiting interpreter lets the kernel's wait finish (ms) first
-        # (a service's shutdown watchdog bounds that wait if the request is stuck).
-        thread = threading.Thread(target=send, name="netlink-delete", daemon=False)
         try:
-            thread.start()
+            _SENDERS.run(send)
         except BaseException:
             sent.release()  # the sender's share: it never ran
             released()
@@ -321,3 +319,104 @@ class DeleteChannel:
 
     def _membership(self, option: int) -> None:
         self._listener.setsockopt(w.SOL_NETLINK, option, RTNLGRP_LINK)
+
+
+class _Senders:
+    """The threads that send deletes, kept for reuse: one is started only when none is
+    idle, and one idle for ``idle_s`` ends. A thread per delete cost a start (an OS
+    thread, and a wait for it to run) on every delete: ~2 % of a service's Python time
+    in a burst of 64 detaches (docs/benchmarks.md, P2).
+
+    The threads are daemons, but an exiting interpreter still lets the deletes in
+    progress finish (ms: the kernel's wait) before it ends, as it did for the non-daemon
+    thread per delete: ``atexit`` waits for them (a service's shutdown watchdog bounds
+    that wait if a request is stuck)."""
+
+    def __init__(self, idle_s: float = 5.0) -> None:
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._idle: list[_Sender] = []
+        self.busy = 0
+        atexit.register(self.wait_for_all)
+
+    def run(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on an idle sender thread, or on a new one."""
+        with self._lock:
+            sender = self._idle.pop() if self._idle else None
+            self.busy += 1
+        try:
+            if sender is None:
+                sender = _Sender(self)
+            sender.give(fn)
+        except BaseException:
+            self.finished(None)
+            raise
+
+    def finished(self, sender: _Sender | None) -> None:
+        """``sender`` ran its job: idle now (None: the job never ran)."""
+        with self._lock:
+            self.busy -= 1
+            if sender is not None:
+                self._idle.append(sender)
+            if not self.busy:
+                self._done.notify_all()
+
+    def leave_if_idle(self, sender: _Sender) -> bool:
+        """``sender`` waited ``idle_s`` with nothing to do: it ends, unless a job was
+        just handed to it (it is no longer on the idle list)."""
+        with self._lock:
+            if sender in self._idle:
+                self._idle.remove(sender)
+                return True
+            return False
+
+    def wait_for_all(self, timeout: float | None = None) -> bool:
+        """Wait until no delete is being sent (False if ``timeout`` passed first)."""
+        with self._lock:
+            return self._done.wait_for(lambda: not self.busy, timeout)
+
+
+class _Sender:
+    """One sender thread: a job at a time, handed over through ``give``."""
+
+    def __init__(self, pool: _Senders) -> None:
+        self._pool = pool
+        self._job: Callable[[], None] | None = None
+        self._given = threading.Semaphore(0)
+        self._thread = threading.Thread(target=self._serve, name="netlink-delete", daemon=True)
+        self._started = False
+
+    def give(self, fn: Callable[[], None]) -> None:
+        self._job = fn
+        self._given.release()
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            if not self._given.acquire(timeout=self._pool.idle_s):
+                if self._pool.leave_if_idle(self):
+                    return
+                continue  # a job is being handed over
+            job, self._job = self._job, None
+            try:
+                if job is not None:
+                    job()
+            finally:
+                self._pool.finished(self)
+
+
+_SENDERS = _Senders()
+
+
+def deletes_in_flight() -> int:
+    """Deletes whose sender still waits for the kernel's ack (their callers may have been
+    answered by the announcement already)."""
+    return _SENDERS.busy
+
+
+def wait_for_deletes(timeout: float) -> bool:
+    """Wait until every delete sent has its ack or error; False if ``timeout`` passed."""
+    return _SENDERS.wait_for_all(timeout)
