@@ -25,7 +25,8 @@ from plugins.sdk import (
 
 SET_VF_CONFIG = "linux/set-vf-config/v1"
 SET_LINK_MTU = "linux/set-link-mtu/v1"
-MOVE_LINK = "linux/move-link/v1"
+MOVE_LINK = "linux/move-link/v1"  # before v2: under a temporary name, then RENAME_LINK
+MOVE_LINK_NAMED = "linux/move-link/v2"
 RENAME_LINK = "linux/rename-link/v1"
 SET_LINK_UP = "linux/set-link-up/v1"
 CREATE_BOND = "linux/create-bond/v1"
@@ -86,9 +87,12 @@ def prepare_vf(
 
 
 def move_vf(prepared: PreparedState, sandbox: SandboxHandle, name: str) -> Subplan:
-    """Move the prepared VF into the sandbox under a temporary name, rename it, set it up.
+    """Move the prepared VF into the sandbox under its final name and marked, set it up.
 
-    Compensation returns the VF to its original namespace and name; it never deletes it.
+    One message moves, names and marks it (``linux/move-link/v2``); compensation returns
+    the VF to its original namespace and name, and never deletes it. (Before v2: a move
+    under a temporary name, then a rename, ``MOVE_LINK`` and ``RENAME_LINK``, still
+    executed and undone for the journals that hold them.)
     """
     vf = next(h for h in prepared.handles)
     return Subplan(
@@ -96,23 +100,14 @@ def move_vf(prepared: PreparedState, sandbox: SandboxHandle, name: str) -> Subpl
             (
                 "move",
                 effect(
-                    MOVE_LINK,
-                    {"link": handle_json(vf), "to": namespace_json(sandbox)},
+                    MOVE_LINK_NAMED,
+                    {"link": handle_json(vf), "to": namespace_json(sandbox), "name": name},
                     outputs=["link"],
                 ),
             ),
-            (
-                "rename",
-                effect(
-                    RENAME_LINK,
-                    {"name": name},
-                    inputs={"link": OutputRef(".move", "link")},
-                    outputs=["link"],
-                ),
-            ),
-            ("up", effect(SET_LINK_UP, {}, inputs={"link": OutputRef(".rename", "link")})),
+            ("up", effect(SET_LINK_UP, {}, inputs={"link": OutputRef(".move", "link")})),
         ),
-        outputs={"interface": ("rename", "link")},
+        outputs={"interface": ("move", "link")},
     )
 
 

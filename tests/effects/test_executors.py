@@ -19,6 +19,7 @@ from plugins.effects.linux import (
     CreateVLAN,
     HoldSharedParent,
     MoveLink,
+    MoveLinkNamed,
     RenameLink,
     SetLinkMTU,
     SetLinkUp,
@@ -115,6 +116,15 @@ CASES = [
         "move-link",
         MoveLink,
         lambda m: {"link": {"description": host_vf_description(m)}, "to": ns_json(sandbox(m))},
+    ),
+    Case(
+        "move-link-named",
+        MoveLinkNamed,
+        lambda m: {
+            "link": {"description": host_vf_description(m)},
+            "to": ns_json(sandbox(m)),
+            "name": "net1",
+        },
     ),
     Case(
         "rename-link",
@@ -295,31 +305,40 @@ class CountingMutations:
         return recorded
 
 
+def move_vf_steps(kernel: Any, model: FakeKernelModel, version: int) -> list[tuple[Any, Any]]:
+    """``effects.move_vf``'s executors and payloads: since v2 the move under the final
+    name, then up; before, the move under a temporary name, the rename, then up."""
+    moved = {"link": {"description": host_vf_description(model)}, "to": ns_json(sandbox(model))}
+    if version == 2:
+        return [(MoveLinkNamed(kernel), {**moved, "name": "net1"}), (SetLinkUp(kernel), {})]
+    return [
+        (MoveLink(kernel), moved),
+        (RenameLink(kernel), {"name": "net1"}),
+        (SetLinkUp(kernel), {}),
+    ]
+
+
+@pytest.mark.parametrize("version", [2, 1], ids=["move-link-v2", "move-link-v1-and-rename"])
 @pytest.mark.parametrize("home_up", [False, True], ids=["down-at-home", "up-at-home"])
-def test_the_move_vf_subplan_is_undone_by_its_move_home(home_up: bool) -> None:
-    """``effects.move_vf`` (move under our marker, rename, up) undone in reverse restores
-    the VF exactly, and only the move's undo changes the kernel: one move home, plus
-    bringing it up again if it was up at home (the move closes it)."""
+def test_the_move_vf_subplan_is_undone_by_its_move_home(home_up: bool, version: int) -> None:
+    """``effects.move_vf`` (moved in under our marker and named, then up) undone in
+    reverse restores the VF exactly, and only the move's undo changes the kernel: one
+    move home, plus bringing it up again if it was up at home (the move closes it). v2
+    gets it there in two messages (the move with its name and marker, then up), v1's
+    journals in three (a rename between)."""
     model = fresh(CASES[0])
     vf = model.find_device(VF0_PCI)
     assert vf is not None
     model.set_link(vf.ns, vf.ifindex, LinkChanges(up=home_up))
     initial = model.snapshot()
     kernel = CountingMutations(model)
-    steps = [
-        (
-            MoveLink(kernel),
-            {"link": {"description": host_vf_description(model)}, "to": ns_json(sandbox(model))},
-        ),
-        (RenameLink(kernel), {"name": "net1"}),
-        (SetLinkUp(kernel), {}),
-    ]
     done = []
-    for index, (executor, payload) in enumerate(steps):
+    for index, (executor, payload) in enumerate(move_vf_steps(kernel, model, version)):
         inputs = {"link": {"pciAddress": VF0_PCI}} if index else {}
         ctx = EffectContext("p/v1", "op-1", f"e{index}", "att-1", "step", payload, inputs)
         before = executor.capture(ctx)
         done.append((executor, ctx, before, executor.apply(ctx, before)))
+    assert kernel.mutations == ["move_link", *["set_link"] * (3 - version)]
     moved = model.find_device(VF0_PCI)
     assert moved is not None
     assert (moved.name, moved.up) == ("net1", True)
@@ -329,6 +348,39 @@ def test_the_move_vf_subplan_is_undone_by_its_move_home(home_up: bool) -> None:
     for executor, ctx, before, outputs in reversed(done):
         assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.UNDONE
     assert kernel.mutations == ["move_link", *(["set_link"] if home_up else [])]
+    assert diff(initial, model.snapshot()) == []
+
+
+@pytest.mark.parametrize("own_name_taken", [False, True], ids=["moved-then-refused", "refused"])
+def test_a_taken_name_refuses_the_named_move_and_its_undo_brings_the_vf_home(
+    own_name_taken: bool,
+) -> None:
+    """v2 leaves the name check to the kernel: a link of another's under the final name
+    makes the move fail as the check did, with the VF either not moved (its own name is
+    taken in the sandbox too) or moved under its own name and unmarked (the rename after
+    the move failed); the cleanup's undo brings it home, and the other link is left
+    alone."""
+    model = fresh(CASES[0])
+    pod = sandbox(model)
+    model.create_link(pod, LinkSpec(kind="dummy", name="net1"))
+    vf = model.find_device(VF0_PCI)
+    assert vf is not None
+    if own_name_taken:
+        model.create_link(pod, LinkSpec(kind="dummy", name=vf.name))
+    initial = model.snapshot()
+    executor = MoveLinkNamed(model)
+    payload = {"link": {"description": host_vf_description(model)}, "to": ns_json(pod)}
+    ctx = EffectContext("p/v1", "op-1", "e0", "att-1", "step", {**payload, "name": "net1"}, {})
+    before = executor.capture(ctx)
+    with pytest.raises(FailedPrecondition, match="net1 already exists in the sandbox"):
+        executor.apply(ctx, before)
+    moved = model.find_device(VF0_PCI)
+    assert moved is not None
+    assert (moved.ns.key == pod.key, moved.name, moved.alias) == (
+        not own_name_taken, vf.name, vf.alias
+    )  # fmt: skip
+    result = executor.undo(ctx, before, None)
+    assert result.outcome is (UndoOutcome.ABSENT if own_name_taken else UndoOutcome.UNDONE)
     assert diff(initial, model.snapshot()) == []
 
 

@@ -16,7 +16,14 @@ import pytest
 
 from fakekernel.lab import build_model, parse_lab_yaml
 from fakekernel.model import FakeKernelModel, diff
-from plugins.effects.linux import AttachMember, MoveLink, RenameLink, SetLinkMTU, SetVFConfig
+from plugins.effects.linux import (
+    AttachMember,
+    MoveLink,
+    MoveLinkNamed,
+    RenameLink,
+    SetLinkMTU,
+    SetVFConfig,
+)
 from plugins.effects.linux._common import describe, ns_json
 from plugins.kernel import Link, LinkChanges, LinkSpec, VFChanges
 from plugins.kernel._crashing import CrashingKernel
@@ -156,6 +163,11 @@ CASES: dict[str, tuple[Any, Any, Any]] = {
             "link": {"description": describe(vf(m, PCI), f"pci:{PCI}")},
             "to": ns_json(m.namespace("pod-a")),
         },
+        lambda m: {},
+    ),
+    "move-link-named": (
+        MoveLinkNamed,
+        lambda m: {**CASES["move-link"][1](m), "name": "net1"},
         lambda m: {},
     ),
     # The rename's undo is the move's (``RenameLink``): restored exactly only as a pair.

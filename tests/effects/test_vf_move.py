@@ -1,7 +1,7 @@
-"""MoveLink's kernel calls: the VF goes into the sandbox under its temporary name with our
-marker as its alias in one ``move_link``, and home under its own name with its own alias
-in one ``move_link``; the branches for a VF found elsewhere (in the sandbox unmarked,
-home still marked) keep their separate ``set_link``."""
+"""MoveLink's kernel calls: the VF goes into the sandbox under its temporary name (v2: its
+final name) with our marker as its alias in one ``move_link``, and home under its own
+name with its own alias in one ``move_link``; the branches for a VF found elsewhere (in
+the sandbox unmarked, home still marked) keep their separate ``set_link``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from fakekernel.lab import load_lab
 from fakekernel.model import FakeKernelModel, diff
-from plugins.effects.linux import MoveLink, evidence_scan
+from plugins.effects.linux import MoveLink, MoveLinkNamed, evidence_scan
 from plugins.effects.linux._common import describe, ns_json, temp_name
 from plugins.kernel import KernelError, Link, LinkChanges, LinkSpec
 from plugins.kernel._crashing import CrashingKernel
+from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import (
     CrashPoint,
     CrashPoints,
@@ -173,3 +174,56 @@ def test_a_name_taken_at_home_leaves_the_vf_moved_and_still_marked() -> None:
     model.delete_link(squatter.ns, squatter.ifindex)
     assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.UNDONE
     assert diff(initial, model.snapshot()) == []
+
+
+# -- linux/move-link/v2: in under the final name ------------------------------------------
+
+
+def named_context(model: FakeKernelModel) -> EffectContext:
+    ctx = context(model)
+    payload = {**ctx.payload, "name": "net1"}
+    return EffectContext("p/v1", "op-1", "move", "att-1", "step", payload)
+
+
+def test_v2_moves_names_and_marks_in_one_call() -> None:
+    model = model_with("its own", up=True)
+    ctx = named_context(model)
+    crash = CrashPoints()
+    executor = MoveLinkNamed(CrashingKernel(model, crash))
+    with crash.scope("test", "op-1", "move"):
+        outputs = executor.apply(ctx, executor.capture(ctx))
+    assert mutations(crash) == [(1, "move_link")]  # no rename after it
+    moved = found(model)
+    assert (moved.ns, moved.name, moved.alias) == (model.namespace("pod-a"), "net1", ctx.marker)
+    assert outputs["link"]["ifName"] == "net1"
+
+
+def test_v2_a_crash_right_after_the_move_leaves_the_vf_marked_under_its_name() -> None:
+    model = model_with(None)
+    ctx = named_context(model)
+    before = MoveLinkNamed(model).capture(ctx)
+    moved = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
+    crash = CrashPoints(armed=CrashPoint("test", "op-1", "move", moved))
+    with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "move"):
+        MoveLinkNamed(CrashingKernel(model, crash)).apply(ctx, before)
+    where = f"device net1 in {model.namespace('pod-a').path}"
+    assert evidence_scan(model)(ctx.marker) == [(ctx.marker, where)]
+
+
+def test_v2_a_vf_moved_under_its_own_name_is_named_and_marked_on_resume() -> None:
+    """The name was taken when the move came (the kernel moved the VF and refused the
+    rename); once it is free, a retry names and marks the VF in one ``set_link``."""
+    model = model_with("its own")
+    ctx = named_context(model)
+    executor = MoveLinkNamed(model)
+    before = executor.capture(ctx)
+    squatter = model.create_link(model.namespace("pod-a"), LinkSpec(kind="dummy", name="net1"))
+    with pytest.raises(FailedPrecondition, match="net1 already exists"):
+        executor.apply(ctx, before)
+    assert (found(model).ns, found(model).name) == (model.namespace("pod-a"), HOME)
+    model.delete_link(squatter.ns, squatter.ifindex)
+    crash = CrashPoints()
+    with crash.scope("test", "op-1", "move"):
+        outputs = MoveLinkNamed(CrashingKernel(model, crash)).apply(ctx, before)
+    assert mutations(crash) == [(1, "set_link")]
+    assert (found(model).alias, outputs["link"]["ifName"]) == (ctx.marker, "net1")

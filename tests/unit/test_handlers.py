@@ -54,9 +54,10 @@ def test_sriov_connect_moves_the_prepared_vf() -> None:
         allocation=f.vf_allocation(),
     )
     plan = vf.Plugin().connect_network(call)
-    assert [e.id for e in plan.effects] == ["move-vf.move", "move-vf.rename", "move-vf.up"]
-    assert plan.effect("move-vf.rename").payload["name"] == "data0"
-    assert plan.exports["interface"] == (OutputRef("move-vf.rename", "link"),)
+    assert [e.id for e in plan.effects] == ["move-vf.move", "move-vf.up"]
+    move = plan.effect("move-vf.move")
+    assert (move.kind, move.payload["name"]) == ("linux/move-link/v2", "data0")
+    assert plan.exports["interface"] == (OutputRef("move-vf.move", "link"),)
 
 
 def test_bond_plan_matches_the_blueprint() -> None:

@@ -23,7 +23,7 @@ from ._links import (
     owned_link_payload,
     payload_namespace,
 )
-from ._vf import MoveLink, RenameLink, SetLinkMTU, SetVFConfig
+from ._vf import MoveLink, MoveLinkNamed, RenameLink, SetLinkMTU, SetVFConfig
 
 
 def linux_effects(
@@ -43,6 +43,7 @@ def linux_effects(
             SetVFConfig(shared),
             SetLinkMTU(shared),
             MoveLink(shared),
+            MoveLinkNamed(shared),
             RenameLink(shared),
             SetLinkUp(shared),
             CreateBond(shared),
@@ -68,6 +69,7 @@ __all__ = [
     "HoldSharedParent",
     "MarkedByAnotherKind",
     "MoveLink",
+    "MoveLinkNamed",
     "NewLink",
     "OwnedLink",
     "OwnedLinkExecutor",

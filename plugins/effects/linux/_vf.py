@@ -1,4 +1,4 @@
-"""VF effects: VF-scoped settings through the PF, the VF netdev's MTU, its move and rename.
+"""VF effects: VF-scoped settings through the PF, the VF netdev's MTU, its move (and rename).
 
 None of these touches PF-global state, ``sriov_numvfs`` or any other VF. Each
 records a before-image of every field it changes, including those the kernel changes
@@ -9,10 +9,11 @@ value we (or that side effect) left there, and quarantines on an external change
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from typing import Any
 
-from plugins.kernel import Kernel, Link, LinkChanges, VFChanges, VFConfig
+from plugins.kernel import Kernel, KernelError, Link, LinkChanges, VFChanges, VFConfig
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
 
@@ -335,6 +336,66 @@ class MoveLink:
         elif not (moved or renamed or unmarked):
             return UndoResult(UndoOutcome.ABSENT, "VF already home, as it was")
         return UndoResult(UndoOutcome.UNDONE, "VF had returned; name restored" if renamed else "")
+
+
+class MoveLinkNamed(MoveLink):
+    """MoveVF, since ``linux/move-link/v2``: the prepared VF into the sandbox under its
+    final, coordinator-assigned name, with our marker, in one RTM_SETLINK.
+
+    ``MoveLink`` (v1) moved it under a temporary name and ``RenameLink`` renamed it, two
+    journaled steps and two messages; both stay for the journals already written. The
+    kernel's do_setlink applies the parts in order, move, then name, then alias (the
+    ``Kernel.move_link`` contract), so the name taken in the sandbox is answered by the
+    kernel itself: EEXIST, with nothing moved when the VF's own name is taken there too,
+    or else with the VF moved under its own name and unmarked. Either way the step fails
+    as the name check before the rename failed ("already exists in the sandbox and is
+    not ours"), and the cleanup's undo (``MoveLink``'s: it finds the VF by its PCI
+    address wherever it is) brings it home. Compensation is v1's: home under its own
+    name and alias, admin state restored, never deleted.
+    """
+
+    kind: str = "linux/move-link/v2"
+    payload_schema: Mapping[str, Any] = {
+        "type": "object",
+        "required": ["link", "to", "name"],
+        "additionalProperties": False,
+        "properties": {
+            "link": {"type": "object", "required": ["description"]},
+            "to": NAMESPACE_SCHEMA,
+            "name": IFNAME_SCHEMA,
+        },
+    }
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        pci = self._pci(ctx)
+        name, marker = ctx.payload["name"], ctx.marker
+        target = open_ns(self.kernel, ctx.payload["to"])
+        link = _vf_link(self.kernel, pci)
+        try:
+            if link.ns.key != target.key:
+                if link.ns.key != self.kernel.host_namespace().key:
+                    raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
+                link = self.kernel.move_link(
+                    link.ns, link.ifindex, target, new_name=name, alias=marker
+                )
+            if link.name != name or link.alias != marker:
+                # Already in the sandbox, not all of it done: a retry after the move
+                # (a crash, or the name refused by then).
+                link = self.kernel.set_link(
+                    target,
+                    link.ifindex,
+                    LinkChanges(
+                        name=name if link.name != name else None,
+                        alias=marker if link.alias != marker else None,
+                    ),
+                )
+        except KernelError as exc:
+            if exc.code != errno.EEXIST:
+                raise
+            raise FailedPrecondition(
+                f"an interface named {name} already exists in the sandbox and is not ours"
+            ) from None
+        return {"link": describe(link, _physical(pci))}
 
 
 class RenameLink:
