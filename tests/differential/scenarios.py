@@ -1280,6 +1280,30 @@ def sriov_vf_moved_with_a_marker_and_home_with_its_alias(w: World) -> None:
 
 
 @scenario("device")
+def sriov_vf_moved_in_under_its_final_name_marked(w: World) -> None:
+    """The VF plugin's move since linux/move-link/v2: in under its final name with our
+    marker in one message. A final name taken in the sandbox: with the VF's own name free
+    there, do_setlink moves it, refuses the rename (EEXIST) and stops before the alias;
+    with its own name taken too, the move itself is refused and nothing changes."""
+    a = w.ns("a")
+    w.numvfs("enp1s0", 3)
+    w.set(w.host, "enp1s0v0", alias="its own", up=True)
+    w.move(w.host, "enp1s0v0", a, new_name="net1", alias="dranp:0123abcd:vf")
+    w.set(a, "net1", up=True)
+    w.checkpoint("attached")
+    w.create(a, LinkSpec(kind="dummy", name="net2"))
+    w.move(w.host, "enp1s0v1", a, new_name="net2", alias="dranp:4567cdef:vf")
+    w.checkpoint("moved, not renamed")
+    w.create(a, LinkSpec(kind="dummy", name="enp1s0v2"))
+    w.move(w.host, "enp1s0v2", a, new_name="net2", alias="dranp:89abcdef:vf")
+    w.checkpoint("refused")
+    w.move(a, "net1", w.host, new_name="enp1s0v0", alias="its own")
+    w.move(a, "enp1s0v1", w.host)
+    w.checkpoint("home")
+    w.numvfs("enp1s0", 0)
+
+
+@scenario("device")
 def sriov_vf_table_defaults(w: World) -> None:
     w.vfs("enp1s0")  # no VFs: no table
     w.numvfs("enp1s0", 2)
