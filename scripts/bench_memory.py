@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc
 from bench_startup import (
     _FLOOR_PROGRAM,
+    LABS,
     READY_TIMEOUT_S,
     REPO,
     SERVICES,
@@ -128,6 +129,7 @@ class MemoryMeasurement:
     load_at_end: str = ""
     seconds: dict[str, list[float]] = field(default_factory=dict)  # the operations' wall time
     mappings: dict[str, str] = field(default_factory=dict)  # row -> text (--mappings)
+    lab: str = "fake"  # bench_startup.LABS: the fake kernel's server, or this machine's
 
     def median(self, row: str, when: str, what: str) -> float:
         """Median over the rounds of ``what`` (a ``Memory`` field) ``idle`` or ``after``."""
@@ -350,6 +352,7 @@ def measure(
     *,
     settle_s: float = 2.0,
     show_mappings: bool = False,
+    lab: str = "fake",
 ) -> MemoryMeasurement:
     """``runs`` rounds, each every row's process fresh: idle, ``ops`` operations, after.
 
@@ -375,12 +378,12 @@ def measure(
     pause = threading.Event()  # never set: its wait() is the settle time
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        lab = open_lab("fake")
-        stack.callback(lab.close)
+        kernel_lab = open_lab(lab)
+        stack.callback(kernel_lab.close)
         env = child_env(True, base)
-        stop_all(start_round(rows, lab, base / "warmup", env))  # compiles the bytecode
+        stop_all(start_round(rows, kernel_lab, base / "warmup", env))  # compiles the bytecode
         for i in range(runs):
-            started = start_round(rows, lab, base / f"r{i}", env)
+            started = start_round(rows, kernel_lab, base / f"r{i}", env)
             try:
                 pause.wait(settle_s)
                 for s in started:
@@ -411,13 +414,14 @@ def measure(
         loadavg(),
         {r: s for r, s in seconds.items() if r in rows},
         shown,
+        lab,
     )
 
 
 def report(m: MemoryMeasurement) -> None:
     print(
         f"memory on Linux {m.kernel} ({os.cpu_count()} CPUs), Python {m.python}: medians of "
-        f"{m.runs} rounds, each a fresh process per row on the fake lab, from bytecode; idle = "
+        f"{m.runs} rounds, each a fresh process per row on the {m.lab} lab, from bytecode; idle = "
         f"{m.settle_s:g} s after ready, after = {m.settle_s:g} s after its operations; "
         f"MB = 10^6 bytes; load average {m.load_at_start} at start, {m.load_at_end} at the end"
     )
@@ -473,12 +477,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mappings", action="store_true", help="print what holds each idle process's memory"
     )
+    parser.add_argument(
+        "--lab",
+        choices=LABS,
+        default="fake",
+        help="fake: the kernel model's server (kernel+unix://, an entry point: the services "
+        "import importlib.metadata to find it); netns: this machine's kernel (linux://, as "
+        "a node runs them; root)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.ops, args.settle = 1, 1000, 1.0
     if args.runs < 1 or args.ops < HOOKS_PER_CYCLE:
         parser.error(f"--runs must be at least 1 and --ops at least {HOOKS_PER_CYCLE}")
-    m = measure(args.runs, args.ops, args.rows, settle_s=args.settle, show_mappings=args.mappings)
+    m = measure(
+        args.runs,
+        args.ops,
+        args.rows,
+        settle_s=args.settle,
+        show_mappings=args.mappings,
+        lab=args.lab,
+    )
     report(m)
     return 0
 
