@@ -93,17 +93,21 @@ def test_in_and_home_each_in_one_call_with_name_and_alias(alias: str | None) -> 
     assert executor.undo(ctx, before, outputs).outcome is UndoOutcome.ABSENT
 
 
-def test_a_crash_right_after_the_move_leaves_the_vf_marked() -> None:
+@pytest.mark.parametrize("version", [1, 2], ids=["v1-temporary-name", "v2-final-name"])
+def test_a_crash_right_after_the_move_leaves_the_vf_marked(version: int) -> None:
     """The evidence limit of docs/runner.md: a VF moved but not marked no longer happens
-    for a crash of ours; the node-wide scan attributes the moved VF to its scope."""
+    for a crash of ours; the node-wide scan attributes the moved VF to its scope, under
+    the name it was moved in with (v2: its final name)."""
     model = model_with(None)
-    ctx = context(model)
-    before = MoveLink(model).capture(ctx)
+    executor = MoveLink if version == 1 else MoveLinkNamed
+    ctx = context(model) if version == 1 else named_context(model)
+    before = executor(model).capture(ctx)
     moved = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
     crash = CrashPoints(armed=CrashPoint("test", "op-1", "move", moved))
     with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "move"):
-        MoveLink(CrashingKernel(model, crash)).apply(ctx, before)
-    where = f"device {temp_name(ctx)} in {model.namespace('pod-a').path}"
+        executor(CrashingKernel(model, crash)).apply(ctx, before)
+    name = temp_name(ctx) if version == 1 else "net1"
+    where = f"device {name} in {model.namespace('pod-a').path}"
     assert evidence_scan(model)(ctx.marker) == [(ctx.marker, where)]
 
 
@@ -196,18 +200,6 @@ def test_v2_moves_names_and_marks_in_one_call() -> None:
     moved = found(model)
     assert (moved.ns, moved.name, moved.alias) == (model.namespace("pod-a"), "net1", ctx.marker)
     assert outputs["link"]["ifName"] == "net1"
-
-
-def test_v2_a_crash_right_after_the_move_leaves_the_vf_marked_under_its_name() -> None:
-    model = model_with(None)
-    ctx = named_context(model)
-    before = MoveLinkNamed(model).capture(ctx)
-    moved = Phase.kernel(PhaseKind.AFTER_KERNEL_CALL, 1, "move_link")
-    crash = CrashPoints(armed=CrashPoint("test", "op-1", "move", moved))
-    with pytest.raises(SimulatedCrash), crash.scope("test", "op-1", "move"):
-        MoveLinkNamed(CrashingKernel(model, crash)).apply(ctx, before)
-    where = f"device net1 in {model.namespace('pod-a').path}"
-    assert evidence_scan(model)(ctx.marker) == [(ctx.marker, where)]
 
 
 def test_v2_a_vf_moved_under_its_own_name_is_named_and_marked_on_resume() -> None:
