@@ -24,6 +24,7 @@ from ._bonding import (
     USES_PRIMARY,
     detach_dying,
     do_set_master,
+    link_ok,
     release,
     release_all,
     select_active,
@@ -259,6 +260,9 @@ def _macvlan_check(state: State, lower: LinkState, spec: LinkSpec, link: LinkSta
     siblings = state.children(lower, "macvlan")
     if not siblings and _rx_busy(state, lower):
         raise fail(errno.EBUSY, f"{lower.name} is in use")  # macvlan_port_create
+    if not siblings and lower.kind == "ipvlan":
+        # netdev_rx_handler_register: an ipvlan is IFF_NO_RX_HANDLER
+        raise fail(errno.EINVAL, f"{lower.name} (an ipvlan) takes no rx handler")
     mode = spec.mode or "vepa"
     if any(s.mode == "passthru" for s in siblings) or (mode == "passthru" and siblings):
         raise fail(errno.EINVAL, "only one macvlan can be created in passthru mode")
@@ -547,6 +551,10 @@ def _bond_set_active(state: State, bond_link: LinkState, name: str) -> None:
         raise fail(errno.ENODEV, f"no link {name!r}")
     if slave.master != bond_link.id:
         raise fail(errno.EINVAL, f"{name} is not a slave of {bond_link.name}")
-    if not slave.up:
-        raise fail(errno.EINVAL, f"{name} is down")
+    if bond.active == slave.id:
+        return  # already the current active slave
+    if bond.active is None or not (bond.link_up.get(slave.id, False) and link_ok(state, slave)):
+        # Changed only from another active slave, to one whose link the bond sees up
+        # and which is running with carrier (bond_slave_is_up)
+        raise fail(errno.EINVAL, f"{name} is down or its link is, or no slave is active")
     bond.active = slave.id
