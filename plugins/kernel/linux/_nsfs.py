@@ -23,6 +23,7 @@ creates named namespaces (``netns.py``), and the labs' and benchmarks' own calls
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -245,8 +246,10 @@ class _Job(Generic[T]):
                 self.outcome.value, self.outcome.done = value, True
                 late = self.outcome.abandoned
             if late and self.cleanup is not None:
-                self.cleanup(value)
-        self.finished.release()
+                with contextlib.suppress(OSError):  # nobody is left to tell; the thread goes on
+                    self.cleanup(value)
+        finally:
+            self.finished.release()
 
 
 class _EntryThread:
