@@ -6,11 +6,11 @@ A namespace is known by the (st_dev, st_ino) of its nsfs file. For each namespac
 opened through ``open_namespace`` (and the configured host namespace) the backend
 keeps a verified descriptor of the namespace and, once needed, one NETLINK_ROUTE
 socket created *inside* that namespace (see ``_nsfs`` for how: on the entry thread,
-which does nothing else, so no thread that does other work ever changes namespace). Requests about links of
-a namespace go to that namespace's socket; a link is created in, or moved to,
-another namespace with ``IFLA_NET_NS_FD`` in the same message. A delete is answered at
-the kernel's announcement that the link is unregistered, not at its ack, which comes
-after an RCU grace period (``_unregister``).
+which does nothing else, so no thread that does other work ever changes namespace).
+Requests about links of a namespace go to that namespace's socket; a link is created
+in, or moved to, another namespace with ``IFLA_NET_NS_FD`` in the same message. A delete
+is answered at the kernel's announcement that the link is unregistered, not at its ack,
+which comes after an RCU grace period (``_unregister``).
 
 Both the descriptor and the socket keep the namespace alive, so a namespace other than
 the host is *held* only while calls use it, and for ``linger_s`` (``NAMESPACE_LINGER_S``)
