@@ -684,8 +684,8 @@ def program_arguments(prog: str, description: str) -> argparse.ArgumentParser:
 class _VersionAction(argparse.Action):
     """``--version``, its text read only when asked for: ``action="version"`` takes the
     text when the parser is built, and reading the installed distribution's metadata
-    imports ``importlib.metadata`` (and ``email``, ``zipfile``, ``csv``): about 3 MB of
-    every running service's memory, for an option it never sees (docs/benchmarks.md, P8)."""
+    imports ``importlib.metadata`` (and ``email``, ``zipfile``, ``csv``): 1.6 MB of an idle
+    service's memory on linux://, for an option it never sees (docs/benchmarks.md, P8)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(
