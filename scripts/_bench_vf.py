@@ -5,9 +5,10 @@ real igbvf VFs; about a minute or more), opens one session that lends the guest'
 and their VF 0 to the session's node (``lend_vfs(1)``), and a pod namespace in it.
 Per iteration, in alternating order (ABAB), after warm-ups:
 
-* ours:  ``ConnectNetwork`` of the ``sriov`` plugin (MoveVF: move under a temporary
-  name with our alias, rename, up) plus ``RemoveNetwork`` (home under its name and
-  alias, its admin state back), over the real Unix socket of a real
+* ours:  ``ConnectNetwork`` of the ``sriov`` plugin (MoveVF: moved in under its final
+  name with our alias in one message, ``linux/move-link/v2``, then up) plus
+  ``RemoveNetwork`` (home under its name and alias, its admin state back), over the
+  real Unix socket of a real
   ``networkplugin-vf`` service process whose kernel is the session (``kernel_url``:
   the relay to the guest's kernel agent); its NodePrepare is done once, untimed;
 * floor: the fewest kernel calls with the same outcome, through the same relay and
