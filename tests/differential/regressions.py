@@ -645,3 +645,117 @@ def generated_612_a_bond_that_went_up_with_a_refusing_slave_has_no_vlan_0(w: Wor
             {"op": "set", "ns": "host", "link": "enp2s0v2", "changes": {"master": "bond0"}},
         ],
     )
+
+
+@regression(
+    Signature("create macvlan (name)", "outcome", ("fake ok", "linux EINVAL")),
+    "device",
+    "bond",
+    "ipvlan",
+    "macvlan",
+)
+def generated_61_a_macvlan_on_an_ipvlan_is_refused(w: World) -> None:
+    """A macvlan on an ipvlan: EINVAL. An ipvlan is IFF_NO_RX_HANDLER, so
+    macvlan_port_create's netdev_rx_handler_register refuses it; the model made the
+    macvlan.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1, the 20,000-step session of
+    2026-12-06: 33 steps to 3).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "d1",
+                "bond_mode": "802.3ad",
+                "miimon": 0,
+                "fail_over_mac": "none",
+            },
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "ipvlan",
+                "name": "ipv1",
+                "parent": "d1",
+                "mode": "l2",
+                "ipvlan_flag": "vepa",
+            },
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "macvlan",
+                "name": "mv1",
+                "parent": "ipv1",
+                "mode": "passthru",
+            },
+        ],
+    )
+
+
+@regression(
+    Signature("options bond active_slave", "outcome", ("fake ok", "linux EINVAL")), "device", "bond"
+)
+def generated_61_an_active_slave_needs_one_before_it(w: World) -> None:
+    """The active slave of a down active-backup bond set to its only slave: EINVAL.
+    bond_option_active_slave_set changes the active slave only from another one, to a
+    slave whose link the bond sees up and which is running with carrier; a down bond
+    has none. The model took any slave that was up.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1, the 20,000-step session of
+    2026-12-06: 45 steps to 6).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "",
+                "bond_mode": "active-backup",
+                "miimon": 100,
+            },
+            {"op": "numvfs", "pf": "enp2s0", "count": 3},
+            {"op": "set", "ns": "host", "link": "enp2s0v0", "changes": {"master": "bond0"}},
+            {"op": "set", "ns": "a", "link": "lo", "changes": {"up": True}},
+            {"op": "set_vf", "pf": "enp2s0", "vf": 1, "changes": {"qos": 3}},
+            {
+                "op": "options",
+                "ns": "host",
+                "link": "bond0",
+                "kind": "bond",
+                "active_slave": "enp2s0v0",
+            },
+        ],
+    )
+
+
+@regression(
+    Signature("set master", "state", ("device.perm_mac", "mac (virtual link)", "perm_mac")),
+    "device",
+    "bond",
+)
+def generated_61_a_pf_into_a_balance_rr_bond_with_fail_over_mac(w: World) -> None:
+    """A PF enslaved into a new balance-rr bond whose fail_over_mac is active.
+
+    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1, the 20,000-step session of
+    2026-12-06: 22 steps to 2).
+    """
+    replay(
+        w,
+        [
+            {
+                "op": "create",
+                "ns": "host",
+                "kind": "bond",
+                "name": "bond%d",
+                "bond_mode": "balance-rr",
+                "miimon": 100,
+                "fail_over_mac": "active",
+            },
+            {"op": "set", "ns": "host", "link": "enp2s0", "changes": {"master": "bond0"}},
+        ],
+    )
