@@ -731,31 +731,3 @@ def generated_61_an_active_slave_needs_one_before_it(w: World) -> None:
             },
         ],
     )
-
-
-@regression(
-    Signature("set master", "state", ("device.perm_mac", "mac (virtual link)", "perm_mac")),
-    "device",
-    "bond",
-)
-def generated_61_a_pf_into_a_balance_rr_bond_with_fail_over_mac(w: World) -> None:
-    """A PF enslaved into a new balance-rr bond whose fail_over_mac is active.
-
-    Shrunk from a generated run on 6.1.0-57-amd64 (seed 1, the 20,000-step session of
-    2026-12-06: 22 steps to 2).
-    """
-    replay(
-        w,
-        [
-            {
-                "op": "create",
-                "ns": "host",
-                "kind": "bond",
-                "name": "bond%d",
-                "bond_mode": "balance-rr",
-                "miimon": 100,
-                "fail_over_mac": "active",
-            },
-            {"op": "set", "ns": "host", "link": "enp2s0", "changes": {"master": "bond0"}},
-        ],
-    )
