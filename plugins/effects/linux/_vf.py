@@ -13,7 +13,7 @@ import errno
 from collections.abc import Mapping
 from typing import Any
 
-from plugins.kernel import Kernel, KernelError, Link, LinkChanges, VFChanges, VFConfig
+from plugins.kernel import Kernel, KernelError, Link, LinkChanges, NsRef, VFChanges, VFConfig
 from plugins.sdk import FailedPrecondition
 from plugins.sdk.runner import EffectContext, Observation, UndoOutcome, UndoResult
 
@@ -280,22 +280,27 @@ class MoveLink:
         open_ns(self.kernel, ctx.payload["to"])  # the sandbox must exist before we start
         return {"name": link.name, "up": link.up, "alias": link.alias or ""}
 
-    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+    def _move_in(self, ctx: EffectContext, name: str) -> tuple[NsRef, Link]:
+        """The sandbox, and the VF in it: moved there from the host under ``name`` with
+        our marker in one message, unless it is there already (a retry)."""
         pci = self._pci(ctx)
         target = open_ns(self.kernel, ctx.payload["to"])
         link = _vf_link(self.kernel, pci)
-        marker = ctx.marker
         if link.ns.key != target.key:
             if link.ns.key != self.kernel.host_namespace().key:
                 raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
             link = self.kernel.move_link(
-                link.ns, link.ifindex, target, new_name=temp_name(ctx), alias=marker
+                link.ns, link.ifindex, target, new_name=name, alias=ctx.marker
             )
-        if link.alias != marker:
+        return target, link
+
+    def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
+        target, link = self._move_in(ctx, temp_name(ctx))
+        if link.alias != ctx.marker:
             # Already in the sandbox without it: moved by a move whose rename failed
             # (which stops the message before its alias).
-            link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=marker))
-        return {"link": describe(link, _physical(pci))}
+            link = self.kernel.set_link(target, link.ifindex, LinkChanges(alias=ctx.marker))
+        return {"link": describe(link, _physical(self._pci(ctx)))}
 
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, Any] | None
@@ -367,17 +372,9 @@ class MoveLinkNamed(MoveLink):
     }
 
     def apply(self, ctx: EffectContext, before: Any) -> Mapping[str, Any]:
-        pci = self._pci(ctx)
         name, marker = ctx.payload["name"], ctx.marker
-        target = open_ns(self.kernel, ctx.payload["to"])
-        link = _vf_link(self.kernel, pci)
         try:
-            if link.ns.key != target.key:
-                if link.ns.key != self.kernel.host_namespace().key:
-                    raise FailedPrecondition(f"VF {pci} is in an unexpected namespace")
-                link = self.kernel.move_link(
-                    link.ns, link.ifindex, target, new_name=name, alias=marker
-                )
+            target, link = self._move_in(ctx, name)
             if link.name != name or link.alias != marker:
                 # Already in the sandbox, not all of it done: a retry after the move
                 # (a crash, or the name refused by then).
@@ -395,7 +392,7 @@ class MoveLinkNamed(MoveLink):
             raise FailedPrecondition(
                 f"an interface named {name} already exists in the sandbox and is not ours"
             ) from None
-        return {"link": describe(link, _physical(pci))}
+        return {"link": describe(link, _physical(self._pci(ctx)))}
 
 
 class RenameLink:
